@@ -1,0 +1,200 @@
+package backend
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Config selects and configures a backend for [Open]. Field names in
+// validation errors are the snake_case forms of these names.
+type Config struct {
+	// Kind is "file", "block", "null" or "memory". Required.
+	Kind Kind
+
+	// Path is the file (kind file) or device node (kind block). Required
+	// for those kinds, not allowed for the others.
+	Path string
+
+	// Size is the capacity in bytes, a multiple of BlockSize.
+	//   - null, memory: required.
+	//   - file: 0 uses the existing file's size; otherwise a missing file is
+	//     created sparse at Size, a smaller file is grown (sparse) to Size,
+	//     and a larger file is an error (never shrunk).
+	//   - block: 0 uses the whole device; otherwise at most the device size,
+	//     exporting the first Size bytes.
+	Size int64
+
+	// BlockSize is the logical block size: 512 or 4096. 0 means 512, or for
+	// kind block the device's logical block size; for block it must be a
+	// multiple of the device's.
+	BlockSize uint32
+
+	// ReadOnly opens the storage read-only; writes fail with ErrReadOnly.
+	ReadOnly bool
+
+	// Direct bypasses the page cache with O_DIRECT (kind file). Block
+	// devices are always opened O_DIRECT. Not allowed for null and memory.
+	Direct bool
+
+	// CreateDirs creates missing parent directories (mode 0700) of a file
+	// that is created (kind file only).
+	CreateDirs bool
+
+	// MustExist refuses to create a missing file (kind file only).
+	MustExist bool
+
+	// NoLock skips the advisory flock that stops two openers from using
+	// one file read-write (kind file only).
+	NoLock bool
+
+	// Exclusive opens the device O_EXCL, failing if it is mounted or held
+	// by another exclusive opener (kind block only).
+	Exclusive bool
+
+	// DriveDB is the path of a smartmontools-derived drivedb.yaml used to
+	// name ATA SMART attributes in HealthReport (kind block only). Empty
+	// uses a built-in table of common attributes.
+	DriveDB string
+
+	// Pattern is the byte pattern reads return, repeated from offset 0
+	// (kind null only). Empty means zeroes.
+	Pattern []byte
+}
+
+// ConfigError is an invalid configuration value.
+type ConfigError struct {
+	Field  string // snake_case name of the Config field, e.g. "block_size"
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "backend: " + e.Field + ": " + e.Reason }
+
+func cfgErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// maxPattern bounds Config.Pattern.
+const maxPattern = 4096
+
+// Validate checks the configuration without touching the file system. It
+// returns the first problem as a *ConfigError.
+func (c *Config) Validate() error {
+	switch c.Kind {
+	case KindFile, KindBlock, KindNull, KindMemory:
+	case "":
+		return cfgErr("kind", "missing (want file, block, null or memory)")
+	default:
+		return cfgErr("kind", "%q is not one of file, block, null, memory", string(c.Kind))
+	}
+	hasPath := c.Kind == KindFile || c.Kind == KindBlock
+	if hasPath && c.Path == "" {
+		return cfgErr("path", "required for kind %s", c.Kind)
+	}
+	if !hasPath && c.Path != "" {
+		return cfgErr("path", "not used by kind %s", c.Kind)
+	}
+	if err := checkBlockSize(c.BlockSize); err != nil {
+		return err
+	}
+	bs := c.BlockSize
+	if bs == 0 {
+		bs = 512
+	}
+	needSize := c.Kind == KindNull || c.Kind == KindMemory
+	if err := checkSize(c.Size, bs, needSize); err != nil {
+		return err
+	}
+	if c.Direct && !hasPath {
+		return cfgErr("direct", "not used by kind %s", c.Kind)
+	}
+	if c.Kind != KindFile {
+		switch {
+		case c.CreateDirs:
+			return cfgErr("create_dirs", "only used by kind file")
+		case c.MustExist:
+			return cfgErr("must_exist", "only used by kind file")
+		case c.NoLock:
+			return cfgErr("no_lock", "only used by kind file")
+		}
+	}
+	if c.MustExist && c.CreateDirs {
+		return cfgErr("create_dirs", "contradicts must_exist")
+	}
+	if c.Kind != KindBlock {
+		switch {
+		case c.Exclusive:
+			return cfgErr("exclusive", "only used by kind block")
+		case c.DriveDB != "":
+			return cfgErr("drive_db", "only used by kind block")
+		}
+	}
+	if len(c.Pattern) > 0 && c.Kind != KindNull {
+		return cfgErr("pattern", "only used by kind null")
+	}
+	if len(c.Pattern) > maxPattern {
+		return cfgErr("pattern", "%d bytes is longer than the limit of %d", len(c.Pattern), maxPattern)
+	}
+	return nil
+}
+
+// checkBlockSize accepts 512, 4096 and 0 (the default).
+func checkBlockSize(bs uint32) error {
+	switch bs {
+	case 0, 512, 4096:
+		return nil
+	}
+	return cfgErr("block_size", "%d is not 512 or 4096", bs)
+}
+
+// checkSize accepts positive multiples of bs, and 0 unless required.
+func checkSize(size int64, bs uint32, required bool) error {
+	if size == 0 && !required {
+		return nil
+	}
+	if size <= 0 || size%int64(bs) != 0 {
+		return cfgErr("size", "%s is not a positive multiple of block size %d", strconv.FormatInt(size, 10), bs)
+	}
+	return nil
+}
+
+// Open validates cfg and opens the backend it describes.
+func Open(cfg Config) (Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var (
+		b   Backend
+		err error
+	)
+	// Each case checks err itself so that a failed open returns a nil
+	// interface, not an interface holding a nil pointer.
+	switch cfg.Kind {
+	case KindFile:
+		var f *File
+		if f, err = OpenFile(cfg.Path, FileOptions{
+			Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Direct: cfg.Direct,
+			CreateDirs: cfg.CreateDirs, MustExist: cfg.MustExist, NoLock: cfg.NoLock,
+		}); err == nil {
+			b = f
+		}
+	case KindBlock:
+		var d *Block
+		if d, err = OpenBlock(cfg.Path, BlockOptions{
+			Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly,
+			Exclusive: cfg.Exclusive, DriveDB: cfg.DriveDB,
+		}); err == nil {
+			b = d
+		}
+	case KindNull:
+		var n *Null
+		if n, err = OpenNull(NullOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Pattern: cfg.Pattern}); err == nil {
+			b = n
+		}
+	default:
+		var m *Memory
+		if m, err = OpenMemory(MemoryOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly}); err == nil {
+			b = m
+		}
+	}
+	return b, err
+}

@@ -1,0 +1,198 @@
+package backend
+
+import "sync/atomic"
+
+// MemoryChunkSize is the allocation unit of the memory backend: a chunk is
+// allocated on its first write and freed when a WriteZeroes or Discard
+// covers it whole.
+const MemoryChunkSize = 1 << 20
+
+type memChunk [MemoryChunkSize]byte
+
+// MemoryOptions configures [OpenMemory].
+type MemoryOptions struct {
+	Size      int64  // capacity in bytes; a positive multiple of BlockSize
+	BlockSize uint32 // 512 (default when 0) or 4096
+	ReadOnly  bool   // writes fail with ErrReadOnly (the backend stays all zeroes)
+}
+
+// Memory is a sparse RAM-backed backend. It costs 8 bytes per MiB of
+// capacity for the chunk table plus 1 MiB per chunk written, so a 1 TiB
+// namespace needs 8 MiB until it is written. Contents are lost on Close.
+// There is no limit on the memory it takes other than Size.
+//
+// Chunks are reached through atomic pointers and never locked: a chunk is
+// installed with compare-and-swap by the first writer, and freed by
+// swapping in nil. Concurrent requests to different ranges never interfere;
+// overlapping ones have no defined order, as for every [Backend].
+type Memory struct {
+	size      int64
+	bs        uint32
+	ro        bool
+	closed    atomic.Bool
+	allocated atomic.Int64
+	chunks    []atomic.Pointer[memChunk]
+}
+
+var _ Backend = (*Memory)(nil)
+
+// OpenMemory returns an empty (all zeroes) memory backend.
+func OpenMemory(opts MemoryOptions) (*Memory, error) {
+	if err := checkBlockSize(opts.BlockSize); err != nil {
+		return nil, err
+	}
+	bs := opts.BlockSize
+	if bs == 0 {
+		bs = 512
+	}
+	if err := checkSize(opts.Size, bs, true); err != nil {
+		return nil, err
+	}
+	n := (opts.Size + MemoryChunkSize - 1) / MemoryChunkSize
+	return &Memory{
+		size:   opts.Size,
+		bs:     bs,
+		ro:     opts.ReadOnly,
+		chunks: make([]atomic.Pointer[memChunk], n),
+	}, nil
+}
+
+// ReadAt copies from the written chunks into p and zeroes the rest. See
+// [Backend].
+func (m *Memory) ReadAt(p []byte, off int64) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if err := CheckRange(OpRead, off, int64(len(p)), m.size, m.bs); err != nil {
+		return err
+	}
+	for len(p) > 0 {
+		i, o := off/MemoryChunkSize, int(off%MemoryChunkSize)
+		n := min(len(p), MemoryChunkSize-o)
+		if c := m.chunks[i].Load(); c != nil {
+			copy(p[:n], c[o:])
+		} else {
+			clear(p[:n])
+		}
+		p = p[n:]
+		off += int64(n)
+	}
+	return nil
+}
+
+// WriteAt copies p into the chunks, allocating those not yet written. FUA
+// is meaningless for RAM and ignored. See [Backend].
+func (m *Memory) WriteAt(p []byte, off int64, fua bool) error {
+	if err := m.check(OpWrite, off, int64(len(p))); err != nil {
+		return err
+	}
+	for len(p) > 0 {
+		i, o := off/MemoryChunkSize, int(off%MemoryChunkSize)
+		n := min(len(p), MemoryChunkSize-o)
+		c := m.chunks[i].Load()
+		for c == nil {
+			nc := new(memChunk)
+			if m.chunks[i].CompareAndSwap(nil, nc) {
+				m.allocated.Add(MemoryChunkSize)
+				c = nc
+			} else {
+				c = m.chunks[i].Load() // lost the race; a Discard may free it again
+			}
+		}
+		copy(c[o:o+n], p)
+		p = p[n:]
+		off += int64(n)
+	}
+	return nil
+}
+
+// WriteZeroes frees the chunks the range covers whole and zeroes the
+// written parts of the others. See [Backend].
+func (m *Memory) WriteZeroes(off, length int64, deallocate bool) error {
+	if err := m.check(OpWriteZeroes, off, length); err != nil {
+		return err
+	}
+	m.zero(off, length)
+	return nil
+}
+
+// Discard is WriteZeroes: discarded ranges read as zeroes. See [Backend].
+func (m *Memory) Discard(off, length int64) error {
+	if err := m.check(OpDiscard, off, length); err != nil {
+		return err
+	}
+	m.zero(off, length)
+	return nil
+}
+
+func (m *Memory) zero(off, length int64) {
+	for length > 0 {
+		i, o := off/MemoryChunkSize, off%MemoryChunkSize
+		n := min(length, MemoryChunkSize-o)
+		if o == 0 && (n == MemoryChunkSize || off+n == m.size) {
+			if m.chunks[i].Swap(nil) != nil {
+				m.allocated.Add(-MemoryChunkSize)
+			}
+		} else if c := m.chunks[i].Load(); c != nil {
+			clear(c[o : o+n])
+		}
+		off += n
+		length -= n
+	}
+}
+
+func (m *Memory) check(op Op, off, length int64) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if m.ro {
+		return ErrReadOnly
+	}
+	return CheckRange(op, off, length, m.size, m.bs)
+}
+
+// Flush does nothing: RAM has no stable media to flush to. See [Backend].
+func (m *Memory) Flush() error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Size returns the capacity in bytes.
+func (m *Memory) Size() int64 { return m.size }
+
+// BlockSize returns the logical block size.
+func (m *Memory) BlockSize() uint32 { return m.bs }
+
+// Info describes the memory backend.
+func (m *Memory) Info() Info {
+	return Info{
+		Kind: KindMemory, Size: m.size, BlockSize: m.bs, PhysicalBlockSize: m.bs,
+		OptimalIOSize: MemoryChunkSize, BufferAlign: 1, ReadOnly: m.ro,
+		Discard: true, DiscardZeroes: true, WriteZeroesOffload: true,
+	}
+}
+
+// Health reports that RAM has no device health.
+func (m *Memory) Health() (Health, error) {
+	return Health{Reason: "memory backend: no device-reported health"}, nil
+}
+
+// Stats reports the memory held in AllocatedBytes.
+func (m *Memory) Stats() Stats {
+	return Stats{AllocatedBytes: m.allocated.Load()}
+}
+
+// Close frees all chunks. Calls in progress finish on the chunks they hold.
+func (m *Memory) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	for i := range m.chunks {
+		if m.chunks[i].Swap(nil) != nil {
+			m.allocated.Add(-MemoryChunkSize)
+		}
+	}
+	return nil
+}
