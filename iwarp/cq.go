@@ -1,0 +1,129 @@
+package iwarp
+
+import (
+	"context"
+	"sync"
+)
+
+// CQ is a completion queue. It works in one of two modes:
+//
+//   - polled (NewCQ): completions queue up; Poll takes them and Wait blocks
+//     until there is one, as with ibv_poll_cq and a completion channel;
+//   - direct (NewCQHandler): each completion is handed to a function on the
+//     engine goroutine that produced it (the QP's receive or send loop), so
+//     a consumer reacts without a goroutine switch. The function must not
+//     block; it may post work requests.
+//
+// One CQ may serve many QPs.
+type CQ struct {
+	handler func(*WC)
+
+	mu     sync.Mutex
+	ring   []WC // circular; grows when full, so completions are never lost
+	head   int
+	n      int
+	notify chan struct{}
+	closed bool
+}
+
+// NewCQ returns a polled completion queue with room for depth completions
+// before it grows.
+func NewCQ(depth int) *CQ {
+	return &CQ{ring: make([]WC, max(depth, 16)), notify: make(chan struct{}, 1)}
+}
+
+// NewCQHandler returns a completion queue that calls fn for each completion
+// on the goroutine that produced it. fn must not block, and the *WC it gets
+// is valid only during the call (copy what you keep).
+func NewCQHandler(fn func(*WC)) *CQ {
+	return &CQ{handler: fn, notify: make(chan struct{}, 1)}
+}
+
+// push delivers a completion.
+func (cq *CQ) push(wc *WC) {
+	if cq.handler != nil {
+		cq.handler(wc)
+		return
+	}
+	cq.mu.Lock()
+	if cq.n == len(cq.ring) {
+		grown := make([]WC, 2*len(cq.ring))
+		for i := 0; i < cq.n; i++ {
+			grown[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+		}
+		cq.ring, cq.head = grown, 0
+	}
+	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
+	cq.n++
+	cq.mu.Unlock()
+	select {
+	case cq.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Poll moves up to len(wcs) completions into wcs and returns how many. It
+// never blocks.
+func (cq *CQ) Poll(wcs []WC) int {
+	cq.mu.Lock()
+	k := min(len(wcs), cq.n)
+	for i := 0; i < k; i++ {
+		wcs[i] = cq.ring[cq.head]
+		cq.ring[cq.head] = WC{}
+		cq.head = (cq.head + 1) % len(cq.ring)
+	}
+	cq.n -= k
+	cq.mu.Unlock()
+	return k
+}
+
+// Len is the number of completions waiting.
+func (cq *CQ) Len() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.n
+}
+
+// Wait blocks until at least one completion is waiting, the CQ is closed
+// (ErrClosed) or ctx ends.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.mu.Lock()
+		n, closed := cq.n, cq.closed
+		cq.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		if closed {
+			return ErrClosed
+		}
+		select {
+		case <-cq.notify:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// PollWait blocks like Wait, then polls.
+func (cq *CQ) PollWait(ctx context.Context, wcs []WC) (int, error) {
+	for {
+		if n := cq.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Close wakes waiters; Wait returns ErrClosed once the queue is empty.
+func (cq *CQ) Close() {
+	cq.mu.Lock()
+	cq.closed = true
+	cq.mu.Unlock()
+	select {
+	case cq.notify <- struct{}{}:
+	default:
+	}
+}
