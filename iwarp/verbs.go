@@ -60,12 +60,12 @@ type WROpcode uint8
 
 // Send work request operations.
 const (
-	WRSend        WROpcode = iota // Send
-	WRSendInv                     // Send with Invalidate (InvalidateSTag)
-	WRSendSE                      // Send with Solicited Event
-	WRSendSEInv                   // Send with Solicited Event and Invalidate
-	WRWrite                       // RDMA Write to RemoteSTag/RemoteTO
-	WRRead                        // RDMA Read from RemoteSTag/RemoteTO into SinkMR
+	WRSend      WROpcode = iota // Send
+	WRSendInv                   // Send with Invalidate (InvalidateSTag)
+	WRSendSE                    // Send with Solicited Event
+	WRSendSEInv                 // Send with Solicited Event and Invalidate
+	WRWrite                     // RDMA Write to RemoteSTag/RemoteTO
+	WRRead                      // RDMA Read from RemoteSTag/RemoteTO into SinkMR
 	wrOpcodeCount
 )
 
