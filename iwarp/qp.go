@@ -357,13 +357,13 @@ func (qp *QP) start(conn *net.TCPConn, cfg *Config, neg negotiated, responder bo
 	qp.initRx()
 	qp.initTx()
 	qp.state.Store(int32(QPStateRTS))
+	if qp.cfg.StallTimeout > 0 {
+		qp.stallTimer = time.AfterFunc(qp.cfg.StallTimeout/2, qp.checkStall)
+	}
 	qp.mu.Unlock()
 	qp.loops.Store(2)
 	go qp.rxLoop()
 	go qp.txLoop()
-	if qp.cfg.StallTimeout > 0 {
-		qp.stallTimer = time.AfterFunc(qp.cfg.StallTimeout/2, qp.checkStall)
-	}
 	qp.wake()
 	return nil
 }
@@ -400,7 +400,9 @@ func (qp *QP) checkStall() {
 		return
 	}
 	qp.lastProgress = p
+	qp.mu.Lock()
 	qp.stallTimer.Reset(qp.cfg.StallTimeout / 2)
+	qp.mu.Unlock()
 }
 
 // Disconnect starts a graceful disconnect: work requests already posted are
