@@ -1,0 +1,187 @@
+package interop_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/test/interop/lab"
+)
+
+// labOpts is shared by every test, so the package boots a single VM: siw0 on
+// eth0 (the default link), and guest TCP port 7000 forwarded from the host.
+var labOpts = lab.Options{Forwards: []int{7000}}
+
+func TestMain(m *testing.M) { os.Exit(lab.Main(m)) }
+
+// TestLabKernelRping runs the kernel's rping server and client (librdmacm
+// user verbs over the siw kernel driver) inside the guest, over siw0 (the siw
+// link on eth0) at the guest's address; the TCP connection runs over lo.
+// (127.0.0.1 cannot be used: rdma_cm fails to resolve it for siw, with or
+// without a siw link on lo; see test/lab/README.md.)
+func TestLabKernelRping(t *testing.T) {
+	vm := lab.Start(t, labOpts)
+	if links := vm.MustExec(t, "rdma link show"); !strings.Contains(links, "link siw0/1 state ACTIVE") {
+		t.Fatalf("no active siw link siw0 in the guest; rdma link show:\n%s", links)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const port, count, size = 7999, 5, 1000
+	addr := vm.GuestAddr()
+	srv := vm.Background(ctx, fmt.Sprintf("rping -s -a %s -p %d -C %d -S %d -V", addr, port, count, size))
+	defer srv.Kill()
+	if err := srv.WaitListening(ctx, port); err != nil {
+		t.Fatal(err)
+	}
+	out, err := vm.Exec(ctx, fmt.Sprintf("rping -c -a %s -p %d -v -C %d -S %d -V", addr, port, count, size))
+	if err != nil {
+		t.Fatalf("rping -c: %v", err)
+	}
+	pings := regexp.MustCompile(`(?m)^ping data: rdma-ping-\d+: `).FindAllString(out, -1)
+	if len(pings) != count {
+		t.Errorf("rping -c printed %d ping lines, want %d:\n%s", len(pings), count, out)
+	}
+	if sout, err := srv.Wait(); err != nil {
+		t.Errorf("rping -s: %v (stdout %q)", err, sout)
+	}
+	t.Logf("rping over siw0 (%s:%d): %d x %d bytes verified", addr, port, len(pings), size)
+}
+
+// TestLabGuestReachesHost has guest clients connect to a Go listener on the
+// host's 127.0.0.1 through 10.0.2.2 and exchange data both ways: socat (a
+// distribution binary) and netecho (a static Go binary, via BuildAndPut).
+func TestLabGuestReachesHost(t *testing.T) {
+	vm := lab.Start(t, labOpts)
+
+	t.Run("socat", func(t *testing.T) {
+		ln := listen(t)
+		payload := randBytes(t, 128<<10)
+		got := make(chan []byte, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- nil
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(time.Minute))
+			up, _ := io.ReadAll(c) // until the guest half-closes
+			fmt.Fprintf(c, "%x\n", sha256.Sum256(up))
+			_, _ = c.Write(payload)
+			got <- up
+		}()
+		f := fmt.Sprintf("/tmp/%s", strings.ReplaceAll(t.Name(), "/", "_"))
+		out := vm.MustExec(t, fmt.Sprintf(
+			`head -c 262144 /dev/urandom > %[1]s.up && socat -t 30 - TCP:%[2]s:%[3]d < %[1]s.up > %[1]s.down && `+
+				`sha256sum < %[1]s.up | cut -d' ' -f1 && head -n1 %[1]s.down && tail -c +66 %[1]s.down | sha256sum | cut -d' ' -f1; `+
+				`rm -f %[1]s.up %[1]s.down`,
+			f, vm.HostAddr(), ln.Addr().(*net.TCPAddr).Port))
+		up := <-got
+		lines := strings.Fields(out)
+		if len(lines) != 3 {
+			t.Fatalf("guest output: %q", out)
+		}
+		upSum := fmt.Sprintf("%x", sha256.Sum256(up))
+		if len(up) != 262144 || lines[0] != upSum || lines[1] != upSum {
+			t.Errorf("guest -> host: host got %d bytes sha256 %s; guest sent sha256 %s and saw the host's %s",
+				len(up), upSum, lines[0], lines[1])
+		}
+		if want := fmt.Sprintf("%x", sha256.Sum256(payload)); lines[2] != want {
+			t.Errorf("host -> guest: guest got sha256 %s, host sent %s", lines[2], want)
+		}
+	})
+
+	t.Run("go_binary", func(t *testing.T) {
+		bin := vm.BuildAndPut(t, "./test/interop/internal/netecho")
+		ln := listen(t)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(time.Minute))
+			_, _ = io.Copy(c, c)
+		}()
+		out := vm.MustExec(t, fmt.Sprintf("%s -dial %s:%d -bytes %d", bin, vm.HostAddr(), ln.Addr().(*net.TCPAddr).Port, 1<<20))
+		if !strings.HasPrefix(out, fmt.Sprintf("ok %d bytes", 1<<20)) {
+			t.Errorf("netecho -dial: %q", out)
+		}
+	})
+}
+
+// TestLabHostReachesGuest connects from the host through a forwarded port to
+// a server in the guest (netecho, a static Go binary) and checks the echo.
+func TestLabHostReachesGuest(t *testing.T) {
+	vm := lab.Start(t, labOpts)
+	bin := vm.BuildAndPut(t, "./test/interop/internal/netecho")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := vm.Background(ctx, bin+" -listen :7000 -n 1")
+	defer srv.Kill()
+	if err := srv.WaitListening(ctx, 7000); err != nil {
+		t.Fatal(err)
+	}
+	hostPort := vm.ForwardedPort(7000)
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	data := randBytes(t, 1<<20)
+	werr := make(chan error, 1)
+	go func() {
+		_, err := c.Write(data)
+		if err == nil {
+			err = c.(*net.TCPConn).CloseWrite()
+		}
+		werr <- err
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read the echo from 127.0.0.1:%d: %v", hostPort, err)
+	}
+	if err := <-werr; err != nil {
+		t.Fatalf("write to 127.0.0.1:%d: %v", hostPort, err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("echo through 127.0.0.1:%d -> guest :7000 differs: sent %d bytes, got %d", hostPort, len(data), len(got))
+	}
+	sout, err := srv.Wait()
+	if err != nil {
+		t.Fatalf("guest netecho: %v", err)
+	}
+	if !strings.Contains(sout, fmt.Sprintf("echoed %d bytes", len(data))) {
+		t.Errorf("guest netecho: %q", sout)
+	}
+	t.Logf("host 127.0.0.1:%d -> guest :7000: %d bytes echoed", hostPort, len(data))
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func randBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
