@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -184,4 +186,61 @@ func randBytes(t *testing.T, n int) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestLabHarness checks the harness's own contract: exit codes and stderr in
+// ExecError, the kill of a command whose context ends, and Put/Get.
+func TestLabHarness(t *testing.T) {
+	vm := lab.Start(t, labOpts)
+
+	t.Run("exit_code", func(t *testing.T) {
+		out, err := vm.Exec(context.Background(), "echo out; echo err >&2; exit 7")
+		var ee *lab.ExecError
+		if !errors.As(err, &ee) || ee.ExitCode != 7 || ee.Stderr != "err\n" || out != "out\n" || ee.Err != nil {
+			t.Fatalf("Exec = %q, %#v", out, err)
+		}
+		if !strings.Contains(err.Error(), "exit status 7") {
+			t.Errorf("error text %q lacks the exit status", err)
+		}
+	})
+
+	t.Run("timeout_kills", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := vm.Exec(ctx, "sleep 300 & sleep 301; echo not killed")
+		var ee *lab.ExecError
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ee) || ee.ExitCode != -1 {
+			t.Fatalf("Exec after its deadline: %v", err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("Exec returned %v after its 2 s deadline", d)
+		}
+		if ps := vm.MustExec(t, "ps -o args | grep -c '^sleep 30[01]' || true"); strings.TrimSpace(ps) != "0" {
+			t.Errorf("the command's processes survived the kill: %s", ps)
+		}
+	})
+
+	t.Run("put_get", func(t *testing.T) {
+		dir := t.TempDir()
+		data := randBytes(t, 3<<20)
+		src := filepath.Join(dir, "blob")
+		if err := os.WriteFile(src, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gp, err := vm.Put(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm.MustExec(t, "cp "+lab.Quote(gp)+" /tmp/blob.copy")
+		back := filepath.Join(dir, "back")
+		if err := vm.Get("/tmp/blob.copy", back); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(back)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("Put/Get round trip: %d bytes back (err %v), want %d", len(got), err, len(data))
+		}
+		vm.MustExec(t, "rm -f /tmp/blob.copy "+lab.Quote(gp))
+	})
 }
