@@ -23,11 +23,13 @@ type ExecError struct {
 	VM       string // the VM's name
 	Cmd      string // the shell command
 	ExitCode int    // the exit status; -1 if the command did not finish
-	Stdout   string
-	Stderr   string
-	Err      error // why the command did not finish (e.g. context.DeadlineExceeded), or nil
+	Stdout   string // what the command wrote to stdout
+	Stderr   string // what the command wrote to stderr
+	Err      error  // why the command did not finish (e.g. context.DeadlineExceeded), or nil
 }
 
+// Error names the VM and the command, the exit status or the reason it did
+// not finish, and the tail of its stderr (or stdout).
 func (e *ExecError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lab: VM %q: guest command %q", e.VM, e.Cmd)
