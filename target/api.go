@@ -116,8 +116,9 @@ func (t *Target) HealthReport(nqn string, nsid uint32) (string, error) {
 }
 
 // Status returns a snapshot of the target for administrators. It does no
-// I/O: backend health is the last sample, taken every
-// Tuning.HealthInterval.
+// I/O and does not block on backends: backend health is the last sample,
+// taken when the backend is opened (so Status after Start shows it) and then
+// every Tuning.HealthInterval.
 func (t *Target) Status() Status {
 	// Implemented by the target; skeleton until then: the configuration
 	// with nothing started.
