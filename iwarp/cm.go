@@ -337,7 +337,7 @@ func Dial(ctx context.Context, network, address string, qp *QP, privateData []by
 	if err != nil {
 		return fail(err)
 	}
-	neg, err := checkReply(&c, &req, &rep, c.MaxIRDORD)
+	neg, err := checkReply(&c, &req, &rep, ird, ord, c.MaxIRDORD)
 	if err != nil {
 		return fail(err)
 	}

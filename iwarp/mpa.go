@@ -115,8 +115,9 @@ func rejectReply(req *wire.MPAFrame, pd []byte) wire.MPAFrame {
 }
 
 // checkReply judges the responder's reply to our request and returns the
-// initiator's settings. wantIRD is what the request advertised.
-func checkReply(cfg *Config, req, rep *wire.MPAFrame, limit int) (negotiated, error) {
+// initiator's settings. ird and ord are the local wishes (what an enhanced
+// request advertised; what a revision-1 connection simply uses).
+func checkReply(cfg *Config, req, rep *wire.MPAFrame, ird, ord, limit int) (negotiated, error) {
 	var n negotiated
 	switch {
 	case !rep.Reply:
@@ -132,7 +133,10 @@ func checkReply(cfg *Config, req, rep *wire.MPAFrame, limit int) (negotiated, er
 		return n, &mpaError{msg: "CRC required but not confirmed by the reply", cause: wire.CauseLLPInvalidRequest, term: true}
 	}
 	n.crc = rep.CRC
-	n.ird, n.ord = int(req.IRD), int(req.ORD)
+	n.ird, n.ord = ird, ord
+	if req.HasEnhancedHeader() {
+		n.ird, n.ord = int(req.IRD), int(req.ORD)
+	}
 	if !req.HasEnhancedHeader() {
 		return n, nil
 	}

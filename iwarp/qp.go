@@ -103,9 +103,16 @@ type QP struct {
 	peerSpoke bool   // the peer's first FPDU arrived (responder may send)
 
 	kick    chan struct{}
+	txMu    sync.Mutex // owner of tx: the send goroutine or an inline sender
 	done    chan struct{}
 	loops   atomic.Int32
 	started bool
+
+	// rxDefer is set while the receive loop processes what one read
+	// brought; posts then leave the sending to it (see readv).
+	rxDefer atomic.Bool
+	// lastPost is when the last send work request was posted (ns).
+	lastPost atomic.Int64
 
 	// stall detection
 	rxMid        atomic.Bool
@@ -301,7 +308,22 @@ func (qp *QP) PostSend(wr *SendWR) error {
 		e.sinkSTag, e.sinkTO = sinkSTag, sinkTO
 	}
 	qp.mu.Unlock()
-	if st == QPStateRTS {
+	if st != QPStateRTS {
+		return nil
+	}
+	// While the receive loop works through FPDUs it already read, it sends
+	// what is posted meanwhile when it is done (batching the answers to a
+	// burst of requests in one write). Otherwise a post after a quiet
+	// spell is written at once by the poster (no goroutine switch), and a
+	// post right behind another is left to the send goroutine, which
+	// batches the burst.
+	now := time.Now().UnixNano()
+	last := qp.lastPost.Swap(now)
+	switch {
+	case qp.rxDefer.Load():
+	case now-last >= int64(txQuiet):
+		qp.txInline()
+	default:
 		qp.wake()
 	}
 	return nil

@@ -92,8 +92,13 @@ func (qp *QP) doRead(fd uintptr) bool {
 	}
 }
 
-// readv reads into a then b with one system call.
+// readv reads into a then b with one system call. Before it may block, it
+// sends what the handlers posted while the previous read's FPDUs were
+// processed: all of them in one write, from this goroutine.
 func (qp *QP) readv(a, b []byte) (int, error) {
+	if qp.rxDefer.Swap(false) {
+		qp.txInline()
+	}
 	r := &qp.rx
 	r.iovCnt = 0
 	for _, p := range [2][]byte{a, b} {
@@ -111,6 +116,7 @@ func (qp *QP) readv(a, b []byte) (int, error) {
 	}
 	if r.readN > 0 {
 		qp.rxProgress.Add(1)
+		qp.rxDefer.Store(true)
 	}
 	return r.readN, r.rerr
 }
@@ -378,7 +384,7 @@ func (qp *QP) rxComplete(h *wire.Header, payload []byte) error {
 		qp.mu.Lock()
 		qp.peerSpoke = true
 		qp.mu.Unlock()
-		qp.wake()
+		qp.txInline()
 	}
 	switch h.Opcode {
 	case wire.OpReadResponse:
@@ -397,7 +403,7 @@ func (qp *QP) rxComplete(h *wire.Header, payload []byte) error {
 		signaled := e.signaled && !e.internal
 		qp.orq.pop()
 		qp.mu.Unlock()
-		qp.wake() // a Read waiting for ORD room may go now
+		qp.txInline() // a Read waiting for ORD room may go now
 		if signaled {
 			qp.scq.push(&r.wc)
 		}
@@ -451,7 +457,7 @@ func (qp *QP) rxComplete(h *wire.Header, payload []byte) error {
 		e := qp.irq.push()
 		e.sinkSTag, e.sinkTO, e.src = rr.SinkSTag, rr.SinkTO, src
 		qp.mu.Unlock()
-		qp.wake()
+		qp.txInline()
 
 	case wire.OpTerminate:
 		t, siw, err := wire.DecodeTerminateAny(payload)

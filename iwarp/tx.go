@@ -1,10 +1,13 @@
 package iwarp
 
 import (
-	"net"
+	"os"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
@@ -18,9 +21,18 @@ const (
 	// of being sent from its own iovec: below it, one more iovec costs
 	// more than the copy, and consecutive small FPDUs coalesce into one.
 	txCopyMax = 256
+	// txInlineMax is the largest batch a posting goroutine writes itself;
+	// bigger ones go to the send goroutine so that sending and receiving
+	// run on two cores.
+	txInlineMax = 64 << 10
+	// txQuiet: a post writes inline only if the previous post is at least
+	// this old. Back-to-back posts are left to the send goroutine, which
+	// then writes them all in one system call.
+	txQuiet = 10 * time.Microsecond
 )
 
-// txState is owned by the send loop.
+// txState belongs to whoever holds QP.txMu: the send goroutine, or a
+// goroutine posting work that found the socket idle and writes inline.
 type txState struct {
 	msn   [wire.NumQN]uint32 // last MSN used per untagged queue
 	arena []byte
@@ -28,7 +40,17 @@ type txState struct {
 	iov   [][]byte
 	open  bool // the last iovec is arena memory ending at used
 	bytes int
-	wbufs net.Buffers
+
+	// The batch being written: iovecs from iovIdx on, the first of them
+	// from iovOff on. pending is set from build to the end of the write.
+	pending bool
+	iovIdx  int
+	iovOff  int
+	sysIov  []unix.Iovec
+	writeFn func(fd uintptr) bool
+	wblock  bool // writeFn may wait for socket space
+	wdone   bool
+	werr    error
 
 	sqDone int
 	// partial marks a message emitted only in part by the last batch; it
@@ -44,46 +66,92 @@ func (qp *QP) initTx() {
 	t := &qp.tx
 	t.arena = make([]byte, txArenaSize)
 	t.iov = make([][]byte, 0, txMaxIov)
+	t.sysIov = make([]unix.Iovec, txMaxIov)
 	t.wcs = make([]WC, 0, qp.sqDepth)
 	t.rtrPending = qp.neg.p2p && !qp.responder
+	t.writeFn = qp.doWrite
+}
+
+// txInline is called after work was posted: if no one is sending, the
+// caller sends now, without waiting for socket space, and leaves the rest to
+// the send goroutine. This saves a goroutine switch per message when the
+// socket has room, which it usually has.
+func (qp *QP) txInline() {
+	if qp.State() != QPStateRTS || !qp.txMu.TryLock() {
+		qp.wake()
+		return
+	}
+	more := qp.txRun(false)
+	qp.txMu.Unlock()
+	if more {
+		qp.wake()
+	}
+}
+
+// txRun builds and writes batches until there is no work (false) or, when
+// not blocking, the socket is full or the QP left RTS (true: the send
+// goroutine must go on). The caller holds txMu.
+func (qp *QP) txRun(blocking bool) (more bool) {
+	t := &qp.tx
+	for {
+		st := qp.State()
+		if st != QPStateRTS && (!blocking || st != QPStateClosing) {
+			return true
+		}
+		if !t.pending {
+			qp.mu.Lock()
+			spoke := qp.peerSpoke
+			qp.mu.Unlock()
+			if !spoke {
+				return false // responder: wait for the initiator's first FPDU
+			}
+			if qp.buildBatch() == 0 {
+				return false
+			}
+			t.pending, t.iovIdx, t.iovOff = true, 0, 0
+		}
+		if !blocking && t.bytes > txInlineMax {
+			return true
+		}
+		done, err := qp.writePending(blocking)
+		if err != nil {
+			if st := qp.State(); st == QPStateRTS || st == QPStateClosing {
+				qp.fail(err)
+			}
+			return true
+		}
+		if !done {
+			return true
+		}
+		t.pending = false
+		qp.completeBatch()
+	}
 }
 
 func (qp *QP) txLoop() {
 	defer qp.loopDone()
 	for {
 		<-qp.kick
-		for {
-			st := qp.State()
-			if st == QPStateError {
-				return
-			}
-			if st == QPStateTerminate {
-				qp.sendTerminate()
-				return
-			}
-			qp.mu.Lock()
-			spoke := qp.peerSpoke
-			qp.mu.Unlock()
-			if !spoke {
-				break // responder: wait for the initiator's first FPDU
-			}
-			if qp.buildBatch() == 0 {
-				if st == QPStateClosing && qp.sendDrained() {
-					// Everything posted before Disconnect is out: FIN.
-					_ = qp.conn.CloseWrite()
-					_ = qp.conn.SetReadDeadline(time.Now().Add(qp.cfg.LingerTimeout))
-					return
-				}
-				break
-			}
-			if err := qp.writeBatch(); err != nil {
-				if st := qp.State(); st == QPStateRTS || st == QPStateClosing {
-					qp.fail(err)
-				}
-				return
-			}
-			qp.completeBatch()
+		qp.txMu.Lock()
+		st := qp.State()
+		switch st {
+		case QPStateError:
+			qp.txMu.Unlock()
+			return
+		case QPStateTerminate:
+			qp.sendTerminate()
+			qp.txMu.Unlock()
+			return
 		}
+		qp.txRun(true)
+		if st := qp.State(); st == QPStateClosing && !qp.tx.pending && qp.sendDrained() {
+			// Everything posted before Disconnect is out: FIN.
+			_ = qp.conn.CloseWrite()
+			_ = qp.conn.SetReadDeadline(time.Now().Add(qp.cfg.LingerTimeout))
+			qp.txMu.Unlock()
+			return
+		}
+		qp.txMu.Unlock()
 	}
 }
 
@@ -95,12 +163,81 @@ func (qp *QP) sendDrained() bool {
 	return qp.sq.len() == 0 && qp.irq.len() == 0
 }
 
-func (qp *QP) writeBatch() error {
+// writePending writes the rest of the current batch with writev. Without
+// blocking it stops at a full socket and reports done=false.
+func (qp *QP) writePending(blocking bool) (done bool, err error) {
 	t := &qp.tx
-	t.wbufs = t.iov
-	_, err := t.wbufs.WriteTo(qp.conn)
-	t.wbufs = nil
-	return err
+	t.wblock, t.wdone, t.werr = blocking, false, nil
+	for !t.wdone {
+		if err := qp.raw.Write(t.writeFn); err != nil {
+			return false, err
+		}
+		if t.werr != nil {
+			return false, t.werr
+		}
+		if !blocking && !t.wdone {
+			return false, nil
+		}
+	}
+	// Drop references to registered memory as soon as it is on the wire.
+	clear(t.iov)
+	return true, nil
+}
+
+// doWrite is the RawConn write callback: writev of the pending iovecs.
+// Returning false makes the runtime wait for socket space (blocking mode).
+func (qp *QP) doWrite(fd uintptr) bool {
+	t := &qp.tx
+	for {
+		n := 0
+		for i := t.iovIdx; i < len(t.iov) && n < len(t.sysIov); i++ {
+			b := t.iov[i]
+			if i == t.iovIdx {
+				b = b[t.iovOff:]
+			}
+			if len(b) == 0 {
+				continue
+			}
+			t.sysIov[n].Base = &b[0]
+			t.sysIov[n].SetLen(len(b))
+			n++
+		}
+		if n == 0 {
+			t.wdone = true
+			return true
+		}
+		w, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.sysIov[0])), uintptr(n))
+		switch e {
+		case 0:
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return !t.wblock
+		default:
+			t.werr = os.NewSyscallError("writev", e)
+			return true
+		}
+		// Advance past what was written.
+		left := int(w)
+		for left > 0 {
+			rem := len(t.iov[t.iovIdx]) - t.iovOff
+			if left < rem {
+				t.iovOff += left
+				break
+			}
+			left -= rem
+			t.iovIdx++
+			t.iovOff = 0
+		}
+		for t.iovIdx < len(t.iov) && len(t.iov[t.iovIdx]) == t.iovOff {
+			t.iovIdx++
+			t.iovOff = 0
+		}
+		if t.iovIdx == len(t.iov) {
+			t.wdone = true
+			return true
+		}
+	}
 }
 
 // completeBatch retires what the last write sent and reports completions.
@@ -401,7 +538,7 @@ func (qp *QP) sendTerminate() {
 	qp.mu.Lock()
 	te := qp.term
 	qp.mu.Unlock()
-	if te != nil && !t.partialSQ && !t.partialIRQ {
+	if te != nil && !t.pending && !t.partialSQ && !t.partialIRQ {
 		term := wire.Terminate{Cause: te.Cause}
 		if l := te.Cause.Layer(); l != wire.LayerLLP && qp.rx.hdrLen > wire.FPDULenFieldLen {
 			// Include the offending DDP header with its segment length.
