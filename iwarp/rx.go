@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -84,6 +85,10 @@ func (qp *QP) doRead(fd uintptr) bool {
 			} else if now.After(deadline) {
 				return false
 			}
+			// Let other goroutines of this P run between polls (the
+			// peer's loop may be one of them when both ends share a
+			// process).
+			runtime.Gosched()
 			continue
 		default:
 			r.rerr = os.NewSyscallError("readv", e)
