@@ -1,0 +1,302 @@
+package initiator
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+)
+
+// ioQueue is one I/O queue of the controller. It outlives associations:
+// each association gives it a new connection (hq), and commands that could
+// not be sent (no connection, SQ full) wait in pending, in order.
+type ioQueue struct {
+	c    *Controller
+	qid  uint16
+	cmds []cmd // command slots this queue owns (size-1 of them)
+
+	mu      sync.Mutex
+	hq      *rdma.HostQueue // nil while not connected
+	gen     uint64          // association of hq
+	pending []*cmd
+}
+
+// cmd is one NVMe command of a Request: a command slot with its reusable
+// HostRequest. Nothing in it is allocated per I/O.
+type cmd struct {
+	hr       rdma.HostRequest
+	owner    *ioQueue     // the queue whose slot this is
+	on       *ioQueue     // the queue it was last sent on
+	req      *Request     // the request it is part of
+	retries  uint8        // retries after a retryable NVMe status
+	deadline atomic.Int64 // when it times out (Controller.now units); 0: not outstanding
+	gen      atomic.Uint64
+	dsm      nvmeof.DSMRange // Dataset Management range data (Discard)
+}
+
+// getCmd takes a free command slot, waiting for one if none is free.
+func (c *Controller) getCmd(done <-chan struct{}) (*cmd, error) {
+	select {
+	case m := <-c.free:
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-c.free:
+		return m, nil
+	case <-done:
+		return nil, errCanceled
+	case <-c.deadCh:
+		return nil, c.ioErr()
+	}
+}
+
+// errCanceled stands for the waiting context's error (the caller replaces it).
+var errCanceled = errors.New("initiator: canceled")
+
+// tryGetCmd takes a free command slot if there is one.
+func (c *Controller) tryGetCmd() *cmd {
+	select {
+	case m := <-c.free:
+		return m
+	default:
+		return nil
+	}
+}
+
+// route picks the queue to send m on: its own, or, when the association has
+// fewer queues than before, a live one.
+func (c *Controller) route(m *cmd) *ioQueue {
+	q := m.owner
+	if n := int(c.nLive.Load()); n > 0 && int(q.qid) > n {
+		q = c.ioq[int(c.rr.Add(1))%n]
+	}
+	return q
+}
+
+// submit sends m, or keeps it on its queue's pending list until it can be
+// sent.
+func (c *Controller) submit(m *cmd) {
+	q := c.route(m)
+	q.mu.Lock()
+	hq := q.hq
+	if hq == nil || len(q.pending) > 0 {
+		q.pending = append(q.pending, m)
+		q.mu.Unlock()
+		if hq != nil {
+			q.drain()
+		}
+		return
+	}
+	gen := q.gen
+	q.mu.Unlock()
+	if !c.send(q, hq, gen, m) {
+		q.mu.Lock()
+		q.pending = append(q.pending, m)
+		q.mu.Unlock()
+		q.drain()
+	}
+}
+
+// send puts m on the wire of hq. It returns false if m must wait (queue
+// full or closed); a closed queue also asks for error recovery.
+func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bool {
+	m.on = q
+	m.gen.Store(gen)
+	m.deadline.Store(c.now() + int64(c.cfg.IOTimeout))
+	err := hq.Submit(&m.hr)
+	if err == nil {
+		return true
+	}
+	m.deadline.Store(0)
+	switch {
+	case errors.Is(err, rdma.ErrQueueFull):
+		return false
+	case errors.Is(err, rdma.ErrQueueClosed):
+		c.queueFailed(gen, err)
+		return false
+	}
+	c.finish(m, err) // cannot be sent at all (e.g. longer than a keyed SGL)
+	return true
+}
+
+// drain sends pending commands while the queue takes them.
+func (q *ioQueue) drain() {
+	for {
+		q.mu.Lock()
+		hq := q.hq
+		if hq == nil || len(q.pending) == 0 {
+			q.mu.Unlock()
+			return
+		}
+		m := q.pending[0]
+		n := copy(q.pending, q.pending[1:])
+		q.pending[n] = nil
+		q.pending = q.pending[:n]
+		gen := q.gen
+		q.mu.Unlock()
+		if !q.c.send(q, hq, gen, m) {
+			q.mu.Lock()
+			q.pending = append(q.pending, nil)
+			copy(q.pending[1:], q.pending)
+			q.pending[0] = m
+			stillHere := q.hq == hq
+			q.mu.Unlock()
+			if stillHere {
+				return // a completion drains again
+			}
+		}
+	}
+}
+
+// park keeps m on the queue it was sent on, to be sent again later.
+func (q *ioQueue) park(m *cmd) {
+	q.mu.Lock()
+	q.pending = append(q.pending, m)
+	live := q.hq != nil
+	q.mu.Unlock()
+	if live {
+		q.drain()
+	}
+}
+
+// done is the completion of m's HostRequest, on the queue's engine goroutine
+// (or the queue's teardown).
+func (m *cmd) done(hr *rdma.HostRequest) {
+	m.deadline.Store(0)
+	q := m.on
+	c := q.c
+	if hr.Err != nil {
+		// The connection ended before the completion: the command may or
+		// may not have run. Keep it and send it again after reconnecting
+		// (blk-mq requeue in nvme_rdma's error recovery).
+		if c.State() == StateDead {
+			c.finish(m, c.ioErr())
+			return
+		}
+		q.park(m)
+		c.queueFailed(m.gen.Load(), hr.Err)
+		return
+	}
+	c.compSeen.Store(true)
+	if st := hr.CQE.Status(); st != nvmeof.StatusSuccess {
+		// nvme_decide_disposition: retry unless DNR, up to nvme_max_retries.
+		if !st.DNR() && m.retries < MaxRetries && !c.closing.Load() {
+			m.retries++
+			c.submit(m)
+			return
+		}
+		c.finish(m, m.ioError(st))
+	} else {
+		c.finish(m, nil)
+	}
+	q.drain()
+}
+
+// finish returns m's slot and reports its result to its request.
+func (c *Controller) finish(m *cmd, err error) {
+	r := m.req
+	m.req = nil
+	m.retries = 0
+	m.hr.Data = nil
+	c.free <- m // never blocks: the channel holds every slot
+	r.chunkDone(err)
+}
+
+// resubmitPending sends again the commands kept while no association was
+// live.
+func (c *Controller) resubmitPending() {
+	var kept []*cmd
+	for _, q := range c.ioq {
+		q.mu.Lock()
+		kept = append(kept, q.pending...)
+		clear(q.pending)
+		q.pending = q.pending[:0]
+		q.mu.Unlock()
+	}
+	max := int(c.maxXfer.Load())
+	for _, m := range kept {
+		if len(m.hr.Data) > max && m.hr.SQE.Opcode() != nvmeof.NVMDatasetManagement {
+			c.finish(m, &IOError{Op: opName(m.hr.SQE.Opcode()), Err: errors.New("transfer larger than the reconnected controller's MDTS")})
+			continue
+		}
+		c.submit(m)
+	}
+}
+
+// ioErr is the error of I/O on a controller that cannot take it.
+func (c *Controller) ioErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deadErr != nil {
+		return c.deadErr
+	}
+	if c.closing.Load() {
+		return ErrControllerClosed
+	}
+	if len(c.ioq) == 0 {
+		return ErrNoIOQueues
+	}
+	return nil
+}
+
+// IOError is an I/O command that failed, with what it was.
+type IOError struct {
+	Op     string // "read", "write", "flush", "write-zeroes", "discard"
+	NSID   uint32
+	SLBA   uint64
+	Blocks uint32
+	Err    error // an nvmeof.Status, or why the command could not be sent
+}
+
+// Error describes the command and the failure.
+func (e *IOError) Error() string {
+	if e.Blocks == 0 {
+		return "initiator: " + e.Op + " failed: " + e.Err.Error()
+	}
+	return "initiator: " + e.Op + " of " + itoa(uint64(e.Blocks)) + " blocks at LBA " + itoa(e.SLBA) + " failed: " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *IOError) Unwrap() error { return e.Err }
+
+func (m *cmd) ioError(st nvmeof.Status) error {
+	e := &IOError{Op: opName(m.hr.SQE.Opcode()), NSID: m.hr.SQE.NSID(), Err: st}
+	switch m.hr.SQE.Opcode() {
+	case nvmeof.NVMRead, nvmeof.NVMWrite, nvmeof.NVMWriteZeroes:
+		rw := m.hr.SQE.RWCmd()
+		e.SLBA, e.Blocks = rw.SLBA(), rw.Blocks()
+	}
+	return e
+}
+
+func opName(op uint8) string {
+	switch op {
+	case nvmeof.NVMRead:
+		return "read"
+	case nvmeof.NVMWrite:
+		return "write"
+	case nvmeof.NVMFlush:
+		return "flush"
+	case nvmeof.NVMWriteZeroes:
+		return "write-zeroes"
+	case nvmeof.NVMDatasetManagement:
+		return "discard"
+	}
+	return "command"
+}
+
+func itoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}
