@@ -645,19 +645,8 @@ func (c *Controller) recoverFrom(cause error) bool {
 	c.state = StateConnecting
 	c.mu.Unlock()
 
-	max := c.cfg.maxReconnects()
-	for attempt := 1; ; attempt++ {
-		if max >= 0 && attempt > max {
-			c.lose(cause)
-			return false
-		}
-		t := time.NewTimer(c.cfg.ReconnectDelay)
-		select {
-		case <-t.C:
-		case <-c.closeReq:
-			t.Stop()
-			return false
-		}
+	var last error = cause
+	res := reconnectLoop(c.cfg.ReconnectDelay, c.cfg.maxReconnects(), c.closeReq, func(attempt int) (bool, bool) {
 		ctx, cancel := context.WithTimeout(c.reconnCtx, c.cfg.ConnectTimeout)
 		na, err := c.associate(ctx)
 		cancel()
@@ -674,27 +663,66 @@ func (c *Controller) recoverFrom(cause error) bool {
 			c.install(na)
 			c.emit(Event{Kind: EventReconnected, Attempt: attempt})
 			if !c.cfg.Discovery() {
+				na.wg.Add(1)
 				go func() {
-					if err := c.Rescan(na.ctx); err != nil {
+					defer na.wg.Done()
+					if err := c.Rescan(na.ctx); err != nil && na.ctx.Err() == nil {
 						c.log.Warn("namespace scan after reconnect", zap.Error(err))
 					}
 				}()
 			}
-			return true
+			return true, false
 		}
-		select {
-		case <-c.closeReq:
-			return false
-		default:
-		}
-		cause = err
+		last = err
 		c.log.Warn("failed reconnect attempt", zap.Int("attempt", attempt), zap.Error(err))
 		c.emit(Event{Kind: EventReconnectFailed, Err: err, Attempt: attempt})
 		// nvmf_should_reconnect: a status with DNR ends the attempts.
 		var st nvmeof.Status
-		if errors.As(err, &st) && st.DNR() {
-			c.lose(err)
-			return false
+		return false, errors.As(err, &st) && st.DNR()
+	})
+	switch res {
+	case reconnected:
+		return true
+	case givenUp:
+		c.lose(last)
+	}
+	return false
+}
+
+// Outcomes of reconnectLoop.
+const (
+	reconnected = iota
+	givenUp
+	stopped
+)
+
+// reconnectLoop is the schedule of nvme_rdma_reconnect_or_remove and
+// nvmf_should_reconnect: attempt n runs n×delay after the loss, as long as
+// n ≤ max (max < 0: no limit), until one succeeds (ok), one fails for good
+// (giveUp), or stop is closed.
+func reconnectLoop(delay time.Duration, max int, stop <-chan struct{}, attempt func(n int) (ok, giveUp bool)) int {
+	for n := 1; ; n++ {
+		if max >= 0 && n > max {
+			return givenUp
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return stopped
+		}
+		ok, giveUp := attempt(n)
+		switch {
+		case ok:
+			return reconnected
+		case giveUp:
+			return givenUp
+		}
+		select {
+		case <-stop:
+			return stopped
+		default:
 		}
 	}
 }
@@ -889,17 +917,38 @@ func (c *Controller) keepAlive(a *association) {
 		if tbkas && c.compSeen.Swap(false) {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(a.ctx, kato)
-		r := &rdma.HostRequest{}
+		// The Keep Alive's own timeout is KATO (rq->timeout = kato * HZ):
+		// on expiry recovery starts with ErrKeepAlive as the cause, then
+		// the admin queue is torn down.
+		done := make(chan struct{})
+		r := &rdma.HostRequest{Done: func(*rdma.HostRequest) { close(done) }}
 		r.SQE.BuildKeepAlive()
-		err := a.admin.Do(ctx, r)
-		cancel()
+		if err := a.admin.Submit(r); err != nil {
+			if a.ctx.Err() == nil {
+				c.queueFailed(a.gen, fmt.Errorf("%w: %v", ErrKeepAlive, err))
+			}
+			return
+		}
+		kt := time.NewTimer(kato)
+		var err error
+		select {
+		case <-done:
+			kt.Stop()
+			err = r.Status()
+		case <-kt.C:
+			err = fmt.Errorf("no completion within KATO %v", kato)
+		case <-a.ctx.Done():
+			kt.Stop()
+			return
+		}
 		if err != nil {
 			if a.ctx.Err() != nil {
 				return
 			}
+			err = fmt.Errorf("%w: %v", ErrKeepAlive, err)
 			c.log.Warn("keep alive failed", zap.Error(err))
-			c.queueFailed(a.gen, fmt.Errorf("%w: %v", ErrKeepAlive, err))
+			c.queueFailed(a.gen, err)
+			a.admin.Abort(err)
 			return
 		}
 	}

@@ -194,7 +194,9 @@ func TestDiscoveryReferrals(t *testing.T) {
 }
 
 func TestConnectRefused(t *testing.T) {
-	tg := startTarget(t, func(c *testctl.Config) { c.AllowedHosts = []string{"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001"} })
+	tg := startTarget(t, func(c *testctl.Config) {
+		c.AllowedHosts = []string{"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001"}
+	})
 	ctx := context.Background()
 	cfg := testConfig(t, tg.Addr())
 	_, err := Connect(ctx, cfg)

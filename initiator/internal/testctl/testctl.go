@@ -69,6 +69,9 @@ type Config struct {
 	OAES uint32
 	// NoVWC clears Identify Controller VWC (no volatile write cache).
 	NoVWC bool
+	// IgnoreKATO disables the keep-alive timer (nvmet tears a controller
+	// down when no command came within KATO).
+	IgnoreKATO bool
 	// Referrals are extra discovery log entries (referrals or other
 	// subsystems).
 	Referrals []nvmeof.DiscoveryEntry
@@ -649,7 +652,7 @@ func (t *Target) connect(r *rdma.Request) {
 		t.mu.Unlock()
 		c.queues = append(c.queues, q)
 		q.Ctx = c
-		if c.kato > 0 {
+		if c.kato > 0 && !t.cfg.IgnoreKATO {
 			ctx, cancel := context.WithCancel(context.Background())
 			c.kaCancel = cancel
 			go c.watchKA(ctx)

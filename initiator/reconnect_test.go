@@ -1,0 +1,326 @@
+package initiator
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nvmetd/nvmetd/initiator/internal/testctl"
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// TestReconnectSchedule checks the reconnect timing against Linux's
+// (reconnect_delay 10 s, ctrl_loss_tmo 600 s: 60 attempts, 10 s apart) with
+// a fake clock.
+func TestReconnectSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{ReconnectDelay: 10 * time.Second, CtrlLossTimeout: 600 * time.Second}
+		start := time.Now()
+		var at []time.Duration
+		res := reconnectLoop(cfg.ReconnectDelay, cfg.maxReconnects(), nil, func(n int) (bool, bool) {
+			at = append(at, time.Since(start))
+			return false, false
+		})
+		if res != givenUp || len(at) != 60 || at[0] != 10*time.Second || at[59] != 600*time.Second {
+			t.Fatalf("result %d after %d attempts (first %v, last %v)", res, len(at), at[0], at[len(at)-1])
+		}
+		// ctrl_loss_tmo 25 s with a 10 s delay: DIV_ROUND_UP = 3 attempts.
+		cfg = Config{ReconnectDelay: 10 * time.Second, CtrlLossTimeout: 25 * time.Second}
+		if m := cfg.maxReconnects(); m != 3 {
+			t.Fatalf("max reconnects %d", m)
+		}
+		// ctrl_loss_tmo 0 (NoReconnect): no attempt at all.
+		cfg = Config{ReconnectDelay: time.Second, NoReconnect: true}
+		n := 0
+		if res := reconnectLoop(time.Second, cfg.maxReconnects(), nil, func(int) (bool, bool) { n++; return false, false }); res != givenUp || n != 0 {
+			t.Fatalf("no-reconnect: result %d, %d attempts", res, n)
+		}
+		// Success on the third attempt, 30 s in; a DNR failure stops at once.
+		start = time.Now()
+		res = reconnectLoop(10*time.Second, -1, nil, func(n int) (bool, bool) { return n == 3, false })
+		if res != reconnected || time.Since(start) != 30*time.Second {
+			t.Fatalf("result %d after %v", res, time.Since(start))
+		}
+		if res := reconnectLoop(time.Second, -1, nil, func(int) (bool, bool) { return false, true }); res != givenUp {
+			t.Fatalf("DNR: %d", res)
+		}
+		// Close during the wait.
+		stop := make(chan struct{})
+		go func() { time.Sleep(5 * time.Second); close(stop) }()
+		if res := reconnectLoop(10*time.Second, -1, stop, func(int) (bool, bool) { t.Error("attempted"); return false, false }); res != stopped {
+			t.Fatalf("stop: %d", res)
+		}
+	})
+}
+
+// TestReconnectNoAcknowledgedWriteLost writes from many goroutines while the
+// target drops every connection a few times; every write that returned
+// success must be on the target, and every write must eventually succeed.
+func TestReconnectNoAcknowledgedWriteLost(t *testing.T) {
+	tg := startTarget(t, nil)
+	events := make(chan Event, 64)
+	cfg := testConfig(t, tg.Addr())
+	cfg.ReconnectDelay = 50 * time.Millisecond
+	cfg.OnEvent = func(e Event) {
+		select {
+		case events <- e:
+		default:
+		}
+	}
+	c := connect(t, cfg)
+	ns := c.Namespace(1)
+	const workers, blocks = 16, 64
+	ctx, stop := context.WithCancel(context.Background())
+	var acked sync.Map // offset -> data
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				off := int64(w*blocks+i%blocks) * 4096
+				buf := make([]byte, 4096<<(i%3))
+				if off+int64(len(buf)) > int64(w+1)*blocks*4096 {
+					buf = buf[:4096]
+				}
+				rand.Read(buf)
+				if _, err := ns.WriteAt(buf, off); err != nil {
+					errs <- err
+					return
+				}
+				writes.Add(1)
+				for j := 0; j < len(buf)/4096; j++ {
+					acked.Store(off+int64(j)*4096, buf[j*4096:(j+1)*4096])
+				}
+			}
+		}()
+	}
+	for drop := 0; drop < 3; drop++ {
+		time.Sleep(100 * time.Millisecond)
+		tg.DropConnections()
+		waitEvent(t, events, EventReconnected)
+	}
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if c.Reconnects() < 3 {
+		t.Fatalf("%d reconnects", c.Reconnects())
+	}
+	n := 0
+	acked.Range(func(k, v any) bool {
+		got := make([]byte, 4096)
+		if err := tg.ReadNamespace(1, got, k.(int64)); err != nil || !bytes.Equal(got, v.([]byte)) {
+			t.Errorf("block at %d: acknowledged data not on the target (%v)", k, err)
+		}
+		n++
+		return true
+	})
+	t.Logf("%d writes, %d blocks verified, %d reconnects", writes.Load(), n, c.Reconnects())
+}
+
+// TestControllerLoss: the target goes away for good; after ctrl_loss_tmo the
+// controller is given up and waiting I/O fails with ErrControllerLost.
+func TestControllerLoss(t *testing.T) {
+	tg := startTarget(t, nil)
+	events := make(chan Event, 64)
+	cfg := testConfig(t, tg.Addr())
+	cfg.ReconnectDelay = 50 * time.Millisecond
+	cfg.CtrlLossTimeout = 200 * time.Millisecond
+	cfg.OnEvent = func(e Event) { events <- e }
+	c := connect(t, cfg)
+	ns := c.Namespace(1)
+	tg.Close()
+	e := waitEvent(t, events, EventLost)
+	if !errors.Is(e.Err, ErrControllerLost) {
+		t.Fatalf("lost event: %v", e.Err)
+	}
+	if _, err := ns.ReadAt(make([]byte, 512), 0); !errors.Is(err, ErrControllerLost) {
+		t.Fatalf("read after loss: %v", err)
+	}
+	<-c.Done()
+	if !errors.Is(c.Err(), ErrControllerLost) {
+		t.Fatalf("Err %v", c.Err())
+	}
+}
+
+// TestIOWaitsDuringReconnect: I/O submitted while the target is unreachable
+// waits and completes once it is back.
+func TestIOWaitsDuringReconnect(t *testing.T) {
+	tg := startTarget(t, nil)
+	events := make(chan Event, 64)
+	cfg := testConfig(t, tg.Addr())
+	cfg.ReconnectDelay = 100 * time.Millisecond
+	cfg.ConnectTimeout = 500 * time.Millisecond
+	cfg.OnEvent = func(e Event) {
+		select {
+		case events <- e:
+		default:
+		}
+	}
+	c := connect(t, cfg)
+	ns := c.Namespace(1)
+	tg.Pause() // silent: reconnects will fail until Resume
+	tg.DropConnections()
+	waitEvent(t, events, EventReconnectFailed)
+	done := make(chan error, 1)
+	buf := bytes.Repeat([]byte{0xA5}, 8192)
+	go func() {
+		_, err := ns.WriteAt(buf, 1<<20)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("write completed while the target was away: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	tg.Resume()
+	tg.DropConnections() // a held Connect must not keep the attempt hanging
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(buf))
+	if err := tg.ReadNamespace(1, got, 1<<20); err != nil || !bytes.Equal(got, buf) {
+		t.Fatalf("write not on the target (%v)", err)
+	}
+}
+
+// TestKeepAliveTimeout: a target that stops answering is detected by the
+// Keep Alive timeout, and the controller reconnects when it answers again.
+func TestKeepAliveTimeout(t *testing.T) {
+	tg := startTarget(t, func(c *testctl.Config) { c.IgnoreKATO = true })
+	events := make(chan Event, 64)
+	cfg := testConfig(t, tg.Addr())
+	cfg.KeepAliveTimeout = 400 * time.Millisecond
+	cfg.ReconnectDelay = 50 * time.Millisecond
+	cfg.OnEvent = func(e Event) {
+		select {
+		case events <- e:
+		default:
+		}
+	}
+	c := connect(t, cfg)
+	before := tg.Commands("admin:0x18")
+	time.Sleep(500 * time.Millisecond)
+	if n := tg.Commands("admin:0x18") - before; n < 2 {
+		t.Fatalf("%d keep alives in 500 ms with KATO 400 ms", n)
+	}
+	tg.Pause()
+	e := waitEvent(t, events, EventReconnecting)
+	if !errors.Is(e.Err, ErrKeepAlive) {
+		t.Fatalf("recovery cause %v, want a keep-alive failure", e.Err)
+	}
+	tg.Resume()
+	waitEvent(t, events, EventReconnected)
+	if _, err := c.Namespace(1).ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIOTimeout: a command the target never completes starts error
+// recovery after IOTimeout and is sent again on the new association.
+func TestIOTimeout(t *testing.T) {
+	var held atomic.Bool
+	tg := startTarget(t, func(c *testctl.Config) {
+		c.Intercept = func(qid uint16, sqe *nvmeof.SQE) (testctl.Action, nvmeof.Status) {
+			if qid > 0 && sqe.Opcode() == nvmeof.NVMRead && held.CompareAndSwap(false, true) {
+				return testctl.Hold, 0
+			}
+			return testctl.Proceed, 0
+		}
+	})
+	cfg := testConfig(t, tg.Addr())
+	cfg.IOTimeout = 300 * time.Millisecond
+	cfg.ReconnectDelay = 50 * time.Millisecond
+	c := connect(t, cfg)
+	start := time.Now()
+	if _, err := c.Namespace(1).ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || c.Reconnects() != 1 {
+		t.Fatalf("read took %v with %d reconnects", d, c.Reconnects())
+	}
+}
+
+// TestStatusRetry: a status without DNR is retried (nvme_max_retries), one
+// with DNR fails at once.
+func TestStatusRetry(t *testing.T) {
+	var fails atomic.Int32
+	var dnr atomic.Bool
+	tg := startTarget(t, func(c *testctl.Config) {
+		c.Intercept = func(qid uint16, sqe *nvmeof.SQE) (testctl.Action, nvmeof.Status) {
+			if qid > 0 && sqe.Opcode() == nvmeof.NVMWrite && fails.Add(-1) >= 0 {
+				if dnr.Load() {
+					return testctl.Fail, nvmeof.StatusWriteFault | nvmeof.StatusDNR
+				}
+				return testctl.Fail, nvmeof.StatusNamespaceNotReady
+			}
+			return testctl.Proceed, 0
+		}
+	})
+	c := connect(t, testConfig(t, tg.Addr()))
+	ns := c.Namespace(1)
+	fails.Store(3)
+	if _, err := ns.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatalf("3 retryable failures: %v", err)
+	}
+	fails.Store(MaxRetries + 1)
+	var st nvmeof.Status
+	if _, err := ns.WriteAt(make([]byte, 4096), 0); !errors.As(err, &st) || st.Code() != nvmeof.StatusNamespaceNotReady {
+		t.Fatalf("%d retryable failures: %v", MaxRetries+1, err)
+	}
+	fails.Store(1)
+	dnr.Store(true)
+	_, err := ns.WriteAt(make([]byte, 4096), 0)
+	var ioe *IOError
+	if !errors.As(err, &ioe) || !errors.As(err, &st) || st.Code() != nvmeof.StatusWriteFault || fails.Load() != 0 {
+		t.Fatalf("DNR failure: %v (fails left %d)", err, fails.Load())
+	}
+	t.Log(err)
+}
+
+// TestCloseWhileReconnecting: Close during reconnect attempts fails the
+// waiting I/O with ErrControllerClosed and returns promptly.
+func TestCloseWhileReconnecting(t *testing.T) {
+	tg := startTarget(t, nil)
+	events := make(chan Event, 64)
+	cfg := testConfig(t, tg.Addr())
+	cfg.ReconnectDelay = 50 * time.Millisecond
+	cfg.OnEvent = func(e Event) {
+		select {
+		case events <- e:
+		default:
+		}
+	}
+	c := connect(t, cfg)
+	ns := c.Namespace(1)
+	tg.Close()
+	waitEvent(t, events, EventReconnectFailed)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ns.WriteAt(make([]byte, 4096), 0)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("close took %v", d)
+	}
+	if err := <-done; !errors.Is(err, ErrControllerClosed) {
+		t.Fatalf("waiting write: %v", err)
+	}
+}
