@@ -1,10 +1,8 @@
 package target
 
-// This file is the target's public API as the daemon (cmd/nvmetd) uses it.
-// The types and signatures are the contract; the method bodies are a
-// skeleton until the target lands. The target's implementer replaces the
-// bodies marked "skeleton" (in other files, deleting them here) and keeps
-// the signatures, the Status types and the documented behaviour.
+// This file is the target's public API as the daemon (cmd/nvmetd) uses it:
+// the types and signatures are the contract. The implementation is the
+// server type (server.go) and the files around it.
 
 import (
 	"context"
@@ -19,9 +17,6 @@ import (
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
-// errNotImplemented is returned by the skeleton's methods.
-var errNotImplemented = errors.New("target: not implemented yet (this build has the API skeleton only)")
-
 // Target is an NVMe-oF target: it listens on the configured ports, serves
 // the discovery subsystem and the configured NVM subsystems over NVMe/RDMA
 // (iWARP), and runs the controllers hosts create.
@@ -30,17 +25,13 @@ var errNotImplemented = errors.New("target: not implemented yet (this build has 
 // connection or controller carries the fields host_nqn, remote (address),
 // cntlid and, for queue events, qid.
 type Target struct {
-	// Implemented by the target; skeleton until then.
-	cfg *Config
-	log *zap.Logger
+	s *server
 }
 
 // New validates cfg (after ApplyDefaults on a copy; cfg is not modified or
 // retained) and prepares a target. It opens nothing: no backend, no socket.
 // log must not be nil; zap.NewNop() silences the target.
 func New(cfg *Config, log *zap.Logger) (*Target, error) {
-	// Implemented by the target; skeleton until then (the validation is
-	// what the real New must do too).
 	if cfg == nil {
 		return nil, errors.New("target: nil config")
 	}
@@ -52,7 +43,7 @@ func New(cfg *Config, log *zap.Logger) (*Target, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Target{cfg: c, log: log}, nil
+	return &Target{s: newServer(c, log)}, nil
 }
 
 // Start opens the backends of the enabled namespaces and listens on every
@@ -63,8 +54,7 @@ func New(cfg *Config, log *zap.Logger) (*Target, error) {
 // cannot listen does fail Start. ctx bounds the start-up only, not the
 // target's lifetime. Start may be called once.
 func (t *Target) Start(ctx context.Context) error {
-	// Implemented by the target; skeleton until then.
-	return errNotImplemented
+	return t.s.start(ctx)
 }
 
 // Reload applies a new configuration, validated like New's, without
@@ -80,8 +70,15 @@ func (t *Target) Start(ctx context.Context) error {
 // rest, returns an error describing each failure, and Status shows the
 // state; the configuration of record is then cfg.
 func (t *Target) Reload(cfg *Config) error {
-	// Implemented by the target; skeleton until then.
-	return errNotImplemented
+	if cfg == nil {
+		return errors.New("target: nil config")
+	}
+	c := cfg.Clone()
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("target: invalid configuration:\n%w", err)
+	}
+	return t.s.reload(c)
 }
 
 // Shutdown stops the target gracefully: it stops accepting connections,
@@ -92,8 +89,7 @@ func (t *Target) Reload(cfg *Config) error {
 // joined with any other error. Shutdown of a target that was never started
 // returns nil. It may be called more than once.
 func (t *Target) Shutdown(ctx context.Context) error {
-	// Implemented by the target; skeleton until then.
-	return errNotImplemented
+	return t.s.shutdown(ctx)
 }
 
 // Healthy returns nil while the target is serving: every port's accept
@@ -101,8 +97,7 @@ func (t *Target) Shutdown(ctx context.Context) error {
 // systemd watchdog only while Healthy returns nil, so it must be cheap (no
 // I/O) and must not block on a slow backend.
 func (t *Target) Healthy() error {
-	// Implemented by the target; skeleton until then.
-	return errNotImplemented
+	return t.s.healthy()
 }
 
 // HealthReport returns the human-readable device health report of a block
@@ -111,8 +106,7 @@ func (t *Target) Healthy() error {
 // device does not report health). It may issue SMART commands to the
 // device and take milliseconds.
 func (t *Target) HealthReport(nqn string, nsid uint32) (string, error) {
-	// Implemented by the target; skeleton until then.
-	return "", errNotImplemented
+	return t.s.healthReport(nqn, nsid)
 }
 
 // Status returns a snapshot of the target for administrators. It does no
@@ -120,42 +114,7 @@ func (t *Target) HealthReport(nqn string, nsid uint32) (string, error) {
 // taken when the backend is opened (so Status after Start shows it) and then
 // every Tuning.HealthInterval.
 func (t *Target) Status() Status {
-	// Implemented by the target; skeleton until then: the configuration
-	// with nothing started.
-	var st Status
-	for i := range t.cfg.Ports {
-		p := &t.cfg.Ports[i]
-		st.Ports = append(st.Ports, PortStatus{
-			ID: p.ID, Address: p.ListenAddress(), Family: familyName(p.AdrFam()),
-			Error: "not started", Subsystems: cloneSlice(p.Subsystems),
-			InlineDataSize: p.InlineDataSize, MaxQueueSize: p.MaxQueueSize,
-		})
-	}
-	for i := range t.cfg.Subsystems {
-		s := &t.cfg.Subsystems[i]
-		ss := SubsystemStatus{
-			NQN: s.NQN, Serial: s.Serial, Model: s.Model, FirmwareRevision: s.FirmwareRevision,
-			AllowAnyHost: s.AllowAnyHost, AllowedHosts: cloneSlice(s.AllowedHosts),
-		}
-		for j := range s.Namespaces {
-			n := &s.Namespaces[j]
-			bc, _ := n.BackendConfig()
-			state := NamespaceStopped
-			if !n.IsEnabled() {
-				state = NamespaceDisabled
-			}
-			ss.Namespaces = append(ss.Namespaces, NamespaceStatus{
-				NSID: n.NSID, Enabled: n.IsEnabled(), State: state, ANAGroup: n.ANAGroup,
-				NGUID: n.NGUID, UUID: n.UUID, EUI64: n.EUI64,
-				Backend: BackendStatus{
-					Kind: n.Backend.Kind, Path: n.Backend.Path, Size: bc.Size, BlockSize: bc.BlockSize,
-					ReadOnly: n.Backend.ReadOnly, Direct: n.Backend.Direct,
-				},
-			})
-		}
-		st.Subsystems = append(st.Subsystems, ss)
-	}
-	return st
+	return t.s.status()
 }
 
 func familyName(adrfam uint8) string {

@@ -1,0 +1,271 @@
+package target
+
+import (
+	"errors"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+)
+
+// handleIO checks an NVM command on an I/O queue and starts it: the
+// checks run on the engine goroutine, the backend call on a worker (or
+// inline for RAM backends). Nothing here allocates.
+func (q *queue) handleIO(c *controller, r *rdma.Request) {
+	sqe := r.SQE()
+	if sqe.IsFabrics() {
+		// Authentication Send/Receive are not supported; nothing else is
+		// valid on an I/O queue (nvmet_parse_fabrics_io_cmd).
+		q.finish(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
+		return
+	}
+	if !c.ready() {
+		q.finish(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
+		return
+	}
+	op := sqe.Opcode()
+	nsid := sqe.NSID()
+	if op == nvmeof.NVMFlush && nsid == nvmeof.NSIDAll {
+		// Identify VWC says Flush of every namespace is supported.
+		if len(r.Data()) != 0 {
+			q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+			return
+		}
+		r.Ctx = c.sub
+		q.s.shared.push(r)
+		return
+	}
+	ns, st := c.sub.ns.Load().lookup(nsid)
+	if st != nvmeof.StatusSuccess {
+		q.finish(r, st)
+		return
+	}
+	st = ns.check(sqe, len(r.Data()))
+	if st != nvmeof.StatusSuccess {
+		ns.errors.Add(1)
+		ns.put()
+		q.finish(r, st)
+		return
+	}
+	r.Ctx = ns
+	switch op {
+	case nvmeof.NVMWrite, nvmeof.NVMDatasetManagement:
+		r.FetchData() // DataReady submits it
+	default:
+		ns.submit(q.s, r)
+	}
+}
+
+// check validates an NVM command against the namespace before any data
+// moves: opcode, write protection, the transfer length the command implies
+// against the SGL's (nvmet_check_transfer_len answers SGL Data Block
+// Invalid), and the LBA range.
+func (ns *namespace) check(sqe *nvmeof.SQE, dataLen int) nvmeof.Status {
+	op := sqe.Opcode()
+	var want uint64
+	switch op {
+	case nvmeof.NVMRead, nvmeof.NVMWrite:
+		want = uint64(sqe.RWCmd().Blocks()) << ns.lbaShift
+	case nvmeof.NVMWriteZeroes, nvmeof.NVMFlush:
+	case nvmeof.NVMDatasetManagement:
+		want = uint64(sqe.DSMCmd().DataLength())
+	default:
+		return nvmeof.StatusInvalidOpcode | nvmeof.StatusDNR
+	}
+	if ns.readOnly && op != nvmeof.NVMRead && op != nvmeof.NVMFlush {
+		// nvmet_io_cmd_check_access: no DNR, write protection may be
+		// lifted.
+		return nvmeof.StatusNamespaceWriteProtected
+	}
+	if uint64(dataLen) != want {
+		return nvmeof.StatusSGLInvalidData | nvmeof.StatusDNR
+	}
+	switch op {
+	case nvmeof.NVMRead, nvmeof.NVMWrite, nvmeof.NVMWriteZeroes:
+		last, ok := sqe.RWCmd().LastLBA()
+		if !ok || last >= ns.nsze {
+			return nvmeof.StatusLBAOutOfRange | nvmeof.StatusDNR
+		}
+	}
+	return nvmeof.StatusSuccess
+}
+
+// submit runs a checked command: inline for backends that never sleep,
+// else on the namespace's worker pool.
+func (ns *namespace) submit(s *server, r *rdma.Request) {
+	if ns.inline {
+		s.execIO(r)
+		return
+	}
+	ns.pool.push(r)
+}
+
+// execIO runs a command's backend work and completes it. r.Ctx is the
+// namespace (with a reference held) or, for a Flush of every namespace,
+// the subsystem.
+func (s *server) execIO(r *rdma.Request) {
+	q := r.Queue().Ctx.(*queue)
+	sqe := r.SQE()
+	var st nvmeof.Status
+	switch ctx := r.Ctx.(type) {
+	case *subsystem:
+		st = flushAll(ctx)
+	case *namespace:
+		st = ctx.exec(s, sqe, r.Data())
+		ctx.put()
+	default:
+		st = nvmeof.StatusInternalError | nvmeof.StatusDNR
+	}
+	q.finish(r, st)
+}
+
+// exec does the backend work of one command.
+func (ns *namespace) exec(s *server, sqe *nvmeof.SQE, data []byte) nvmeof.Status {
+	var err error
+	var op backend.Op
+	switch sqe.Opcode() {
+	case nvmeof.NVMRead:
+		op = backend.OpRead
+		err = ns.be.ReadAt(data, int64(sqe.RWCmd().SLBA()<<ns.lbaShift))
+		ns.readCmds.Add(1)
+		if err == nil {
+			ns.readBytes.Add(uint64(len(data)))
+		}
+	case nvmeof.NVMWrite:
+		op = backend.OpWrite
+		rw := sqe.RWCmd()
+		err = ns.be.WriteAt(data, int64(rw.SLBA()<<ns.lbaShift), rw.FUA())
+		ns.writeCmds.Add(1)
+		if err == nil {
+			ns.writeBytes.Add(uint64(len(data)))
+		}
+	case nvmeof.NVMWriteZeroes:
+		op = backend.OpWriteZeroes
+		wz := sqe.WriteZeroesCmd()
+		err = ns.be.WriteZeroes(int64(wz.SLBA()<<ns.lbaShift), int64(wz.Blocks())<<ns.lbaShift, wz.CDW12()&nvmeof.WZDEAC != 0)
+		if err == nil && wz.FUA() {
+			err = ns.be.Flush()
+		}
+		ns.otherCmds.Add(1)
+	case nvmeof.NVMFlush:
+		op = backend.OpFlush
+		err = ns.be.Flush()
+		ns.otherCmds.Add(1)
+	case nvmeof.NVMDatasetManagement:
+		ns.otherCmds.Add(1)
+		return ns.dsm(sqe, data)
+	default:
+		return nvmeof.StatusInvalidOpcode | nvmeof.StatusDNR
+	}
+	if err != nil {
+		return ns.fail(s, op, err)
+	}
+	return nvmeof.StatusSuccess
+}
+
+// dsm runs Dataset Management: with the Deallocate attribute, a discard of
+// each range (at most 256, checked against the namespace first); the other
+// attributes are hints and need nothing. A backend that cannot deallocate
+// makes it a no-op: deallocation is advisory.
+func (ns *namespace) dsm(sqe *nvmeof.SQE, data []byte) nvmeof.Status {
+	cmd := sqe.DSMCmd()
+	ranges, err := nvmeof.ParseDSMRanges(data, cmd.NumRanges())
+	if err != nil {
+		return nvmeof.StatusFromError(err)
+	}
+	if !cmd.AD() {
+		return nvmeof.StatusSuccess
+	}
+	for i := 0; i < ranges.Len(); i++ {
+		rg := ranges.At(i)
+		end := rg.SLBA() + uint64(rg.NLB())
+		if end < rg.SLBA() || end > ns.nsze {
+			return nvmeof.StatusLBAOutOfRange | nvmeof.StatusDNR
+		}
+	}
+	for i := 0; i < ranges.Len(); i++ {
+		rg := ranges.At(i)
+		if rg.NLB() == 0 {
+			continue
+		}
+		err := ns.be.Discard(int64(rg.SLBA()<<ns.lbaShift), int64(rg.NLB())<<ns.lbaShift)
+		if errors.Is(err, backend.ErrNotSupported) {
+			return nvmeof.StatusSuccess
+		}
+		if err != nil {
+			return ns.fail(nil, backend.OpDiscard, err)
+		}
+	}
+	return nvmeof.StatusSuccess
+}
+
+// fail maps a backend error to the NVMe status, as the backend package
+// documents it, and counts it.
+func (ns *namespace) fail(s *server, op backend.Op, err error) nvmeof.Status {
+	ns.errors.Add(1)
+	st := backendStatus(op, err)
+	var ioe *backend.IOError
+	if errors.As(err, &ioe) {
+		ns.mediaErrors.Add(1)
+		if s != nil {
+			s.log.Warn("backend I/O error", zap.String("subsystem", ns.nqn), zap.Uint32("nsid", ns.nsid), zap.Error(err))
+		}
+	}
+	return st
+}
+
+// backendStatus is the NVMe status for a backend error (see package
+// backend): range errors are LBA Out of Range or Invalid Field, a
+// read-only backend is Namespace Write Protected, storage failures are
+// Unrecovered Read Error for reads and Write Fault otherwise (ENOSPC is
+// Capacity Exceeded, as nvmet's errno_to_nvme_status), an unsupported
+// operation is Invalid Opcode, a closed backend (being replaced or shut
+// down) a path error the host retries.
+func backendStatus(op backend.Op, err error) nvmeof.Status {
+	switch {
+	case err == nil:
+		return nvmeof.StatusSuccess
+	case errors.Is(err, backend.ErrOutOfRange):
+		return nvmeof.StatusLBAOutOfRange | nvmeof.StatusDNR
+	case errors.Is(err, backend.ErrUnaligned):
+		return nvmeof.StatusInvalidField | nvmeof.StatusDNR
+	case errors.Is(err, backend.ErrReadOnly):
+		return nvmeof.StatusNamespaceWriteProtected
+	case errors.Is(err, backend.ErrNotSupported):
+		return nvmeof.StatusInvalidOpcode | nvmeof.StatusDNR
+	case errors.Is(err, backend.ErrClosed):
+		return nvmeof.StatusInternalPathError
+	case errors.Is(err, syscall.ENOSPC):
+		return nvmeof.StatusCapacityExceeded | nvmeof.StatusDNR
+	}
+	var ioe *backend.IOError
+	if errors.As(err, &ioe) {
+		if op == backend.OpRead {
+			return nvmeof.StatusUnrecoveredReadError
+		}
+		return nvmeof.StatusWriteFault
+	}
+	return nvmeof.StatusInternalError | nvmeof.StatusDNR
+}
+
+// flushAll flushes every online namespace of a subsystem (Flush with NSID
+// 0xFFFFFFFF).
+func flushAll(sub *subsystem) nvmeof.Status {
+	tab := sub.ns.Load()
+	st := nvmeof.StatusSuccess
+	for _, id := range tab.active {
+		ns, lst := tab.lookup(id)
+		if lst != nvmeof.StatusSuccess {
+			continue
+		}
+		ns.otherCmds.Add(1)
+		if err := ns.be.Flush(); err != nil && st == nvmeof.StatusSuccess {
+			st = ns.fail(nil, backend.OpFlush, err)
+		}
+		ns.put()
+	}
+	return st
+}

@@ -1,0 +1,293 @@
+package target
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// namespace is one configured namespace of a subsystem. It is immutable
+// once published in a subsystem's namespace table, except for its counters,
+// its reference count and its last health sample; a reload that changes a
+// namespace retires the object and publishes a new one.
+type namespace struct {
+	nsid  uint32
+	nqn   string // the subsystem's NQN, for logs and identifiers
+	cfg   NamespaceConfig
+	state string // NamespaceOnline, NamespaceDisabled or NamespaceFailed
+	err   string // why it failed
+
+	be       backend.Backend // nil unless online
+	info     backend.Info
+	lbaShift uint8
+	nsze     uint64 // size in logical blocks
+	readOnly bool
+	// inline: the backend never sleeps (null, memory), so commands run on
+	// the queue's engine goroutine without a hop to a worker.
+	inline bool
+	ids    nvmeof.NSIdentifiers
+	pool   *workerPool // the shared pool, or a dedicated one (ownPool)
+	// ownPool is set when the namespace has dedicated workers
+	// (NamespaceConfig.IOWorkers) that close with it.
+	ownPool bool
+
+	// ref counts commands using the backend; refClosing is set when the
+	// namespace is retired, after which tryGet fails and the last put
+	// closes drained (as nvmet's percpu_ref on nvmet_ns).
+	ref       atomic.Int64
+	drained   chan struct{}
+	drainOnce sync.Once
+
+	// Counters for the SMART / Health log and Status.
+	readCmds, writeCmds, otherCmds atomic.Uint64
+	readBytes, writeBytes          atomic.Uint64
+	errors, mediaErrors            atomic.Uint64
+	busySeconds                    atomic.Uint64
+
+	health atomic.Pointer[HealthStatus]
+	// devHealth is the last device-reported sample (for the SMART log).
+	devHealth atomic.Pointer[backend.Health]
+}
+
+const refClosing = int64(1) << 62
+
+// tryGet takes a reference for a command; it fails once the namespace is
+// being retired.
+func (ns *namespace) tryGet() bool {
+	for {
+		v := ns.ref.Load()
+		if v&refClosing != 0 {
+			return false
+		}
+		if ns.ref.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// put drops a command's reference.
+func (ns *namespace) put() {
+	if ns.ref.Add(-1) == refClosing {
+		ns.drainOnce.Do(func() { close(ns.drained) })
+	}
+}
+
+// retire stops new commands and returns a channel closed once the commands
+// in flight have dropped their references.
+func (ns *namespace) retire() <-chan struct{} {
+	for {
+		v := ns.ref.Load()
+		if v&refClosing != 0 {
+			return ns.drained
+		}
+		if ns.ref.CompareAndSwap(v, v|refClosing) {
+			if v == 0 {
+				ns.drainOnce.Do(func() { close(ns.drained) })
+			}
+			return ns.drained
+		}
+	}
+}
+
+// online reports whether hosts see the namespace.
+func (ns *namespace) online() bool { return ns.state == NamespaceOnline }
+
+// openNamespace opens the backend of a configured namespace. A namespace
+// that cannot open is returned in state failed, never as an error: it stays
+// invisible to hosts and Status says why.
+func (s *server) openNamespace(nqn string, cfg NamespaceConfig) *namespace {
+	ns := &namespace{nsid: cfg.NSID, nqn: nqn, cfg: cfg, drained: make(chan struct{})}
+	if !cfg.IsEnabled() {
+		ns.state = NamespaceDisabled
+		return ns
+	}
+	bc, err := cfg.BackendConfig()
+	if err == nil {
+		ns.be, err = backend.Open(bc)
+	}
+	if err != nil {
+		ns.state, ns.err = NamespaceFailed, err.Error()
+		return ns
+	}
+	ns.info = ns.be.Info()
+	bs := ns.be.BlockSize()
+	if bs < 512 || bs&(bs-1) != 0 || ns.be.Size() < int64(bs) {
+		_ = ns.be.Close()
+		ns.be = nil
+		ns.state, ns.err = NamespaceFailed, fmt.Sprintf("backend block size %d or size %d unusable", bs, ns.info.Size)
+		return ns
+	}
+	ns.lbaShift = uint8(bits.TrailingZeros32(bs))
+	ns.nsze = uint64(ns.be.Size()) >> ns.lbaShift
+	ns.readOnly = ns.info.ReadOnly
+	ns.inline = ns.info.Kind == backend.KindNull || ns.info.Kind == backend.KindMemory
+	ns.ids = namespaceIDs(nqn, &cfg, ns.info)
+	ns.pool = s.shared
+	if cfg.IOWorkers > 0 {
+		ns.pool = newWorkerPool(cfg.IOWorkers, s.execIO)
+		ns.ownPool = true
+	}
+	ns.state = NamespaceOnline
+	// Status shows health from the start (block devices: a SMART read).
+	ns.sampleHealth(time.Now())
+	return ns
+}
+
+// close waits for the commands in flight (bounded by deadline), flushes and
+// closes the backend. It reports the first error.
+func (ns *namespace) close(deadline <-chan struct{}) error {
+	if ns.be == nil {
+		return nil
+	}
+	select {
+	case <-ns.retire():
+	case <-deadline:
+	}
+	if ns.ownPool {
+		ns.pool.close()
+	}
+	err := ns.be.Flush()
+	if cerr := ns.be.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("namespace %d of %s: %w", ns.nsid, ns.nqn, err)
+	}
+	return nil
+}
+
+// namespaceIDs returns the identifiers of a namespace: those configured,
+// and for the others values derived from the subsystem NQN, the NSID and
+// the backend's identity (kind and backend.Info.ID), so they are stable
+// across restarts and unique per subsystem and storage (protocol.md §12.9:
+// the Linux host drops a namespace whose identifiers change).
+func namespaceIDs(nqn string, cfg *NamespaceConfig, info backend.Info) nvmeof.NSIdentifiers {
+	ids, err := cfg.Identifiers()
+	if err != nil { // Validate rejects these; derive everything then
+		ids = nvmeof.NSIdentifiers{}
+	}
+	derive := func(label string) [32]byte {
+		h := sha256.New()
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], cfg.NSID)
+		for _, part := range [][]byte{[]byte("nvmetd " + label), []byte(nqn), n[:], []byte(info.Kind), []byte(info.ID)} {
+			var l [4]byte
+			binary.BigEndian.PutUint32(l[:], uint32(len(part)))
+			h.Write(l[:])
+			h.Write(part)
+		}
+		var sum [32]byte
+		h.Sum(sum[:0])
+		return sum
+	}
+	if !ids.HasNGUID {
+		sum := derive("nguid")
+		copy(ids.NGUID[:], sum[:16])
+		ids.HasNGUID = true
+	}
+	if !ids.HasUUID {
+		sum := derive("uuid")
+		copy(ids.UUID[:], sum[:16])
+		// RFC 9562 version 8 (custom), variant 10b.
+		ids.UUID[6] = ids.UUID[6]&0x0F | 0x80
+		ids.UUID[8] = ids.UUID[8]&0x3F | 0x80
+		ids.HasUUID = true
+	}
+	if !ids.HasEUI64 {
+		sum := derive("eui64")
+		copy(ids.EUI64[:], sum[:8])
+		// A locally administered, individual (unicast) EUI-64: bit 1 of the
+		// first octet set, bit 0 clear (IEEE guidelines for EUI-64).
+		ids.EUI64[0] = ids.EUI64[0]&^0x01 | 0x02
+		ids.HasEUI64 = true
+	}
+	ids.CSI, ids.HasCSI = nvmeof.CSINVM, true
+	return ids
+}
+
+// idStrings formats identifiers the way the configuration writes them.
+func idStrings(ids nvmeof.NSIdentifiers) (nguid, uuid, eui64 string) {
+	if ids.HasNGUID {
+		nguid = hex.EncodeToString(ids.NGUID[:])
+	}
+	if ids.HasUUID {
+		uuid = nvmeof.FormatUUID(ids.UUID)
+	}
+	if ids.HasEUI64 {
+		eui64 = hex.EncodeToString(ids.EUI64[:])
+	}
+	return nguid, uuid, eui64
+}
+
+// sampleHealth reads the backend's health and keeps the sample.
+func (ns *namespace) sampleHealth(now time.Time) {
+	if ns.be == nil {
+		return
+	}
+	h, err := ns.be.Health()
+	hs := NewHealthStatus(h, err, now)
+	ns.health.Store(&hs)
+	if err == nil && h.Available {
+		ns.devHealth.Store(&h)
+	}
+}
+
+// ioCounters returns the namespace's counters.
+func (ns *namespace) ioCounters() IOCounters {
+	return IOCounters{
+		ReadCommands: ns.readCmds.Load(), WriteCommands: ns.writeCmds.Load(), OtherCommands: ns.otherCmds.Load(),
+		ReadBytes: ns.readBytes.Load(), WriteBytes: ns.writeBytes.Load(), Errors: ns.errors.Load(),
+	}
+}
+
+// nsTable is the immutable set of a subsystem's namespaces, swapped whole
+// on a reload so that the I/O path looks namespaces up without locks.
+type nsTable struct {
+	byID   map[uint32]*namespace // every configured namespace
+	active []uint32              // online NSIDs, ascending
+}
+
+// lookup finds an online namespace and takes a reference on it, or returns
+// the status nvmet answers (nvmet_req_find_ns): Invalid Namespace with DNR
+// for an NSID that is not configured, Internal Path Error for one that is
+// configured but not available (disabled, failed, being replaced).
+func (t *nsTable) lookup(nsid uint32) (*namespace, nvmeof.Status) {
+	ns := t.byID[nsid]
+	if ns == nil {
+		return nil, nvmeof.StatusInvalidNamespace | nvmeof.StatusDNR
+	}
+	if !ns.online() || !ns.tryGet() {
+		return nil, nvmeof.StatusInternalPathError
+	}
+	return ns, nvmeof.StatusSuccess
+}
+
+// newNSTable builds a table from namespaces.
+func newNSTable(list []*namespace) *nsTable {
+	t := &nsTable{byID: make(map[uint32]*namespace, len(list))}
+	for _, ns := range list {
+		t.byID[ns.nsid] = ns
+	}
+	t.active = t.activeIDs()
+	return t
+}
+
+func (t *nsTable) activeIDs() []uint32 {
+	var ids []uint32
+	for id, ns := range t.byID {
+		if ns.online() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,164 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+)
+
+// port is one listener: an rdma.Listener on the port's address serving the
+// discovery subsystem and the port's subsystems.
+type port struct {
+	s  *server
+	id uint16
+	// cfg is guarded by server.regMu.
+	cfg PortConfig
+
+	// The listener and its accept loop; replaced when the port re-listens.
+	lmu       sync.Mutex
+	ln        *rdma.Listener
+	cancel    context.CancelFunc
+	done      chan struct{}
+	lerr      string
+	listening atomic.Bool
+
+	mu     sync.Mutex
+	queues map[*queue]struct{}
+	closed bool
+}
+
+func newPort(s *server, cfg PortConfig) *port {
+	return &port{s: s, id: cfg.ID, cfg: cfg, queues: map[*queue]struct{}{}}
+}
+
+// serves reports whether the port serves the subsystem nqn. The caller
+// holds server.regMu.
+func (p *port) serves(nqn string) bool { return slices.Contains(p.cfg.Subsystems, nqn) }
+
+// listen opens the listener with the given settings and starts accepting.
+func (p *port) listen(pc PortConfig, cc rdma.ControllerConfig) error {
+	ln, err := rdma.Listen(pc.Network(), pc.ListenAddress(), cc)
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	if err != nil {
+		p.lerr = err.Error()
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.ln, p.cancel, p.done, p.lerr = ln, cancel, make(chan struct{}), ""
+	p.listening.Store(true)
+	go p.acceptLoop(ctx, ln, p.done)
+	return nil
+}
+
+// stopListening closes the listener and waits for its accept loop; queues
+// already accepted go on.
+func (p *port) stopListening(why string) {
+	p.lmu.Lock()
+	ln, cancel, done := p.ln, p.cancel, p.done
+	p.ln, p.cancel, p.done = nil, nil, nil
+	if ln != nil {
+		p.lerr = why
+	}
+	p.lmu.Unlock()
+	if ln == nil {
+		return
+	}
+	p.listening.Store(false)
+	cancel()
+	_ = ln.Close()
+	<-done
+}
+
+func (p *port) acceptLoop(ctx context.Context, ln *rdma.Listener, done chan struct{}) {
+	defer close(done)
+	for {
+		req, err := ln.Accept(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.s.log.Error("port stopped accepting", zap.Uint16("port_id", p.id), zap.Stringer("address", ln.Addr()), zap.Error(err))
+				p.lmu.Lock()
+				p.lerr = "accept: " + err.Error()
+				p.lmu.Unlock()
+				p.listening.Store(false)
+			}
+			return
+		}
+		p.accept(req)
+	}
+}
+
+// accept opens a queue for a host's connection request.
+func (p *port) accept(req *rdma.QueueRequest) {
+	s := p.s
+	q := &queue{s: s, port: p, qid: req.CM.QID, size: req.Size(), remote: req.RemoteAddr, local: req.LocalAddr}
+	if s.stopping.Load() || !p.addQueue(q) {
+		_ = req.Reject(rdma.CMRejectNoResources)
+		return
+	}
+	cq, err := req.Accept(q)
+	if err != nil {
+		p.removeQueue(q)
+		var rej *rdma.CMRejectError
+		if errors.As(err, &rej) {
+			s.log.Info("queue refused", append(q.fields(), zap.Error(err))...)
+		} else {
+			s.log.Warn("queue accept failed", append(q.fields(), zap.Error(err))...)
+		}
+		return
+	}
+	q.cq.CompareAndSwap(nil, cq)
+	s.log.Debug("queue connected", append(q.fields(), zap.Uint16("port_id", p.id), zap.Int("size", q.size))...)
+}
+
+func (p *port) addQueue(q *queue) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.queues[q] = struct{}{}
+	return true
+}
+
+func (p *port) removeQueue(q *queue) {
+	p.mu.Lock()
+	delete(p.queues, q)
+	p.mu.Unlock()
+}
+
+// queueList returns the port's queues.
+func (p *port) queueList() []*queue {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := make([]*queue, 0, len(p.queues))
+	for q := range p.queues {
+		list = append(list, q)
+	}
+	return list
+}
+
+// shut stops the port for good: no more queues, and every queue on it is
+// disconnected (an admin queue takes its controller along).
+func (p *port) shut(why string) {
+	p.stopListening(why)
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	for _, q := range p.queueList() {
+		q.close()
+	}
+}
+
+// status returns whether the port listens and why not.
+func (p *port) status() (bool, string) {
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	return p.listening.Load(), p.lerr
+}

@@ -1,0 +1,543 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+)
+
+// server is the running target behind Target: ports, subsystems with their
+// namespaces, controllers, and the worker pool.
+//
+// Locking: opMu serializes Start, Reload and Shutdown. regMu guards the
+// configuration view that Connect and the discovery log read (cfg, ports,
+// subsystems, each port's cfg, each subsystem's cfg); it is held for
+// writing only for in-memory swaps, never across I/O, so that the engine
+// goroutines that take it for reading never wait long. Then come, in this
+// order, subsystem.mu, controller.mu, queue.mu and port.mu.
+type server struct {
+	log      *zap.Logger
+	firmware string
+
+	opMu      sync.Mutex
+	started   bool
+	stopped   bool
+	startedAt time.Time
+
+	regMu      sync.RWMutex
+	cfg        *Config
+	ports      map[uint16]*port
+	subsystems map[string]*subsystem
+	disc       *subsystem
+
+	// genctr is the discovery log generation counter, bumped on every
+	// change a discovery log may show.
+	genctr atomic.Uint64
+
+	shared   *workerPool
+	stopping atomic.Bool
+
+	bg       sync.WaitGroup // background goroutines (housekeeping, flushes)
+	hkCancel context.CancelFunc
+
+	lastCompleted atomic.Uint64
+	lastCheck     atomic.Int64
+}
+
+// newServer prepares a server for a validated configuration with defaults
+// applied. It opens nothing.
+func newServer(cfg *Config, log *zap.Logger) *server {
+	return &server{
+		log: log, firmware: DefaultFirmwareRevision, cfg: cfg,
+		ports: map[uint16]*port{}, subsystems: map[string]*subsystem{}, disc: newDiscoverySubsystem(),
+	}
+}
+
+// start opens the backends and the listeners.
+func (s *server) start(ctx context.Context) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if s.started {
+		return errors.New("target: already started")
+	}
+	cfg := s.cfg
+	s.shared = newWorkerPool(cfg.Tuning.IOWorkers, s.execIO)
+	s.startedAt = time.Now()
+	s.genctr.Store(1)
+	for i := range cfg.Subsystems {
+		sc := &cfg.Subsystems[i]
+		sub := newSubsystem(sc)
+		sub.ns.Store(newNSTable(s.openNamespaces(sc.NQN, sc.Namespaces)))
+		s.subsystems[sc.NQN] = sub
+	}
+	var errs []error
+	for i := range cfg.Ports {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		pc := cfg.Ports[i]
+		p := newPort(s, pc)
+		s.ports[pc.ID] = p
+		cc, err := s.controllerConfig(cfg, &pc)
+		if err == nil {
+			err = p.listen(pc, cc)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("port %d (%s): %w", pc.ID, pc.ListenAddress(), err))
+		}
+	}
+	if len(errs) > 0 {
+		s.closeAll(nil)
+		return fmt.Errorf("target: start: %w", errors.Join(errs...))
+	}
+	s.started = true
+	hctx, cancel := context.WithCancel(context.Background())
+	s.hkCancel = cancel
+	s.bg.Add(1)
+	go s.housekeeping(hctx)
+	for _, p := range s.sortedPorts() {
+		s.log.Info("port listening", zap.Uint16("port_id", p.id), zap.String("address", p.cfg.ListenAddress()), zap.Strings("subsystems", p.cfg.Subsystems))
+	}
+	return nil
+}
+
+// openNamespaces opens the backends of a subsystem's namespaces.
+func (s *server) openNamespaces(nqn string, list []NamespaceConfig) []*namespace {
+	out := make([]*namespace, 0, len(list))
+	for _, nc := range list {
+		ns := s.openNamespace(nqn, nc)
+		lf := []zap.Field{zap.String("subsystem", nqn), zap.Uint32("nsid", nc.NSID), zap.String("backend", nc.Backend.Kind), zap.String("path", nc.Backend.Path)}
+		switch ns.state {
+		case NamespaceFailed:
+			s.log.Error("namespace failed to open; hosts will not see it", append(lf, zap.String("error", ns.err))...)
+		case NamespaceOnline:
+			s.log.Info("namespace online", append(lf, zap.Int64("size", ns.be.Size()), zap.Uint32("block_size", ns.be.BlockSize()), zap.Bool("read_only", ns.readOnly))...)
+		}
+		out = append(out, ns)
+	}
+	return out
+}
+
+// controllerConfig is the binding configuration of a port.
+func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (rdma.ControllerConfig, error) {
+	eng, err := cfg.Transport.IWARP()
+	if err != nil {
+		return rdma.ControllerConfig{}, err
+	}
+	eng.Logger = s.log
+	tun := &cfg.Tuning
+	return rdma.ControllerConfig{
+		Engine:          eng,
+		InlineDataSize:  pc.InlineDataSize,
+		MaxQueueSize:    pc.MaxQueueSize,
+		MaxTransferSize: int(tun.MaxTransferBytes()),
+		IOPoolSize:      int(tun.BufferPoolBytes()),
+		Logger:          s.log,
+	}, nil
+}
+
+// keepAliveTimeout applies the configured keep-alive limits to a KATO.
+func (s *server) keepAliveTimeout(kato uint32) time.Duration {
+	s.regMu.RLock()
+	tun := s.cfg.Tuning
+	s.regMu.RUnlock()
+	return keepAliveTimeout(kato, &tun)
+}
+
+// goFlush flushes a subsystem's namespaces in the background, then calls
+// done (controller shutdown notification).
+func (s *server) goFlush(sub *subsystem, done func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		flushAll(sub)
+		done()
+	}()
+}
+
+// housekeeping samples backend health every Tuning.HealthInterval and the
+// controller busy time every second.
+func (s *server) housekeeping(ctx context.Context) {
+	defer s.bg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastHealth := time.Now() // sampled when the backends opened
+	for {
+		now := time.Now()
+		s.regMu.RLock()
+		interval := s.cfg.Tuning.HealthInterval
+		subs := make([]*subsystem, 0, len(s.subsystems))
+		for _, sub := range s.subsystems {
+			subs = append(subs, sub)
+		}
+		s.regMu.RUnlock()
+		sampleHealth := now.Sub(lastHealth) >= interval
+		if sampleHealth {
+			lastHealth = now
+		}
+		for _, sub := range subs {
+			tab := sub.ns.Load()
+			for _, id := range tab.active {
+				ns := tab.byID[id]
+				if ns.ref.Load()&^refClosing > 0 {
+					ns.busySeconds.Add(1)
+				}
+				if sampleHealth && ns.tryGet() {
+					ns.sampleHealth(now)
+					ns.put()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// sortedPorts returns the ports by ID. The caller holds regMu or opMu.
+func (s *server) sortedPorts() []*port {
+	list := make([]*port, 0, len(s.ports))
+	for _, p := range s.ports {
+		list = append(list, p)
+	}
+	slices.SortFunc(list, func(a, b *port) int { return int(a.id) - int(b.id) })
+	return list
+}
+
+// allQueues returns every queue of every port.
+func (s *server) allQueues() []*queue {
+	s.regMu.RLock()
+	ports := s.sortedPorts()
+	s.regMu.RUnlock()
+	var list []*queue
+	for _, p := range ports {
+		list = append(list, p.queueList()...)
+	}
+	return list
+}
+
+// allControllers returns every controller, discovery ones last.
+func (s *server) allControllers() []*controller {
+	s.regMu.RLock()
+	subs := make([]*subsystem, 0, len(s.subsystems))
+	for _, sc := range s.cfg.Subsystems {
+		if sub := s.subsystems[sc.NQN]; sub != nil {
+			subs = append(subs, sub)
+		}
+	}
+	s.regMu.RUnlock()
+	var list []*controller
+	for _, sub := range append(subs, s.disc) {
+		list = append(list, sub.controllers()...)
+	}
+	return list
+}
+
+// shutdown stops the target gracefully (see Target.Shutdown).
+func (s *server) shutdown(ctx context.Context) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if !s.started || s.stopped {
+		return nil
+	}
+	s.stopped = true
+	s.log.Info("shutting down")
+	// No new connections, no new commands: commands that arrive now are
+	// left unanswered, and the host retries them when it reconnects.
+	s.stopping.Store(true)
+	for _, p := range s.sortedPorts() {
+		p.stopListening("shut down")
+	}
+	var errs []error
+	// Commands in flight finish (their writes are acknowledged).
+	tick := time.NewTicker(time.Millisecond)
+	for s.inflight() > 0 {
+		select {
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("target: shutdown: %d commands still in flight: %w", s.inflight(), ctx.Err()))
+		case <-tick.C:
+			continue
+		}
+		break
+	}
+	tick.Stop()
+	// Every acknowledged write reaches stable storage before the hosts are
+	// told anything.
+	for _, sub := range s.subsystemList() {
+		tab := sub.ns.Load()
+		for _, id := range tab.active {
+			ns := tab.byID[id]
+			if err := ns.be.Flush(); err != nil {
+				errs = append(errs, fmt.Errorf("target: flush namespace %d of %s: %w", ns.nsid, sub.nqn, err))
+			}
+		}
+	}
+	errs = append(errs, s.closeAll(ctx.Done()))
+	s.log.Info("shut down")
+	return errors.Join(errs...)
+}
+
+// inflight is the number of commands being executed on all queues.
+func (s *server) inflight() int64 {
+	var n int64
+	for _, q := range s.allQueues() {
+		n += q.inflight.Load()
+	}
+	return n
+}
+
+func (s *server) subsystemList() []*subsystem {
+	s.regMu.RLock()
+	defer s.regMu.RUnlock()
+	list := make([]*subsystem, 0, len(s.subsystems))
+	for _, sub := range s.subsystems {
+		list = append(list, sub)
+	}
+	return list
+}
+
+// closeAll disconnects every queue and controller, closes the backends
+// (flushing them) and stops the workers. deadline bounds the waits; nil
+// waits as long as needed.
+func (s *server) closeAll(deadline <-chan struct{}) error {
+	s.stopping.Store(true)
+	ports := s.sortedPorts()
+	for _, p := range ports {
+		p.shut("shut down")
+	}
+	for _, c := range s.allControllers() {
+		c.teardown("target shut down")
+	}
+	// Wait for the connections to end (their goroutines exit).
+	for _, p := range ports {
+		for _, q := range p.queueList() {
+			if cq := q.cq.Load(); cq != nil {
+				select {
+				case <-cq.Done():
+				case <-deadline:
+				}
+			}
+		}
+	}
+	var errs []error
+	for _, sub := range s.subsystemList() {
+		for _, ns := range sub.ns.Load().byID {
+			if err := ns.close(deadline); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if s.hkCancel != nil {
+		s.hkCancel()
+	}
+	s.bg.Wait()
+	if s.shared != nil {
+		s.shared.close()
+	}
+	return errors.Join(errs...)
+}
+
+// healthy reports whether every port accepts and the workers make
+// progress.
+func (s *server) healthy() error {
+	s.opMu.Lock()
+	started, stopped := s.started, s.stopped
+	s.opMu.Unlock()
+	if !started {
+		return errors.New("target: not started")
+	}
+	if stopped {
+		return errors.New("target: shut down")
+	}
+	s.regMu.RLock()
+	ports := s.sortedPorts()
+	s.regMu.RUnlock()
+	for _, p := range ports {
+		if ok, why := p.status(); !ok {
+			return fmt.Errorf("target: port %d is not listening: %s", p.id, why)
+		}
+	}
+	// The workers are stuck if commands wait and none completed since the
+	// previous check, at least 30 s ago.
+	now := time.Now().UnixNano()
+	done := s.shared.completed.Load()
+	if s.shared.queued() > 0 && done == s.lastCompleted.Load() && now-s.lastCheck.Load() > int64(30*time.Second) {
+		return fmt.Errorf("target: I/O workers made no progress in %s with %d commands waiting", time.Duration(now-s.lastCheck.Load()).Round(time.Second), s.shared.queued())
+	}
+	if done != s.lastCompleted.Load() || s.shared.queued() == 0 {
+		s.lastCompleted.Store(done)
+		s.lastCheck.Store(now)
+	}
+	return nil
+}
+
+// healthReport returns a block namespace's device health report.
+func (s *server) healthReport(nqn string, nsid uint32) (string, error) {
+	s.regMu.RLock()
+	sub := s.subsystems[nqn]
+	s.regMu.RUnlock()
+	if sub == nil {
+		return "", fmt.Errorf("target: no subsystem %s", nqn)
+	}
+	ns := sub.ns.Load().byID[nsid]
+	if ns == nil {
+		return "", fmt.Errorf("target: subsystem %s has no namespace %d", nqn, nsid)
+	}
+	if !ns.online() || !ns.tryGet() {
+		return "", fmt.Errorf("target: namespace %d of %s is %s", nsid, nqn, ns.state)
+	}
+	defer ns.put()
+	hr, ok := ns.be.(backend.HealthReporter)
+	if !ok {
+		return "", fmt.Errorf("target: namespace %d of %s is a %s backend, not a block device: %w", nsid, nqn, ns.info.Kind, backend.ErrNotSupported)
+	}
+	return hr.HealthReport()
+}
+
+// status builds the administrators' snapshot.
+func (s *server) status() Status {
+	s.opMu.Lock()
+	startedAt, running := s.startedAt, s.started && !s.stopped
+	s.opMu.Unlock()
+	var st Status
+	if s.started {
+		st.StartedAt = startedAt
+	}
+	s.regMu.RLock()
+	cfg := s.cfg
+	for i := range cfg.Ports {
+		pc := &cfg.Ports[i]
+		ps := PortStatus{
+			ID: pc.ID, Address: pc.ListenAddress(), Family: familyName(pc.AdrFam()),
+			Subsystems: cloneSlice(pc.Subsystems), InlineDataSize: pc.InlineDataSize, MaxQueueSize: pc.MaxQueueSize,
+		}
+		for _, r := range pc.Referrals {
+			ps.Referrals = append(ps.Referrals, r.ListenAddress())
+		}
+		if p := s.ports[pc.ID]; p != nil && running {
+			ps.Listening, ps.Error = p.status()
+			ps.Connections = len(p.queueList())
+		} else {
+			ps.Error = "not started"
+			if s.stopped {
+				ps.Error = "shut down"
+			}
+		}
+		st.Ports = append(st.Ports, ps)
+	}
+	var subs []*subsystem
+	for i := range cfg.Subsystems {
+		sc := &cfg.Subsystems[i]
+		ss := SubsystemStatus{
+			NQN: sc.NQN, Serial: sc.Serial, Model: sc.Model, FirmwareRevision: sc.FirmwareRevision,
+			AllowAnyHost: sc.AllowAnyHost, AllowedHosts: cloneSlice(sc.AllowedHosts),
+		}
+		sub := s.subsystems[sc.NQN]
+		subs = append(subs, sub)
+		var tab *nsTable
+		if sub != nil && running {
+			tab = sub.ns.Load()
+			ss.Controllers = len(sub.controllers())
+		}
+		for j := range sc.Namespaces {
+			nc := &sc.Namespaces[j]
+			bc, _ := nc.BackendConfig()
+			ns := NamespaceStatus{
+				NSID: nc.NSID, Enabled: nc.IsEnabled(), State: NamespaceStopped, ANAGroup: nc.ANAGroup,
+				NGUID: nc.NGUID, UUID: nc.UUID, EUI64: nc.EUI64,
+				Backend: BackendStatus{
+					Kind: nc.Backend.Kind, Path: nc.Backend.Path, Size: bc.Size, BlockSize: bc.BlockSize,
+					ReadOnly: nc.Backend.ReadOnly, Direct: nc.Backend.Direct,
+				},
+			}
+			if !nc.IsEnabled() {
+				ns.State = NamespaceDisabled
+			}
+			if tab != nil {
+				if rt := tab.byID[nc.NSID]; rt != nil {
+					ns.State, ns.Error = rt.state, rt.err
+					ns.IO = rt.ioCounters()
+					if rt.online() {
+						ns.NGUID, ns.UUID, ns.EUI64 = idStrings(rt.ids)
+						ns.Backend.Size = rt.info.Size
+						ns.Backend.BlockSize = rt.info.BlockSize
+						ns.Backend.ReadOnly = rt.readOnly
+						ns.Backend.Direct = rt.info.Direct
+						ns.Backend.Bus, ns.Backend.Model, ns.Backend.Serial = rt.info.Bus, rt.info.Model, rt.info.Serial
+						if h := rt.health.Load(); h != nil {
+							ns.Backend.Health = *h
+						}
+					}
+				}
+			}
+			ss.Namespaces = append(ss.Namespaces, ns)
+		}
+		st.Subsystems = append(st.Subsystems, ss)
+	}
+	s.regMu.RUnlock()
+	if !running {
+		return st
+	}
+	for _, sub := range append(subs, s.disc) {
+		if sub == nil {
+			continue
+		}
+		for _, c := range sub.controllers() {
+			st.Controllers = append(st.Controllers, c.status())
+		}
+	}
+	return st
+}
+
+// status is the controller's line in Status.
+func (c *controller) status() ControllerStatus {
+	cs := ControllerStatus{
+		CNTLID: c.cntlid, Subsystem: c.sub.nqn, Discovery: c.sub.disc, HostNQN: c.hostNQN,
+		PortID: c.port.id, KATOMillis: uint32(c.ka.get() / time.Millisecond), ConnectedAt: c.created,
+		IO: c.ioCounters(),
+	}
+	if c.hostID != ([16]byte{}) {
+		cs.HostID = nvmeof.FormatUUID(c.hostID)
+	}
+	c.mu.Lock()
+	if q := c.queues[0]; q != nil {
+		cs.RemoteAddress, cs.LocalAddress = addrString(q.remote), addrString(q.local)
+	}
+	cs.IOQueues = c.ioQueues
+	if c.ioQueues > 0 {
+		cs.QueueSize = c.ioSize
+	}
+	c.mu.Unlock()
+	return cs
+}
+
+// adminLocal is the local address of the admin queue.
+func (c *controller) adminLocal() net.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.queues[0]; q != nil {
+		return q.local
+	}
+	return nil
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
