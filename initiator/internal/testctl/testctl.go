@@ -99,7 +99,9 @@ type Target struct {
 	genctr   uint64
 	paused   bool
 
-	// Commands counts commands by "qid0:opcode" / "io:opcode".
+	// counters of commands: [0] fabrics by FCTYPE, [1] admin, [2] I/O by
+	// opcode; commands holds other counters.
+	counts   [3][256]atomic.Int64
 	cmdMu    sync.Mutex
 	commands map[string]int
 	// Connects counts admin connects.
@@ -253,6 +255,13 @@ func (t *Target) Controllers() int {
 // Commands returns how many commands of the named kind arrived: "admin:0x06",
 // "io:0x01", "fabrics:0x01", ...
 func (t *Target) Commands(kind string) int {
+	for i, p := range []string{"fabrics:0x", "admin:0x", "io:0x"} {
+		if len(kind) > len(p) && kind[:len(p)] == p {
+			if op, err := strconv.ParseUint(kind[len(p):], 16, 8); err == nil {
+				return int(t.counts[i][op].Load())
+			}
+		}
+	}
 	t.cmdMu.Lock()
 	defer t.cmdMu.Unlock()
 	return t.commands[kind]
@@ -414,11 +423,11 @@ func (t *Target) HandleCommand(r *rdma.Request) {
 	qid := r.Queue().QID()
 	switch {
 	case sqe.Opcode() == nvmeof.OpFabrics:
-		t.count("fabrics:0x" + strconv.FormatUint(uint64(sqe[4]), 16))
+		t.counts[0][sqe[4]].Add(1)
 	case qid == 0:
-		t.count("admin:0x" + strconv.FormatUint(uint64(sqe.Opcode()), 16))
+		t.counts[1][sqe.Opcode()].Add(1)
 	default:
-		t.count("io:0x" + strconv.FormatUint(uint64(sqe.Opcode()), 16))
+		t.counts[2][sqe.Opcode()].Add(1)
 	}
 	t.mu.Lock()
 	paused := t.paused
@@ -966,6 +975,38 @@ func (c *ctrl) io(r *rdma.Request) {
 		return
 	}
 	bs := int64(ns.cfg.BlockSize)
+	if ns.file != nil {
+		go t.ioSlow(ns, r, bs) // file I/O off the engine goroutine
+		return
+	}
+	switch sqe.Opcode() {
+	case nvmeof.NVMRead, nvmeof.NVMWrite:
+		// The fast path, without allocations: memory namespaces.
+		rw := sqe.RWCmd()
+		off := int64(rw.SLBA()) * bs
+		n := int64(rw.Blocks()) * bs
+		if int64(len(r.Data())) != n {
+			r.Complete(nvmeof.StatusSGLInvalidData | nvmeof.StatusDNR)
+			return
+		}
+		var err error
+		if sqe.Opcode() == nvmeof.NVMRead {
+			err = ns.readAt(r.Data(), off)
+		} else {
+			err = ns.writeAt(r.Data(), off)
+		}
+		if err != nil {
+			r.Complete(nvmeof.StatusLBAOutOfRange | nvmeof.StatusDNR)
+			return
+		}
+		r.Complete(nvmeof.StatusSuccess)
+	default:
+		t.ioSlow(ns, r, bs)
+	}
+}
+
+func (t *Target) ioSlow(ns *namespace, r *rdma.Request, bs int64) {
+	sqe := r.SQE()
 	switch sqe.Opcode() {
 	case nvmeof.NVMRead, nvmeof.NVMWrite:
 		rw := sqe.RWCmd()
@@ -1015,7 +1056,7 @@ func (c *ctrl) io(r *rdma.Request) {
 	}
 }
 
-// run executes f for r: inline for memory, on a goroutine for files.
+// run executes f for r and completes it.
 func run(ns *namespace, r *rdma.Request, f func() error) {
 	exec := func() {
 		if err := f(); err != nil {
@@ -1023,10 +1064,6 @@ func run(ns *namespace, r *rdma.Request, f func() error) {
 			return
 		}
 		r.Complete(nvmeof.StatusSuccess)
-	}
-	if ns.file != nil {
-		go exec()
-		return
 	}
 	exec()
 }

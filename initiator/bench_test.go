@@ -1,0 +1,98 @@
+package initiator
+
+import (
+	"context"
+	"testing"
+)
+
+// TestNoAllocPerIO checks that the data path allocates nothing per I/O in
+// steady state: ReadAt/WriteAt (pooled requests, fixed command slots, the
+// caller's buffer used in place) and Submit with a reused Request.
+func TestNoAllocPerIO(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts need a warmed-up run")
+	}
+	tg := startTarget(t, nil)
+	c := connect(t, testConfig(t, tg.Addr()))
+	ns := c.Namespace(1)
+	small := make([]byte, 4096)  // in-capsule write
+	large := make([]byte, 65536) // keyed
+	for i := 0; i < 200; i++ {   // warm up pools and engine buffers
+		ns.WriteAt(small, 0)
+		ns.ReadAt(large, 0)
+		ns.WriteAt(large, 0)
+	}
+	for _, tc := range []struct {
+		name string
+		f    func()
+	}{
+		{"read 4k", func() { ns.ReadAt(small, 4096) }},
+		{"read 64k", func() { ns.ReadAt(large, 65536) }},
+		{"write 4k in-capsule", func() { ns.WriteAt(small, 8192) }},
+		{"write 64k keyed", func() { ns.WriteAt(large, 65536) }},
+	} {
+		if a := testing.AllocsPerRun(500, tc.f); a > 0.05 {
+			t.Errorf("%s: %.2f allocations per I/O", tc.name, a)
+		}
+	}
+	done := make(chan struct{}, 1)
+	r := &Request{Op: OpRead, Data: large, Done: func(*Request) { done <- struct{}{} }}
+	ctx := context.Background()
+	if a := testing.AllocsPerRun(500, func() {
+		ns.Submit(ctx, r)
+		<-done
+	}); a > 0.05 {
+		t.Errorf("Submit: %.2f allocations per I/O", a)
+	}
+}
+
+// BenchmarkReadAt4K is QD1 4 KiB reads over loopback (one goroutine).
+func BenchmarkReadAt4K(b *testing.B) { benchIO(b, 4096, false, 1) }
+
+// BenchmarkWriteAt4K is QD1 4 KiB (in-capsule) writes.
+func BenchmarkWriteAt4K(b *testing.B) { benchIO(b, 4096, true, 1) }
+
+// BenchmarkReadAt128K is QD1 128 KiB reads.
+func BenchmarkReadAt128K(b *testing.B) { benchIO(b, 128<<10, false, 1) }
+
+// BenchmarkReadAt4KParallel is 4 KiB reads from GOMAXPROCS×16 goroutines.
+func BenchmarkReadAt4KParallel(b *testing.B) { benchIO(b, 4096, false, 16) }
+
+func benchIO(b *testing.B, size int, write bool, par int) {
+	tg := startTarget(b, nil)
+	c := connect(b, testConfig(b, tg.Addr()))
+	ns := c.Namespace(1)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	if par == 1 {
+		buf := make([]byte, size)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			off := int64(i%256) * int64(size)
+			var err error
+			if write {
+				_, err = ns.WriteAt(buf, off)
+			} else {
+				_, err = ns.ReadAt(buf, off)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	b.SetParallelism(par)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, size)
+		i := 0
+		for pb.Next() {
+			off := int64(i%256) * int64(size)
+			i++
+			if _, err := ns.ReadAt(buf, off); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
