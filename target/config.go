@@ -806,7 +806,11 @@ func (c *Config) Validate() error {
 // nqnReason turns an nvmeof.ValidateNQN error into a reason.
 func nqnReason(s string, err error) string {
 	msg := strings.TrimPrefix(err.Error(), "nvmeof: ")
-	return fmt.Sprintf("%q is not a valid NQN: %s", s, msg)
+	msg = strings.TrimSuffix(msg, ": "+nvmeof.ErrMalformed.Error())
+	msg = strings.TrimPrefix(msg, "NQN ")
+	msg = strings.TrimPrefix(msg, strconv.Quote(s))
+	msg = strings.TrimPrefix(msg, ":")
+	return fmt.Sprintf("%q is not a valid NQN: %s", s, strings.TrimSpace(msg))
 }
 
 // sizeReason turns a backend.ParseSize error into a reason.
@@ -920,7 +924,12 @@ func (n *NamespaceConfig) validate(v *validator, np string, ids map[string]strin
 	} else if err := bc.Validate(); err != nil {
 		var ce *backend.ConfigError
 		if errors.As(err, &ce) {
-			v.addErr(bp+"."+ce.Field, ce.Reason, err)
+			reason := ce.Reason
+			if ce.Field == "kind" && bc.Kind == "" {
+				// A bare `kind: null` in YAML is the null value, not "null".
+				reason += `; write "null" in quotes for the null backend`
+			}
+			v.addErr(bp+"."+ce.Field, reason, err)
 		} else {
 			v.addErr(bp, err.Error(), err)
 		}
@@ -964,6 +973,9 @@ func parseIP(s string) (netip.Addr, string) {
 	if err != nil {
 		if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
 			return a, fmt.Sprintf("%q is not an IP address (give the port in service_id, and no brackets)", s)
+		}
+		if strings.Trim(s, "0123456789.") == "" {
+			return a, fmt.Sprintf("%q is not an IP address", s)
 		}
 		return a, fmt.Sprintf("%q is not an IP address (host names are not resolved)", s)
 	}

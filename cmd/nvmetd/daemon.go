@@ -1,0 +1,474 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/target"
+)
+
+// targetService is what the daemon needs of the target (*target.Target
+// implements it); the daemon's tests use a fake.
+type targetService interface {
+	Start(ctx context.Context) error
+	Reload(cfg *target.Config) error
+	Shutdown(ctx context.Context) error
+	Status() target.Status
+	Healthy() error
+	HealthReport(nqn string, nsid uint32) (string, error)
+}
+
+// newTargetService creates the target; tests replace it.
+var newTargetService = func(cfg *target.Config, log *zap.Logger) (targetService, error) {
+	return target.New(cfg, log)
+}
+
+// Daemon states, as `nvmetd status` shows them.
+const (
+	stateStarting  = "starting"
+	stateRunning   = "running"
+	stateReloading = "reloading"
+	stateStopping  = "stopping"
+)
+
+// daemon runs the target: it starts it, handles signals (SIGHUP reload,
+// SIGTERM/SIGINT drain and stop), talks to systemd (readiness, reload and
+// stop notifications, watchdog), serves the control socket and watches
+// backend health.
+type daemon struct {
+	log   *zap.Logger
+	level zap.AtomicLevel
+	// load re-reads the configuration (for SIGHUP).
+	load func() (*loadedConfig, error)
+	// notify sends an sd_notify(3) message.
+	notify func(state string)
+	// signals delivers SIGHUP, SIGTERM and SIGINT.
+	signals <-chan os.Signal
+	// watchdog is systemd's WatchdogSec (0: off); the daemon pings every
+	// half of it while the target is healthy.
+	watchdog time.Duration
+
+	t        targetService
+	stopping atomic.Bool
+
+	mu         sync.Mutex
+	cur        *loadedConfig
+	state      string
+	startedAt  time.Time
+	lastReload *reloadInfo
+}
+
+// sdNotify sends state to systemd if NOTIFY_SOCKET is set.
+func sdNotify(log *zap.Logger) func(string) {
+	return func(state string) {
+		if _, err := sddaemon.SdNotify(false, state); err != nil {
+			log.Warn("sd_notify failed", zap.String("state", state), zap.Error(err))
+		}
+	}
+}
+
+// run runs the daemon until SIGTERM or SIGINT and returns the exit code.
+func (d *daemon) run() int {
+	cfg := d.config()
+	d.setState(stateStarting)
+	if err := d.prepareDefaultImage(cfg); err != nil {
+		d.log.Error("cannot create the default namespace", zap.Error(err))
+		return exitFailure
+	}
+	for _, w := range cfg.Warnings {
+		d.log.Warn("configuration: " + w)
+	}
+	t, err := newTargetService(cfg.Target.Clone(), d.log.Named("target"))
+	if err != nil {
+		d.log.Error("cannot create the target", zap.Error(err))
+		return exitFailure
+	}
+	d.t = t
+
+	l, err := listenControl(cfg.Daemon.ControlSocket)
+	if err != nil {
+		d.log.Error("cannot serve the control socket", zap.Error(err))
+		return exitFailure
+	}
+	cs := serveControl(l, d.snapshot, d.log)
+	defer cs.close()
+
+	// Start, while still answering signals: SIGTERM aborts the start,
+	// SIGHUP is applied once running.
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	startErr := make(chan error, 1)
+	go func() { startErr <- t.Start(startCtx) }()
+	reloadPending := false
+starting:
+	for {
+		select {
+		case err := <-startErr:
+			cancelStart()
+			if err != nil {
+				d.log.Error("target failed to start", zap.Error(err))
+				return exitFailure
+			}
+			break starting
+		case s := <-d.signals:
+			if s == syscall.SIGHUP {
+				reloadPending = true
+				continue
+			}
+			d.log.Info("signal during start-up: aborting the start", zap.Stringer("signal", s))
+			cancelStart()
+			if err := <-startErr; err != nil {
+				d.log.Info("start aborted", zap.Error(err))
+				return exitOK
+			}
+			return d.shutdown(s)
+		}
+	}
+
+	d.mu.Lock()
+	d.startedAt = time.Now()
+	d.state = stateRunning
+	d.mu.Unlock()
+	d.notify("READY=1\nSTATUS=" + d.statusLine())
+	d.logReady(cfg)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	if d.watchdog > 0 {
+		wg.Go(func() { d.runWatchdog(ctx) })
+	}
+	wg.Go(func() { d.monitorHealth(ctx) })
+
+	if reloadPending {
+		d.reload()
+	}
+	for s := range d.signals {
+		switch s {
+		case syscall.SIGHUP:
+			d.reload()
+		case syscall.SIGTERM, syscall.SIGINT:
+			return d.shutdown(s)
+		}
+	}
+	return exitOK
+}
+
+// config returns the configuration in effect.
+func (d *daemon) config() *loadedConfig {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cur
+}
+
+func (d *daemon) setState(s string) {
+	d.mu.Lock()
+	d.state = s
+	d.mu.Unlock()
+}
+
+// prepareDefaultImage creates the built-in default namespace's sparse image
+// if the built-in configuration is in use and it is missing.
+func (d *daemon) prepareDefaultImage(cfg *loadedConfig) error {
+	if cfg.DefaultImage == "" {
+		return nil
+	}
+	created, err := ensureImage(cfg.DefaultImage, cfg.DefaultSize)
+	if err != nil {
+		return err
+	}
+	if created {
+		d.log.Info("created the default namespace image (sparse)",
+			zap.String("path", cfg.DefaultImage), zap.String("size", backend.FormatSize(cfg.DefaultSize)))
+	}
+	return nil
+}
+
+// statusLine is systemd's STATUS= text.
+func (d *daemon) statusLine() string {
+	cfg := d.config()
+	return fmt.Sprintf("serving %d subsystems on %d ports", len(cfg.Target.Subsystems), len(cfg.Target.Ports))
+}
+
+// logReady logs what is served, with a connect hint.
+func (d *daemon) logReady(cfg *loadedConfig) {
+	src := cfg.File
+	if src == "" {
+		src = "built-in default"
+	}
+	d.log.Info("nvmetd ready", zap.String("version", programVersion()), zap.String("config", src),
+		zap.String("control_socket", cfg.Daemon.ControlSocket))
+	// The target logs each port and namespace as it opens them.
+	if len(cfg.Target.Ports) > 0 && len(cfg.Target.Ports[0].Subsystems) > 0 {
+		p := cfg.Target.Ports[0]
+		addr := p.Address
+		if p.IsWildcard() {
+			addr = "<this host's address>"
+		}
+		d.log.Info(fmt.Sprintf("connect from a Linux host with: nvme connect -t rdma -a %s -s %d -n %s", addr, p.ServiceID, p.Subsystems[0]))
+	}
+}
+
+// reload re-reads the configuration and applies it. An invalid
+// configuration is logged and the running one kept.
+func (d *daemon) reload() {
+	d.setState(stateReloading)
+	// systemd 253+ (Type=notify-reload) wants MONOTONIC_USEC with
+	// RELOADING=1; older versions ignore it.
+	d.notify("RELOADING=1\n" + strings.TrimSuffix(sddaemon.SdNotifyMonotonicUsec(), "\n"))
+	info := &reloadInfo{At: time.Now()}
+	defer func() {
+		d.mu.Lock()
+		d.lastReload = info
+		d.state = stateRunning
+		d.mu.Unlock()
+		d.notify("READY=1\nSTATUS=" + d.statusLine())
+	}()
+	d.log.Info("SIGHUP: reloading the configuration")
+	old := d.config()
+	nc, err := d.load()
+	if err != nil {
+		info.Error = err.Error()
+		d.log.Error("reload: configuration rejected, keeping the running one:\n" + err.Error())
+		return
+	}
+	if err := d.prepareDefaultImage(nc); err != nil {
+		info.Error = err.Error()
+		d.log.Error("reload: cannot create the default namespace, keeping the running configuration", zap.Error(err))
+		return
+	}
+	d.applyDaemonChanges(&old.Daemon, &nc.Daemon)
+	for _, w := range nc.Warnings {
+		d.log.Warn("configuration: " + w)
+	}
+	diff := target.Diff(old.Target, nc.Target)
+	info.Changes = diff.Summary()
+	for _, c := range info.Changes {
+		d.log.Info("reload: " + c)
+	}
+	err = d.t.Reload(nc.Target.Clone())
+	// The target's configuration of record is the new one even if parts
+	// of it failed to apply (target.Target.Reload).
+	d.mu.Lock()
+	d.cur = nc
+	d.mu.Unlock()
+	if err != nil {
+		info.Error = err.Error()
+		d.log.Error("reload: the target could not apply everything", zap.Error(err))
+		return
+	}
+	if diff.Empty() {
+		d.log.Info("configuration reloaded: no changes")
+	} else {
+		d.log.Info("configuration reloaded", zap.Int("changes", len(info.Changes)))
+	}
+}
+
+// applyDaemonChanges applies what can change at run time (the log level)
+// and warns about the daemon settings that need a restart.
+func (d *daemon) applyDaemonChanges(old, nw *daemonConfig) {
+	if old.LogLevel != nw.LogLevel {
+		if l, err := zapcore.ParseLevel(nw.LogLevel); err == nil {
+			d.level.SetLevel(l)
+			d.log.Info("log level changed", zap.String("level", nw.LogLevel))
+		}
+	}
+	restart := func(key string, changed bool) {
+		if changed {
+			d.log.Warn("reload: " + key + " changed; it takes effect at the next restart")
+		}
+	}
+	restart("daemon.log_format", old.LogFormat != nw.LogFormat)
+	restart("daemon.control_socket", old.ControlSocket != nw.ControlSocket)
+	restart("daemon.data_dir", old.DataDir != nw.DataDir)
+	if old.ShutdownTimeout != nw.ShutdownTimeout || old.HealthLogInterval != nw.HealthLogInterval {
+		d.log.Info("reload: daemon timings updated")
+	}
+}
+
+// shutdown drains and stops the target after signal s. A second SIGTERM or
+// SIGINT abandons the drain.
+func (d *daemon) shutdown(s os.Signal) int {
+	d.stopping.Store(true)
+	d.setState(stateStopping)
+	d.notify("STOPPING=1\nSTATUS=draining")
+	timeout := d.config().Daemon.ShutdownTimeout
+	d.log.Info("shutting down: draining I/O", zap.Stringer("signal", s), zap.Duration("timeout", timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.t.Shutdown(ctx) }()
+	// A target that ignores its context must not hold the process forever.
+	backstop := time.NewTimer(timeout + 5*time.Second)
+	defer backstop.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				d.log.Error("shutdown was not clean", zap.Error(err))
+				return exitFailure
+			}
+			d.log.Info("stopped cleanly")
+			return exitOK
+		case s := <-d.signals:
+			if s == syscall.SIGHUP {
+				d.log.Info("ignoring SIGHUP while shutting down")
+				continue
+			}
+			d.log.Warn("second signal: abandoning the drain", zap.Stringer("signal", s))
+			cancel()
+		case <-backstop.C:
+			d.log.Error("the target did not stop within the shutdown timeout; exiting")
+			return exitFailure
+		}
+	}
+}
+
+// runWatchdog pings systemd's watchdog every half interval while the target
+// is healthy (and always while stopping, so a long drain is not killed as a
+// hang). An unhealthy target stops the pings and systemd restarts the
+// service after WatchdogSec.
+func (d *daemon) runWatchdog(ctx context.Context) {
+	tick := time.NewTicker(d.watchdog / 2)
+	defer tick.Stop()
+	healthy := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := d.t.Healthy()
+		if err == nil || d.stopping.Load() {
+			if !healthy {
+				d.log.Info("target healthy again: resuming watchdog pings")
+			}
+			healthy = true
+			d.notify("WATCHDOG=1")
+			continue
+		}
+		if healthy {
+			d.log.Error("target unhealthy: withholding watchdog pings (systemd restarts the service after WatchdogSec)",
+				zap.Error(err), zap.Duration("watchdog", d.watchdog))
+		}
+		healthy = false
+	}
+}
+
+// monitorHealth logs backend health: every namespace at start and every
+// daemon.health_log_interval, and at once when a namespace's critical
+// warning, health error or availability changes (checked every
+// tuning.health_interval, the target's sampling interval).
+func (d *daemon) monitorHealth(ctx context.Context) {
+	prev := map[string]target.HealthStatus{}
+	d.checkHealth(prev, true)
+	lastFull := time.Now()
+	for {
+		cfg := d.config()
+		timer := time.NewTimer(cfg.Target.Tuning.HealthInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		full := time.Since(lastFull) >= cfg.Daemon.HealthLogInterval
+		if full {
+			lastFull = time.Now()
+		}
+		d.checkHealth(prev, full)
+	}
+}
+
+// checkHealth compares the target's health samples with prev (updating
+// it) and logs changes, or everything if all.
+func (d *daemon) checkHealth(prev map[string]target.HealthStatus, all bool) {
+	st := d.t.Status()
+	for _, s := range st.Subsystems {
+		for _, n := range s.Namespaces {
+			if !n.Enabled {
+				continue
+			}
+			key := fmt.Sprintf("%s/%d", s.NQN, n.NSID)
+			h := n.Backend.Health
+			p, seen := prev[key]
+			prev[key] = h
+			fields := []zap.Field{
+				zap.String("subsystem", s.NQN), zap.Uint32("nsid", n.NSID),
+				zap.String("kind", n.Backend.Kind), zap.String("path", n.Backend.Path),
+				zap.String("health", h.Summary()),
+			}
+			if h.Available {
+				fields = append(fields, zap.Int("temperature_c", h.TemperatureCelsius),
+					zap.Uint8("percentage_used", h.PercentageUsed), zap.Uint64("media_errors", h.MediaErrors))
+			}
+			bad := h.CriticalWarning != 0 || h.Error != ""
+			changed := seen && (p.CriticalWarning != h.CriticalWarning || p.Error != h.Error || p.Available != h.Available)
+			switch {
+			case changed && bad:
+				d.log.Error("backend health changed", fields...)
+			case changed:
+				d.log.Info("backend health changed", fields...)
+			case !seen && bad:
+				d.log.Error("backend health", fields...)
+			case all && bad:
+				d.log.Warn("backend health", fields...)
+			case all && h.Available:
+				d.log.Info("backend health", fields...)
+			case all:
+				// Files, memory, loop devices: nothing to report.
+				d.log.Debug("backend health", fields...)
+			}
+		}
+	}
+}
+
+// snapshot answers the control socket.
+func (d *daemon) snapshot(reports bool) daemonStatus {
+	d.mu.Lock()
+	st := daemonStatus{
+		Version:    programVersion(),
+		PID:        os.Getpid(),
+		StartedAt:  d.startedAt,
+		ConfigFile: d.cur.File,
+		State:      d.state,
+		LastReload: d.lastReload,
+		Warnings:   d.cur.Warnings,
+	}
+	d.mu.Unlock()
+	st.Target = d.t.Status()
+	if err := d.t.Healthy(); err != nil {
+		st.HealthError = err.Error()
+	}
+	if reports {
+		for _, s := range st.Target.Subsystems {
+			for _, n := range s.Namespaces {
+				if n.Backend.Kind != string(backend.KindBlock) {
+					continue
+				}
+				hr := healthReport{Subsystem: s.NQN, NSID: n.NSID, Path: n.Backend.Path}
+				r, err := d.t.HealthReport(s.NQN, n.NSID)
+				if err != nil {
+					hr.Error = err.Error()
+				} else {
+					hr.Report = r
+				}
+				st.HealthReports = append(st.HealthReports, hr)
+			}
+		}
+	}
+	return st
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// isolate gives a test its own environment: no NVMETD_* or systemd
+// directory variables from the caller, XDG directories and the default
+// configuration path in a temporary directory. It returns that directory.
+// Tests that call it cannot run in parallel (they set the environment).
+func isolate(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "NVMETD_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	for _, k := range []string{"STATE_DIRECTORY", "RUNTIME_DIRECTORY", "CONFIGURATION_DIRECTORY",
+		"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
+	t.Setenv("XDG_RUNTIME_DIR", filepath.Join(dir, "run"))
+	saved := defaultConfigPath
+	defaultConfigPath = filepath.Join(dir, "etc", "nvmetd.yaml")
+	t.Cleanup(func() { defaultConfigPath = saved })
+	return dir
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader in different
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// writeFile writes a file in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
