@@ -334,7 +334,7 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 			s.mr.Invalidate()
 		}
 		q.finishSlot(i)
-		return fmt.Errorf("%w: %v", ErrQueueClosed, err)
+		return fmt.Errorf("%w: %w", ErrQueueClosed, err)
 	}
 	return nil
 }
@@ -480,7 +480,7 @@ func (q *HostQueue) watch() {
 	}
 	q.mu.Unlock()
 	for _, r := range pending {
-		r.Err = fmt.Errorf("%w: %v", ErrQueueClosed, cause)
+		r.Err = fmt.Errorf("%w: %w", ErrQueueClosed, cause)
 		r.Done(r)
 	}
 	close(q.doneCh)

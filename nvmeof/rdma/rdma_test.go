@@ -511,6 +511,34 @@ func TestHostSeesControllerLoss(t *testing.T) {
 	}
 }
 
+// TestHostErrorKeepsCause: a command failed by the queue's end carries the
+// cause as a wrapped error (errors.Is/As reach it, e.g. an
+// *iwarp.TerminateError), not only its text.
+func TestHostErrorKeepsCause(t *testing.T) {
+	m := newMemCtrl(1 << 20)
+	m.hold = make(chan *Request, 8)
+	ln := serve(t, ControllerConfig{}, m)
+	q := dialQ(t, ln.Addr().String(), HostConfig{QID: 1, QueueSize: 8})
+	done := make(chan struct{})
+	r := &HostRequest{Data: make([]byte, 4096), Done: func(*HostRequest) { close(done) }}
+	r.SQE.BuildRead(1, 0, 8)
+	if err := q.Submit(r); err != nil {
+		t.Fatal(err)
+	}
+	held := <-m.hold
+	cause := errors.New("the cause")
+	q.Abort(cause)
+	<-done
+	if !errors.Is(r.Err, ErrQueueClosed) || !errors.Is(r.Err, cause) {
+		t.Fatalf("err %v: want ErrQueueClosed wrapping the cause", r.Err)
+	}
+	<-q.Done()
+	if err := q.Submit(&HostRequest{Done: func(*HostRequest) {}}); !errors.Is(err, ErrQueueClosed) {
+		t.Fatalf("submit after close: %v", err)
+	}
+	held.Complete(nvmeof.StatusSuccess)
+}
+
 func TestHostRejectsBogusCompletions(t *testing.T) {
 	// A raw controller built on iwarp answers with a CQE whose CID matches
 	// nothing: the host must tear the queue down.
