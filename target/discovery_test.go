@@ -1,0 +1,265 @@
+package target
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+)
+
+func discoveryConfig(t testing.TB) *Config {
+	return &Config{
+		Ports: []PortConfig{
+			{ID: 1, Address: "127.0.0.1", ServiceID: freePort(t), Subsystems: []string{testSubNQN, testSubNQN2},
+				Referrals: []ReferralConfig{{Address: "192.0.2.9", ServiceID: 4421, PortID: 7}}},
+			{ID: 2, Address: "0.0.0.0", ServiceID: freePort(t), Subsystems: []string{testSubNQN}},
+		},
+		Subsystems: []SubsystemConfig{
+			{NQN: testSubNQN, AllowAnyHost: true, Namespaces: []NamespaceConfig{memNS(1, "1MiB")}},
+			{NQN: testSubNQN2, AllowedHosts: []string{otherHost}, Namespaces: []NamespaceConfig{memNS(1, "1MiB")}},
+		},
+	}
+}
+
+// discover connects a discovery controller as `nvme discover` does (KATO 0)
+// and enables it.
+func discover(t testing.TB, addr, hostnqn string) *host {
+	t.Helper()
+	h, err := connectHost(t, addr, nvmeof.DiscoveryNQN, hostnqn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.enable()
+	id := h.identifyController()
+	if err := id.CheckFabrics(h.cntlid, true); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// readDiscoveryLog reads the log as current libnvme does: a 20-byte header,
+// the entries at LPO 1024 in 4 KiB pieces, the header again.
+func readDiscoveryLog(t testing.TB, h *host) (uint64, []nvmeof.DiscoveryEntry) {
+	t.Helper()
+	hdr, err := h.getLog(nvmeof.LIDDiscovery, 0, 0, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	genctr, numrec, err := nvmeof.ParseDiscoveryLogHeader(hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []nvmeof.DiscoveryEntry
+	for i := uint64(0); i < numrec; i += 4 {
+		n := min(numrec-i, 4)
+		b, err := h.getLog(nvmeof.LIDDiscovery, 0, nvmeof.DiscoveryLogEntryOffset(i), int(n)*nvmeof.DiscoveryLogEntrySize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err = nvmeof.ParseDiscoveryLogEntries(b, entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	hdr, err = h.getLog(nvmeof.LIDDiscovery, 0, 0, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, _, _ := nvmeof.ParseDiscoveryLogHeader(hdr); g != genctr {
+		t.Fatalf("GENCTR moved from %d to %d during the read", genctr, g)
+	}
+	return genctr, entries
+}
+
+func TestDiscovery(t *testing.T) {
+	s := startServer(t, discoveryConfig(t))
+	p1, p2 := portAddr(s, 1), portAddr(s, 2)
+	h := discover(t, p1, testHostNQN)
+	if h.id.CNTRLTYPE() != nvmeof.CntrlTypeDiscovery || h.id.OAES() != nvmeof.AECDiscoveryChange || h.id.SUBNQN() != nvmeof.DiscoveryNQN {
+		t.Fatalf("discovery Identify: type %d OAES %#x SUBNQN %q", h.id.CNTRLTYPE(), h.id.OAES(), h.id.SUBNQN())
+	}
+	// KATO 0 gets the configured default (120 s), as nvmet does.
+	if v, err := h.getFeature(nvmeof.FeatKeepAliveTimer); err != nil || v != 120000 {
+		t.Fatalf("discovery KATO %d %v", v, err)
+	}
+
+	gen, entries := readDiscoveryLog(t, h)
+	if gen == 0 || len(entries) != 3 {
+		t.Fatalf("GENCTR %d, %d entries: %+v", gen, len(entries), entries)
+	}
+	port := itoa(s.cfg.Ports[0].ServiceID)
+	cur, sub, ref := entries[0], entries[1], entries[2]
+	if cur.SubType != nvmeof.SubTypeCurrentDiscovery || cur.SubNQN != nvmeof.DiscoveryNQN || cur.TrAddr != "127.0.0.1" || cur.TrSvcID != port {
+		t.Errorf("current discovery entry %+v", cur)
+	}
+	want := nvmeof.DiscoveryEntry{
+		TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeNVMe, PortID: 1,
+		CntlID: nvmeof.CNTLIDDynamic, ASQSZ: 32, TrSvcID: port, SubNQN: testSubNQN, TrAddr: "127.0.0.1",
+		RDMAQPType: nvmeof.RDMAQPTypeRC, RDMAPRType: nvmeof.RDMAPRTypeNone, RDMACMS: nvmeof.RDMACMSRDMACM,
+	}
+	if sub != want {
+		t.Errorf("subsystem entry\n got %+v\nwant %+v", sub, want)
+	}
+	if ref.SubType != nvmeof.SubTypeReferral || ref.TrAddr != "192.0.2.9" || ref.TrSvcID != "4421" || ref.PortID != 7 || ref.SubNQN != nvmeof.DiscoveryNQN {
+		t.Errorf("referral %+v", ref)
+	}
+
+	// Partial reads: one entry in the middle, the old 1024-byte header
+	// read, a read past the end (zeroes), unaligned and out-of-range LPOs.
+	b, err := h.getLog(nvmeof.LIDDiscovery, 0, nvmeof.DiscoveryLogEntryOffset(1), 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := nvmeof.ParseDiscoveryLogEntries(b, nil); len(e) != 1 || e[0] != sub {
+		t.Fatalf("entry 1 alone: %+v", e)
+	}
+	full, err := h.getLog(nvmeof.LIDDiscovery, 0, 0, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := nvmeof.ParseDiscoveryLog(full)
+	if err != nil || dl.NumRec != 3 || dl.GenCtr != gen || len(dl.Entries) != 3 {
+		t.Fatalf("whole log: %+v %v", dl, err)
+	}
+	for _, c := range full[4096:] {
+		if c != 0 {
+			t.Fatal("bytes past the log are not zero")
+		}
+	}
+	_, err = h.getLog(nvmeof.LIDDiscovery, 0, 2, 16)
+	wantStatus(t, "unaligned LPO", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+	_, err = h.getLog(nvmeof.LIDDiscovery, 0, 1<<20, 16)
+	wantStatus(t, "LPO beyond the log", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+	_, err = h.getLog(nvmeof.LIDSMART, nvmeof.NSIDAll, 0, 512)
+	wantStatus(t, "SMART on a discovery controller", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+	_, err = h.identify(nvmeof.CNSActiveNSList, 0, 0)
+	wantStatus(t, "namespace list on a discovery controller", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+	_, err = h.setFeature(nvmeof.FeatNumQueues, 0)
+	wantStatus(t, "number of queues on a discovery controller", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+	_, err = h.setFeature(nvmeof.FeatAsyncEventConfig, nvmeof.AECNSAttr)
+	wantStatus(t, "namespace notices on a discovery controller", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+	if _, err := h.setFeature(nvmeof.FeatAsyncEventConfig, nvmeof.AECDiscoveryChange); err != nil {
+		t.Fatal(err)
+	}
+	// A discovery controller has no I/O queues.
+	if _, err := h.connectIO(1, 16); err == nil {
+		t.Fatal("I/O queue on a discovery controller")
+	}
+
+	// The host allowed into sub2 sees it.
+	h2 := discover(t, p1, otherHost)
+	_, e2 := readDiscoveryLog(t, h2)
+	if len(e2) != 4 || e2[2].SubNQN != testSubNQN2 {
+		t.Fatalf("entries for the other host: %+v", e2)
+	}
+
+	// The wildcard port reports the address the host connected to.
+	h3 := discover(t, p2, testHostNQN)
+	_, e3 := readDiscoveryLog(t, h3)
+	if len(e3) != 2 || e3[1].TrAddr != "127.0.0.1" || e3[1].PortID != 2 || e3[0].TrAddr != "127.0.0.1" {
+		t.Fatalf("wildcard port entries %+v", e3)
+	}
+
+	st := s.status()
+	if len(st.Controllers) != 3 || !st.Controllers[0].Discovery || st.Controllers[0].KATOMillis != 120000 {
+		t.Fatalf("controllers %+v", st.Controllers)
+	}
+}
+
+func TestConnectAccess(t *testing.T) {
+	s := startServer(t, discoveryConfig(t))
+	p1, p2 := portAddr(s, 1), portAddr(s, 2)
+	for _, tc := range []struct {
+		name, addr, sub, host string
+		want                  nvmeof.Status
+		result                uint32
+	}{
+		{"host not allowed", p1, testSubNQN2, testHostNQN, nvmeof.StatusConnectInvalidHost | nvmeof.StatusDNR, 0x10200},
+		{"unknown subsystem", p1, "nqn.2024-01.io.nvmetd.test:nope", testHostNQN, nvmeof.StatusConnectInvalidParameters | nvmeof.StatusDNR, 0x10100},
+		{"subsystem not on this port", p2, testSubNQN2, otherHost, nvmeof.StatusConnectInvalidParameters | nvmeof.StatusDNR, 0x10100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, err := dial(t, tc.addr, 0, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			res, err := connectCmd(t, q, tc.sub, tc.host, nvmeof.CNTLIDDynamic, 0)
+			wantStatus(t, "connect", err, tc.want)
+			if res != tc.result {
+				t.Fatalf("DW0 %#x, want %#x", res, tc.result)
+			}
+		})
+	}
+	// The allowed host gets in; CNTLIDs are unique in the subsystem.
+	a := mustConnect(t, p1, testSubNQN)
+	b := mustConnect(t, p2, testSubNQN)
+	c, err := connectHost(t, p1, testSubNQN2, otherHost, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.cntlid == b.cntlid {
+		t.Fatalf("two controllers with CNTLID %d", a.cntlid)
+	}
+	_ = c
+}
+
+func TestKeepAliveExpiry(t *testing.T) {
+	cfg := testConfig(t, memNS(1, "1MiB"))
+	s := startServer(t, cfg)
+	addr := portAddr(s, 1)
+
+	// A silent host: the controller and all its queues go after the
+	// timeout (1 s, detected within 2 s).
+	silent, err := connectHost(t, addr, testSubNQN, testHostNQN, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent.setup(2)
+	// A host that only does I/O (traffic based keep alive): it stays.
+	busy, err := connectHost(t, addr, testSubNQN, otherHost, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy.setup(1)
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for time.Since(start) < 3*time.Second {
+			if err := do(t, busy.io[0], rw(false, 1, 0, make([]byte, 512), 512)); err != nil {
+				t.Errorf("busy host: %v", err)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	for _, q := range append(silent.io, silent.admin) {
+		select {
+		case <-q.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("queue %d of the silent host still up after 5 s", q.QID())
+		}
+	}
+	if el := time.Since(start); el < 900*time.Millisecond {
+		t.Fatalf("torn down after %v, before the timeout", el)
+	}
+	<-done
+	st := s.status()
+	if len(st.Controllers) != 1 || st.Controllers[0].HostNQN != otherHost {
+		t.Fatalf("controllers %+v", st.Controllers)
+	}
+	// A Keep Alive command keeps an idle host alive too.
+	for range 4 {
+		time.Sleep(400 * time.Millisecond)
+		ka := &rdma.HostRequest{}
+		ka.SQE.BuildKeepAlive()
+		if err := busy.adminDo(ka); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(s.status().Controllers) != 1 {
+		t.Fatal("busy host lost its controller")
+	}
+}
