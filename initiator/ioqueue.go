@@ -115,6 +115,9 @@ func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bo
 	case errors.Is(err, rdma.ErrQueueFull):
 		return false
 	case errors.Is(err, rdma.ErrQueueClosed):
+		if cause := hq.Err(); cause != nil {
+			err = cause
+		}
 		c.queueFailed(gen, err)
 		return false
 	}
@@ -151,13 +154,15 @@ func (q *ioQueue) drain() {
 	}
 }
 
-// park keeps m on the queue it was sent on, to be sent again later.
+// park keeps m, which its connection failed, on the queue it was sent on,
+// to be sent again after reconnecting; if the queue already has a newer
+// connection, at once.
 func (q *ioQueue) park(m *cmd) {
 	q.mu.Lock()
 	q.pending = append(q.pending, m)
-	live := q.hq != nil
+	newer := q.hq != nil && q.gen != m.gen.Load()
 	q.mu.Unlock()
-	if live {
+	if newer {
 		q.drain()
 	}
 }
