@@ -139,8 +139,8 @@ starting:
 	d.startedAt = time.Now()
 	d.state = stateRunning
 	d.mu.Unlock()
-	d.notify("READY=1\nSTATUS=" + d.statusLine())
 	d.logReady(cfg)
+	d.notify("READY=1\nSTATUS=" + d.statusLine())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
