@@ -1226,14 +1226,21 @@ func (c *Config) Warnings() []string {
 // by NQN; both sides are compared with defaults applied, so spelling out a
 // default is not a change. Every list is sorted by that key.
 type ConfigDiff struct {
+	// PortsAdded and PortsRemoved are ports whose ID is only in the new
+	// or only in the old configuration; PortsChanged are in both.
 	PortsAdded   []PortConfig
 	PortsRemoved []PortConfig
 	PortsChanged []PortChange
 
+	// SubsystemsAdded and SubsystemsRemoved are subsystems whose NQN is
+	// only in the new or only in the old configuration; SubsystemsChanged
+	// are in both, with different settings or namespaces.
 	SubsystemsAdded   []SubsystemConfig
 	SubsystemsRemoved []SubsystemConfig
 	SubsystemsChanged []SubsystemChange
 
+	// HostsAdded and HostsRemoved are known hosts (Config.Hosts) only in
+	// the new or only in the old configuration.
 	HostsAdded   []HostConfig
 	HostsRemoved []HostConfig
 	// HostsChanged are the NQNs of known hosts whose description changed.
@@ -1249,6 +1256,7 @@ type ConfigDiff struct {
 // PortChange is a port present in both configurations with different
 // settings.
 type PortChange struct {
+	// Old and New are the port's two configurations, defaults applied.
 	Old, New PortConfig
 	// Fields are the changed keys: "address", "service_id",
 	// "inline_data_size", "max_queue_size", "subsystems", "referrals".
@@ -1268,7 +1276,9 @@ type PortChange struct {
 // SubsystemChange is a subsystem present in both configurations with
 // different settings or namespaces.
 type SubsystemChange struct {
-	NQN      string
+	// NQN names the subsystem.
+	NQN string
+	// Old and New are its two configurations, defaults applied.
 	Old, New SubsystemConfig
 	// Fields are the changed subsystem-level keys ("serial", "model",
 	// "firmware_revision", "allow_any_host", "allowed_hosts",
@@ -1281,15 +1291,20 @@ type SubsystemChange struct {
 	// or allow_any_host turned off) the target disconnects the controllers
 	// of hosts no longer allowed.
 	HostsAllowed, HostsDisallowed []string
-	NamespacesAdded               []NamespaceConfig
-	NamespacesRemoved             []NamespaceConfig
-	NamespacesChanged             []NamespaceChange
+	// NamespacesAdded and NamespacesRemoved are namespaces whose NSID is
+	// only in the new or only in the old configuration; NamespacesChanged
+	// are in both with different settings.
+	NamespacesAdded   []NamespaceConfig
+	NamespacesRemoved []NamespaceConfig
+	NamespacesChanged []NamespaceChange
 }
 
 // NamespaceChange is a namespace present in both configurations with
 // different settings.
 type NamespaceChange struct {
-	NSID     uint32
+	// NSID names the namespace.
+	NSID uint32
+	// Old and New are its two configurations, defaults applied.
 	Old, New NamespaceConfig
 	// Fields are the changed keys, with backend keys as "backend.path",
 	// "backend.size" and so on. A changed backend.kind or backend.path, or
