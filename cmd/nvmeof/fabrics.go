@@ -1,0 +1,166 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/iwarp"
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// fabricsOpts are nvme-cli's fabrics options (nvme connect/discover), with
+// nvme-cli's names, short letters and defaults, and ours (--crc).
+type fabricsOpts struct {
+	transport    string
+	traddr       string
+	trsvcid      string
+	nqn          string
+	hostnqn      string
+	hostid       string
+	nrIOQueues   int
+	queueSize    int
+	keepAliveTmo int
+	reconnDelay  int
+	ctrlLossTmo  int
+	crc          string
+	verbose      bool
+	connTimeout  time.Duration
+	ioTimeout    time.Duration
+	maxTransfer  int
+	discoverOnly bool // the flags of discover (no queue options)
+}
+
+// addFabricsFlags defines the flags on fs.
+func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
+	fs.StringVarP(&o.transport, "transport", "t", "rdma", "transport type (rdma)")
+	fs.StringVarP(&o.traddr, "traddr", "a", "", "transport address (IPv4 or IPv6 address, or host name)")
+	fs.StringVarP(&o.trsvcid, "trsvcid", "s", "", "transport service id (port; default 4420)")
+	if connect {
+		fs.StringVarP(&o.nqn, "nqn", "n", "", "subsystem NQN")
+	}
+	fs.StringVarP(&o.hostnqn, "hostnqn", "q", "", "user-defined host NQN (default /etc/nvme/hostnqn, else derived from the machine)")
+	fs.StringVarP(&o.hostid, "hostid", "I", "", "user-defined host identifier (default /etc/nvme/hostid)")
+	if connect {
+		fs.IntVarP(&o.nrIOQueues, "nr-io-queues", "i", 0, "number of I/O queues to use (default number of CPUs)")
+		fs.IntVarP(&o.queueSize, "queue-size", "Q", 0, "number of entries per I/O queue (default 128)")
+	}
+	fs.IntVarP(&o.keepAliveTmo, "keep-alive-tmo", "k", 0, "keep alive timeout period in seconds (default 5; discovery 0)")
+	fs.IntVarP(&o.reconnDelay, "reconnect-delay", "c", 0, "reconnect delay in seconds (default 10)")
+	fs.IntVarP(&o.ctrlLossTmo, "ctrl-loss-tmo", "l", 600, "controller loss timeout period in seconds (-1: reconnect forever, 0: never)")
+	fs.StringVar(&o.crc, "crc", "off", "MPA CRC policy: off, offered or required (nvmetd's iWARP engine)")
+	fs.DurationVar(&o.connTimeout, "connect-timeout", initiator.DefaultConnectTimeout, "bound on one attempt to open the association")
+	fs.DurationVar(&o.ioTimeout, "io-timeout", 0, "I/O command timeout before error recovery (default 30s)")
+	fs.IntVar(&o.maxTransfer, "max-transfer", 0, "largest data transfer of one command in bytes (default 1 MiB, lowered by MDTS)")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "log protocol events to stderr")
+}
+
+// address returns traddr:trsvcid.
+func (o *fabricsOpts) address() (string, error) {
+	if o.transport != "rdma" {
+		return "", fmt.Errorf("transport %q is not supported (only rdma)", o.transport)
+	}
+	if o.traddr == "" {
+		return "", fmt.Errorf("need a transport address (-a)")
+	}
+	port := o.trsvcid
+	if port == "" {
+		port = strconv.Itoa(nvmeof.DefaultPort)
+	}
+	return net.JoinHostPort(strings.Trim(o.traddr, "[]"), port), nil
+}
+
+// config builds the initiator configuration.
+func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, error) {
+	addr, err := o.address()
+	if err != nil {
+		return initiator.Config{}, err
+	}
+	crc, err := iwarp.ParseCRCPolicy(o.crc)
+	if err != nil {
+		return initiator.Config{}, err
+	}
+	cfg := initiator.Config{
+		Address:         addr,
+		SubNQN:          subnqn,
+		NrIOQueues:      o.nrIOQueues,
+		QueueSize:       o.queueSize,
+		Engine:          iwarp.Config{CRC: crc},
+		Logger:          log,
+		ConnectTimeout:  o.connTimeout,
+		IOTimeout:       o.ioTimeout,
+		MaxTransferSize: o.maxTransfer,
+	}
+	id, err := hostIdentity(o.hostnqn, o.hostid)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.HostNQN, cfg.HostID = id.NQN, id.ID
+	switch {
+	case o.keepAliveTmo > 0:
+		cfg.KeepAliveTimeout = time.Duration(o.keepAliveTmo) * time.Second
+	case o.keepAliveTmo < 0:
+		return cfg, fmt.Errorf("keep-alive-tmo %d is negative", o.keepAliveTmo)
+	}
+	if o.reconnDelay < 0 {
+		return cfg, fmt.Errorf("reconnect-delay %d is negative", o.reconnDelay)
+	}
+	cfg.ReconnectDelay = time.Duration(o.reconnDelay) * time.Second
+	switch {
+	case o.ctrlLossTmo < 0:
+		cfg.CtrlLossTimeout = -1
+	case o.ctrlLossTmo == 0:
+		cfg.NoReconnect = true
+	default:
+		cfg.CtrlLossTimeout = time.Duration(o.ctrlLossTmo) * time.Second
+	}
+	return cfg, nil
+}
+
+// hostIdentity is nvme-cli's: the flags, else /etc/nvme/hostnqn and
+// /etc/nvme/hostid, else one derived from the machine (libnvme).
+func hostIdentity(nqn, id string) (nvmeof.Identity, error) {
+	ident, err := nvmeof.HostIdentity()
+	if err != nil && (nqn == "" || id == "") {
+		return ident, fmt.Errorf("host identity: %w", err)
+	}
+	if nqn != "" {
+		if err := nvmeof.ValidateNQN(nqn); err != nil {
+			return ident, fmt.Errorf("host NQN: %w", err)
+		}
+		ident.NQN = nqn
+		if id == "" {
+			if u, ok := nvmeof.UUIDFromNQN(nqn); ok {
+				ident.ID = u
+			}
+		}
+	}
+	if id != "" {
+		u, err := nvmeof.ParseUUID(id)
+		if err != nil {
+			return ident, fmt.Errorf("host ID: %w", err)
+		}
+		ident.ID = u
+	}
+	return ident, nil
+}
+
+// newLogger logs to stderr when verbose, else nowhere.
+func newLogger(verbose bool) *zap.Logger {
+	if !verbose {
+		return zap.NewNop()
+	}
+	cfg := zap.NewDevelopmentConfig()
+	cfg.OutputPaths = []string{"stderr"}
+	l, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return l
+}

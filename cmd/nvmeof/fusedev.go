@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nvmetd/nvmetd/initiator"
+)
+
+// The FUSE side: a directory with one regular file per namespace (n1,
+// n2, ...), the size of the namespace, whose reads and writes are NVMe
+// Reads and Writes and whose fsync is an NVMe Flush. A loop device over
+// such a file is the namespace as a block device.
+
+// devRoot is the FUSE root directory.
+type devRoot struct {
+	fs.Inode
+	directIO bool
+}
+
+var _ = (fs.NodeOnAdder)((*devRoot)(nil))
+
+// OnAdd is called once the root is mounted.
+func (r *devRoot) OnAdd(ctx context.Context) {}
+
+// nsFile is the file of one namespace.
+type nsFile struct {
+	fs.Inode
+	ns       *initiator.Namespace
+	directIO bool
+	// rmw serialises the read-modify-write of unaligned writes against
+	// every other write.
+	rmw sync.RWMutex
+}
+
+var (
+	_ = (fs.NodeOpener)((*nsFile)(nil))
+	_ = (fs.NodeGetattrer)((*nsFile)(nil))
+	_ = (fs.NodeSetattrer)((*nsFile)(nil))
+	_ = (fs.NodeReader)((*nsFile)(nil))
+	_ = (fs.NodeWriter)((*nsFile)(nil))
+	_ = (fs.NodeFsyncer)((*nsFile)(nil))
+	_ = (fs.NodeFlusher)((*nsFile)(nil))
+)
+
+func nsName(nsid uint32) string { return "n" + strconv.FormatUint(uint64(nsid), 10) }
+
+// addNamespace puts a namespace's file in the directory.
+func (r *devRoot) addNamespace(ns *initiator.Namespace) {
+	f := &nsFile{ns: ns, directIO: r.directIO}
+	ch := r.NewPersistentInode(context.Background(), f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(ns.NSID()) + 1})
+	r.AddChild(nsName(ns.NSID()), ch, true)
+}
+
+// removeNamespace takes a namespace's file out of the directory.
+func (r *devRoot) removeNamespace(nsid uint32) {
+	r.RmChild(nsName(nsid))
+	_ = r.NotifyEntry(nsName(nsid))
+}
+
+// Open opens the device file; with directIO the kernel keeps no page cache
+// of it (FOPEN_DIRECT_IO), so every read and write reaches the namespace.
+func (f *nsFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if f.ns.Gone() {
+		return nil, 0, syscall.ENODEV
+	}
+	var out uint32
+	if f.directIO {
+		out = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+	}
+	return nil, out, 0
+}
+
+// Getattr reports the namespace's size.
+func (f *nsFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	f.fill(&out.Attr)
+	out.SetTimeout(time.Second)
+	return 0
+}
+
+func (f *nsFile) fill(a *fuse.Attr) {
+	a.Mode = syscall.S_IFREG | 0o600
+	a.Size = uint64(f.ns.Size())
+	a.Blksize = uint32(f.ns.BlockSize())
+	a.Blocks = a.Size / 512
+	a.Nlink = 1
+}
+
+// Setattr accepts only what does not change the device: a truncate to the
+// current size (open with O_TRUNC never happens for a block device file,
+// but tools may try) and mode/time changes, which are ignored.
+func (f *nsFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok && int64(sz) != f.ns.Size() {
+		return syscall.EINVAL
+	}
+	f.fill(&out.Attr)
+	return 0
+}
+
+// errno maps an initiator error to what the kernel passes on.
+func errno(err error) syscall.Errno {
+	var re *initiator.RangeError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &re):
+		return syscall.ENOSPC
+	case errors.Is(err, initiator.ErrNamespaceGone), errors.Is(err, initiator.ErrControllerClosed):
+		return syscall.ENODEV
+	}
+	return syscall.EIO
+}
+
+// Read reads at off into the kernel's buffer (the FUSE request's memory is
+// the RDMA target: no copy). Unaligned ranges go through a bounce buffer.
+func (f *nsFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	size := f.ns.Size()
+	if off >= size {
+		return fuse.ReadResultData(dest[:0]), 0
+	}
+	if off+int64(len(dest)) > size {
+		dest = dest[:size-off]
+	}
+	bs := int64(f.ns.BlockSize())
+	if off%bs == 0 && int64(len(dest))%bs == 0 {
+		if _, err := f.ns.ReadAtContext(ctx, dest, off); err != nil {
+			return nil, errno(err)
+		}
+		return fuse.ReadResultData(dest), 0
+	}
+	start := off &^ (bs - 1)
+	end := (off + int64(len(dest)) + bs - 1) &^ (bs - 1)
+	buf := make([]byte, end-start)
+	if _, err := f.ns.ReadAtContext(ctx, buf, start); err != nil {
+		return nil, errno(err)
+	}
+	n := copy(dest, buf[off-start:])
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// Write writes data at off; an unaligned write reads the partial blocks
+// first (read-modify-write, excluded against other writes).
+func (f *nsFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if f.ns.ReadOnly() {
+		return 0, syscall.EROFS
+	}
+	size := f.ns.Size()
+	if off+int64(len(data)) > size {
+		return 0, syscall.ENOSPC
+	}
+	bs := int64(f.ns.BlockSize())
+	if off%bs == 0 && int64(len(data))%bs == 0 {
+		f.rmw.RLock()
+		_, err := f.ns.WriteAtContext(ctx, data, off)
+		f.rmw.RUnlock()
+		if err != nil {
+			return 0, errno(err)
+		}
+		return uint32(len(data)), 0
+	}
+	f.rmw.Lock()
+	defer f.rmw.Unlock()
+	start := off &^ (bs - 1)
+	end := (off + int64(len(data)) + bs - 1) &^ (bs - 1)
+	buf := make([]byte, end-start)
+	if _, err := f.ns.ReadAtContext(ctx, buf[:bs], start); err != nil {
+		return 0, errno(err)
+	}
+	if end-start > bs {
+		if _, err := f.ns.ReadAtContext(ctx, buf[len(buf)-int(bs):], end-bs); err != nil {
+			return 0, errno(err)
+		}
+	}
+	copy(buf[off-start:], data)
+	if _, err := f.ns.WriteAtContext(ctx, buf, start); err != nil {
+		return 0, errno(err)
+	}
+	return uint32(len(data)), 0
+}
+
+// Fsync is an NVMe Flush: what fsync(2) on the file, and a loop device's
+// flush (REQ_PREFLUSH, i.e. a filesystem's barrier), come down to.
+func (f *nsFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	return errno(f.ns.Flush(ctx))
+}
+
+// Flush is close(2) on a file descriptor: nothing to do (data is not
+// cached here; durability is Fsync's).
+func (f *nsFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
+
+// mountFUSE mounts the device directory on dir. mount(2) is used directly
+// (there may be no fusermount), which needs root.
+func mountFUSE(dir, name string, directIO bool, nss []*initiator.Namespace) (*fuse.Server, *devRoot, error) {
+	root := &devRoot{directIO: directIO}
+	one := time.Second
+	srv, err := fs.Mount(dir, root, &fs.Options{
+		EntryTimeout: &one,
+		AttrTimeout:  &one,
+		MountOptions: fuse.MountOptions{
+			FsName:            "nvmeof:" + name,
+			Name:              "nvmeof",
+			DirectMount:       true,
+			DirectMountStrict: true,
+			AllowOther:        true,
+			MaxWrite:          1 << 20,
+			MaxBackground:     128,
+			// Let the kernel keep several direct I/O requests of one
+			// file in flight (a loop device with direct I/O on).
+			ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_PARALLEL_DIROPS,
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ns := range nss {
+		root.addNamespace(ns)
+	}
+	return srv, root, nil
+}

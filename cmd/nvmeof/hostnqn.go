@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// runGenHostNQN prints a new host NQN of the UUID form, from this machine's
+// stable UUID when it has one (nvme gen-hostnqn).
+func runGenHostNQN(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("gen-hostnqn", stderr)
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	id, err := nvmeof.GenerateHostIdentity(nvmeof.DefaultHostPaths)
+	if err != nil {
+		return fail(stderr, "gen-hostnqn", err)
+	}
+	fmt.Fprintln(stdout, id.NQN)
+	return exitOK
+}
+
+// runShowHostNQN prints the host NQN and host ID connect and discover use
+// (nvme show-hostnqn, plus the ID and where they come from).
+func runShowHostNQN(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("show-hostnqn", stderr)
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	id, err := nvmeof.HostIdentity()
+	if err != nil {
+		return fail(stderr, "show-hostnqn", err)
+	}
+	fmt.Fprintln(stdout, id.NQN)
+	fmt.Fprintf(stdout, "hostid: %s (%s)\n", nvmeof.FormatUUID(id.ID), id.Source)
+	return exitOK
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func runList(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("list", stderr)
+	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
+	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	var all []*ctrlState
+	for _, dev := range instances() {
+		st := liveState(dev)
+		if st != nil {
+			all = append(all, st)
+		}
+	}
+	if *output == "json" {
+		if all == nil {
+			all = []*ctrlState{}
+		}
+		b, _ := json.MarshalIndent(map[string]any{"Controllers": all}, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return exitOK
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(stdout, "No NVMe-oF controllers connected")
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Device\tState\tCntlid\tAddress\tSubsystem NQN\tQueues\tReconnects\tPID")
+	fmt.Fprintln(tw, "------\t-----\t------\t-------\t-------------\t------\t----------\t---")
+	for _, st := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%d\trdma %s\t%s\t%dx%d\t%d\t%d\n", st.Device, st.State, st.CNTLID, st.Address, st.SubNQN,
+			st.IOQueues, st.QueueSize, st.Reconnects, st.PID)
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Namespace\tNSID\tSize\tLBA\tDevice file\tLoop\tMount")
+	fmt.Fprintln(tw, "---------\t----\t----\t---\t-----------\t----\t-----")
+	for _, st := range all {
+		for _, n := range st.Namespaces {
+			mnt := n.Mount
+			if mnt != "" {
+				mnt += " (" + n.FSType + ")"
+			}
+			fmt.Fprintf(tw, "%sn%d\t%d\t%s\t%d B\t%s\t%s\t%s\n", st.Device, n.NSID, n.NSID, humanSize(n.Size), n.BlockSize,
+				n.File, dash(n.Loop), dash(mnt))
+		}
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// liveState asks the daemon; if it does not answer, the state file says
+// what was last known and the state becomes "unreachable".
+func liveState(dev string) *ctrlState {
+	if r, err := ctlCall(dev, ctlRequest{Op: "status"}, 5*time.Second, nil); err == nil && r.State != nil {
+		return r.State
+	}
+	st, err := readState(dev)
+	if err != nil {
+		return nil
+	}
+	if processAlive(st.PID) {
+		st.State = "unreachable"
+	} else {
+		st.State = "dead"
+	}
+	return st
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func humanSize(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	f := float64(n)
+	i := 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	s := fmt.Sprintf("%.2f", f)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + " " + units[i]
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// run runs a system tool and returns its trimmed stdout, or an error with
+// its stderr.
+func runTool(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = strings.TrimSpace(out.String())
+		}
+		return "", fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, msg)
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// attachLoop attaches file to a free loop device with the namespace's
+// logical block size as the loop's sector size, so that every request the
+// loop sends is block aligned.
+func attachLoop(file string, blockSize int, directIO bool) (string, error) {
+	dio := "off"
+	if directIO {
+		dio = "on"
+	}
+	return runTool("losetup", "--find", "--show", "--sector-size", strconv.Itoa(blockSize), "--direct-io="+dio, file)
+}
+
+// detachLoop detaches a loop device.
+func detachLoop(dev string) error {
+	_, err := runTool("losetup", "--detach", dev)
+	return err
+}
+
+// loopDirectIO reports whether the kernel really uses direct I/O on the
+// loop device (it falls back to buffered I/O when the file cannot do it).
+func loopDirectIO(dev string) bool {
+	b, err := os.ReadFile("/sys/block/" + strings.TrimPrefix(dev, "/dev/") + "/loop/dio")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
+// makeFS makes a filesystem on dev.
+func makeFS(fstype, dev string) error {
+	args := []string{dev}
+	switch fstype {
+	case "ext4", "ext3", "ext2":
+		args = []string{"-F", "-q", dev}
+	case "xfs":
+		args = []string{"-f", "-q", dev}
+	}
+	_, err := runTool("mkfs."+fstype, args...)
+	return err
+}
+
+// mountFS mounts dev on dir.
+func mountFS(fstype, dev, dir, opts string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	args := []string{"-t", fstype}
+	if opts != "" {
+		args = append(args, "-o", opts)
+	}
+	_, err := runTool("mount", append(args, dev, dir)...)
+	return err
+}
+
+// unmountFS unmounts dir.
+func unmountFS(dir string) error {
+	_, err := runTool("umount", dir)
+	return err
+}

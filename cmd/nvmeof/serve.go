@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// daemon is "nvmeof serve": one controller, its FUSE device files, its
+// loop device and mount, and the control socket.
+type daemon struct {
+	dev  string
+	opts connectOpts
+	cfg  initiator.Config
+	log  *zap.Logger
+
+	ctrl *initiator.Controller
+	srv  *fuse.Server
+	root *devRoot
+	ln   net.Listener
+
+	mu       sync.Mutex
+	st       ctrlState
+	lastErr  string
+	shutdown chan struct{}
+	stopMu   sync.Mutex // one teardown at a time
+	stopped  bool
+	wg       sync.WaitGroup
+}
+
+// ctlRequest is a request on the control socket (one JSON line).
+type ctlRequest struct {
+	Op    string       `json:"op"` // "status", "disconnect", "bench"
+	Force bool         `json:"force,omitempty"`
+	Bench *benchParams `json:"bench,omitempty"`
+}
+
+// ctlResponse is one JSON line of an answer; bench sends progress lines
+// before the last one.
+type ctlResponse struct {
+	OK       bool         `json:"ok"`
+	Error    string       `json:"error,omitempty"`
+	State    *ctrlState   `json:"state,omitempty"`
+	Progress string       `json:"progress,omitempty"`
+	Result   *benchResult `json:"result,omitempty"`
+}
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("serve", stderr)
+	dev := fs.String("instance", "", "controller instance (nvmeN)")
+	cfgJSON := fs.String("config", "", "connect options (JSON)")
+	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	var j connectOptsJSON
+	if err := json.Unmarshal([]byte(*cfgJSON), &j); err != nil || *dev == "" {
+		fmt.Fprintf(stderr, "serve: bad arguments: %v\n", err)
+		return exitUsage
+	}
+	ready := os.NewFile(3, "ready")
+	d := &daemon{dev: *dev, opts: j.opts(), shutdown: make(chan struct{})}
+	zc := zap.NewProductionEncoderConfig()
+	zc.EncodeTime = zapcore.ISO8601TimeEncoder
+	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel)).
+		With(zap.String("device", d.dev))
+	err := d.start()
+	msg := readyMsg{OK: err == nil}
+	if err != nil {
+		d.log.Error("connect failed", zap.Error(err))
+		msg.Error = err.Error()
+		d.stop(true)
+	} else {
+		msg.State = d.state()
+	}
+	if ready != nil {
+		b, _ := json.Marshal(msg)
+		_, _ = ready.Write(append(b, '\n'))
+		ready.Close()
+	}
+	if err != nil {
+		return exitFailure
+	}
+	d.log.Info("ready", zap.String("subnqn", d.cfg.SubNQN), zap.String("traddr", d.cfg.Address))
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sigs:
+		d.log.Info("signal, disconnecting", zap.Stringer("signal", s))
+		if err := d.teardown(true); err != nil {
+			d.log.Error("teardown", zap.Error(err))
+		}
+	case <-d.shutdown:
+	}
+	d.wg.Wait()
+	d.log.Info("disconnected")
+	return exitOK
+}
+
+// start connects the controller, mounts the device files and, if asked,
+// the filesystem, and opens the control socket.
+func (d *daemon) start() error {
+	// The daemon serves I/O of a loop device: it must not wait on that
+	// device's writeback when it allocates (see startIOFlusher).
+	if err := unix.Prctl(unix.PR_SET_IO_FLUSHER, 1, 0, 0, 0); err != nil {
+		d.log.Warn("PR_SET_IO_FLUSHER not available (needs CAP_SYS_RESOURCE): under memory pressure the loop device's writeback may wait on this daemon", zap.Error(err))
+	}
+	var err error
+	d.cfg, err = d.opts.fabrics.config(d.opts.fabrics.nqn, d.log)
+	if err != nil {
+		return err
+	}
+	d.cfg.OnEvent = d.onEvent
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ConnectTimeout+5*time.Second)
+	defer cancel()
+	d.ctrl, err = initiator.Connect(ctx, d.cfg)
+	if err != nil {
+		return err
+	}
+	id := d.ctrl.IdentifyController()
+	nq, qs := d.ctrl.QueueCount()
+	d.st = ctrlState{
+		Device: d.dev, PID: os.Getpid(), Transport: "rdma", Address: d.cfg.Address, SubNQN: d.cfg.SubNQN,
+		HostNQN: d.cfg.HostNQN, HostID: nvmeof.FormatUUID(d.cfg.HostID), CNTLID: d.ctrl.CNTLID(),
+		Model: id.MN(), Serial: id.SN(), Firmware: id.FR(), IOQueues: nq, QueueSize: qs,
+		CRC: d.cfg.Engine.CRC != 0, Since: time.Now(), Log: filepath.Join(stateDir(), d.dev+".log"),
+	}
+	devDir := filepath.Join(instanceDir(d.dev), "dev")
+	if err := os.MkdirAll(devDir, 0o755); err != nil {
+		return err
+	}
+	d.srv, d.root, err = mountFUSE(devDir, d.dev, d.opts.fuseDirectIO, d.ctrl.Namespaces())
+	if err != nil {
+		return fmt.Errorf("FUSE mount on %s: %w", devDir, err)
+	}
+	d.refreshNamespaces()
+	if d.opts.mount != "" {
+		if err := d.mountNamespace(); err != nil {
+			return err
+		}
+	}
+	sock := filepath.Join(instanceDir(d.dev), "ctl.sock")
+	_ = os.Remove(sock)
+	if d.ln, err = net.Listen("unix", sock); err != nil {
+		return err
+	}
+	d.wg.Add(1)
+	go d.serveCtl()
+	return d.saveState()
+}
+
+// mountNamespace attaches the namespace's file to a loop device, makes the
+// filesystem if asked, and mounts it.
+func (d *daemon) mountNamespace() error {
+	d.mu.Lock()
+	var target *nsState
+	for i := range d.st.Namespaces {
+		if d.opts.mountNSID == 0 || d.st.Namespaces[i].NSID == d.opts.mountNSID {
+			target = &d.st.Namespaces[i]
+			break
+		}
+	}
+	d.mu.Unlock()
+	if target == nil {
+		return fmt.Errorf("no namespace to mount (nsid %d)", d.opts.mountNSID)
+	}
+	loop, err := attachLoop(target.File, target.BlockSize, d.opts.loopDirectIO)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	target.Loop = loop
+	d.mu.Unlock()
+	d.log.Info("loop device attached", zap.String("loop", loop), zap.Bool("direct_io", loopDirectIO(loop)))
+	if d.opts.mkfs {
+		if err := makeFS(d.opts.fstype, loop); err != nil {
+			return err
+		}
+	}
+	if err := mountFS(d.opts.fstype, loop, d.opts.mount, d.opts.mountOpts); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	target.Mount, target.FSType = d.opts.mount, d.opts.fstype
+	d.mu.Unlock()
+	d.log.Info("mounted", zap.String("dir", d.opts.mount), zap.String("fstype", d.opts.fstype))
+	return nil
+}
+
+// refreshNamespaces brings the state's namespaces (and the FUSE files) in
+// line with the controller's, keeping loop devices and mounts.
+func (d *daemon) refreshNamespaces() {
+	nss := d.ctrl.Namespaces()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := map[uint32]nsState{}
+	for _, n := range d.st.Namespaces {
+		old[n.NSID] = n
+	}
+	d.st.Namespaces = d.st.Namespaces[:0]
+	seen := map[uint32]bool{}
+	for _, ns := range nss {
+		seen[ns.NSID()] = true
+		ids := ns.Identifiers()
+		n := nsState{NSID: ns.NSID(), Size: ns.Size(), BlockSize: ns.BlockSize(),
+			File: filepath.Join(instanceDir(d.dev), "dev", nsName(ns.NSID()))}
+		if ids.HasUUID {
+			n.UUID = nvmeof.FormatUUID(ids.UUID)
+		}
+		if ids.HasNGUID {
+			n.NGUID = fmt.Sprintf("%x", ids.NGUID)
+		}
+		if o, ok := old[ns.NSID()]; ok {
+			n.Loop, n.Mount, n.FSType = o.Loop, o.Mount, o.FSType
+		} else if d.root != nil && d.root.GetChild(nsName(ns.NSID())) == nil {
+			d.root.addNamespace(ns)
+		}
+		d.st.Namespaces = append(d.st.Namespaces, n)
+	}
+	for nsid := range old {
+		if !seen[nsid] && d.root != nil {
+			d.root.removeNamespace(nsid)
+		}
+	}
+}
+
+func (d *daemon) onEvent(e initiator.Event) {
+	d.log.Info("controller event", zap.Stringer("event", e.Kind), zap.Error(e.Err), zap.Uint32s("nsids", e.NSIDs))
+	d.mu.Lock()
+	if e.Err != nil {
+		d.lastErr = e.Err.Error()
+	}
+	d.mu.Unlock()
+	if e.Kind == initiator.EventNamespacesChanged && d.ctrl != nil {
+		d.refreshNamespaces()
+	}
+	if d.ctrl != nil {
+		_ = d.saveState()
+	}
+}
+
+// state is a snapshot of the controller for list.
+func (d *daemon) state() *ctrlState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.st
+	st.Namespaces = append([]nsState(nil), d.st.Namespaces...)
+	if d.ctrl != nil {
+		st.State = d.ctrl.State().String()
+		st.Reconnects = d.ctrl.Reconnects()
+		if d.ctrl.State() == initiator.StateLive {
+			st.CNTLID = d.ctrl.CNTLID()
+		}
+	}
+	st.LastError = d.lastErr
+	return &st
+}
+
+func (d *daemon) saveState() error { return writeState(d.state()) }
+
+// serveCtl answers the control socket.
+func (d *daemon) serveCtl() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer c.Close()
+			d.handle(c)
+		}()
+	}
+}
+
+func (d *daemon) handle(c net.Conn) {
+	var req ctlRequest
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &req)
+	}
+	enc := json.NewEncoder(c)
+	if err != nil {
+		_ = enc.Encode(ctlResponse{Error: "bad request: " + err.Error()})
+		return
+	}
+	switch req.Op {
+	case "status":
+		_ = enc.Encode(ctlResponse{OK: true, State: d.state()})
+	case "disconnect":
+		err := d.teardown(req.Force)
+		if err != nil {
+			_ = enc.Encode(ctlResponse{Error: err.Error(), State: d.state()})
+			return
+		}
+		_ = enc.Encode(ctlResponse{OK: true})
+	case "bench":
+		if req.Bench == nil {
+			_ = enc.Encode(ctlResponse{Error: "no bench parameters"})
+			return
+		}
+		ns := d.ctrl.Namespace(req.Bench.NSID)
+		if ns == nil {
+			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("no namespace %d", req.Bench.NSID)})
+			return
+		}
+		res, err := runBenchmark(context.Background(), ns, *req.Bench, func(s string) {
+			_ = enc.Encode(ctlResponse{OK: true, Progress: s})
+		})
+		if err != nil {
+			_ = enc.Encode(ctlResponse{Error: err.Error()})
+			return
+		}
+		_ = enc.Encode(ctlResponse{OK: true, Result: res})
+	default:
+		_ = enc.Encode(ctlResponse{Error: "unknown op " + req.Op})
+	}
+}
+
+// teardown is disconnect: unmount the filesystem, detach the loop device,
+// unmount the FUSE files, flush every namespace (NVMe Flush) and close the
+// controller (CC.SHN), in that order; then the daemon exits. If the
+// filesystem cannot be unmounted (busy) nothing is torn down, unless force,
+// which detaches it lazily (umount -l).
+func (d *daemon) teardown(force bool) error {
+	d.stopMu.Lock()
+	defer d.stopMu.Unlock()
+	if d.stopped {
+		return nil
+	}
+	if err := d.stop(force); err != nil {
+		return err
+	}
+	d.stopped = true
+	close(d.shutdown)
+	return nil
+}
+
+// stop undoes start; with force it goes on past a busy mount.
+func (d *daemon) stop(force bool) error {
+	d.mu.Lock()
+	nss := append([]nsState(nil), d.st.Namespaces...)
+	d.mu.Unlock()
+	for i, n := range nss {
+		if n.Mount != "" {
+			if err := unmountFS(n.Mount); err != nil {
+				if !force {
+					return fmt.Errorf("cannot unmount %s (nothing disconnected): %w", n.Mount, err)
+				}
+				d.log.Warn("lazy unmount", zap.Error(err))
+				_, _ = runTool("umount", "-l", n.Mount)
+			}
+			nss[i].Mount = ""
+			d.log.Info("unmounted", zap.String("dir", n.Mount))
+		}
+		if n.Loop != "" {
+			if err := detachLoop(n.Loop); err != nil {
+				d.log.Warn("detach loop", zap.Error(err))
+			}
+			d.log.Info("loop device detached", zap.String("loop", n.Loop))
+		}
+	}
+	if d.ln != nil {
+		d.ln.Close()
+	}
+	if d.srv != nil {
+		if err := d.srv.Unmount(); err != nil {
+			d.log.Warn("FUSE unmount", zap.Error(err))
+		}
+		d.srv.Wait()
+	}
+	var errs []error
+	if d.ctrl != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for _, ns := range d.ctrl.Namespaces() {
+			if err := ns.Flush(ctx); err != nil && !errors.Is(err, initiator.ErrControllerLost) {
+				errs = append(errs, fmt.Errorf("flush namespace %d: %w", ns.NSID(), err))
+			}
+		}
+		if err := d.ctrl.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	_ = removeInstance(d.dev)
+	if len(errs) > 0 {
+		d.log.Warn("disconnect", zap.Error(errors.Join(errs...)))
+	}
+	return nil
+}

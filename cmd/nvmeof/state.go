@@ -1,0 +1,181 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The runtime directory holds one directory per controller, named like the
+// Linux character device (nvme0, nvme1, ...):
+//
+//	RUNDIR/nvme0/state.json  what list shows (written by the daemon)
+//	RUNDIR/nvme0/ctl.sock    the daemon's control socket
+//	RUNDIR/nvme0/dev/        the FUSE mount: one file per namespace (n1, n2, ...)
+//	RUNDIR/nvme0.log         the daemon's log (kept after disconnect)
+
+// stateDirFlag overrides the runtime directory (--state-dir).
+var stateDirFlag string
+
+// stateDir returns the runtime directory.
+func stateDir() string {
+	if stateDirFlag != "" {
+		return stateDirFlag
+	}
+	if d := os.Getenv("NVMEOF_STATE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() != 0 {
+		if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+			return filepath.Join(d, "nvmeof")
+		}
+	}
+	return "/run/nvmeof"
+}
+
+// nsState is one namespace of a controller as list shows it.
+type nsState struct {
+	NSID      uint32 `json:"nsid"`
+	Size      int64  `json:"size"`
+	BlockSize int    `json:"block_size"`
+	UUID      string `json:"uuid,omitempty"`
+	NGUID     string `json:"nguid,omitempty"`
+	File      string `json:"device_file"`
+	Loop      string `json:"loop,omitempty"`
+	Mount     string `json:"mount,omitempty"`
+	FSType    string `json:"fstype,omitempty"`
+}
+
+// ctrlState is a controller as list shows it.
+type ctrlState struct {
+	Device     string    `json:"device"`
+	PID        int       `json:"pid"`
+	State      string    `json:"state"`
+	Transport  string    `json:"transport"`
+	Address    string    `json:"address"`
+	SubNQN     string    `json:"subsysnqn"`
+	HostNQN    string    `json:"hostnqn"`
+	HostID     string    `json:"hostid"`
+	CNTLID     uint16    `json:"cntlid"`
+	Model      string    `json:"model,omitempty"`
+	Serial     string    `json:"serial,omitempty"`
+	Firmware   string    `json:"firmware,omitempty"`
+	IOQueues   int       `json:"io_queues"`
+	QueueSize  int       `json:"queue_size"`
+	CRC        bool      `json:"mpa_crc"`
+	Reconnects int       `json:"reconnects"`
+	LastError  string    `json:"last_error,omitempty"`
+	Since      time.Time `json:"since"`
+	Log        string    `json:"log"`
+	Namespaces []nsState `json:"namespaces"`
+}
+
+func instanceDir(dev string) string { return filepath.Join(stateDir(), dev) }
+
+// claimInstance creates the lowest free nvmeN directory.
+func claimInstance() (string, error) {
+	dir := stateDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for i := 0; i < 10000; i++ {
+		dev := "nvme" + strconv.Itoa(i)
+		err := os.Mkdir(filepath.Join(dir, dev), 0o755)
+		if err == nil {
+			return dev, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+		// A directory left by a daemon that died: reuse it if its
+		// process is gone.
+		if st, err := readState(dev); err == nil && !processAlive(st.PID) && st.PID != 0 {
+			if removeInstance(dev) == nil && os.Mkdir(filepath.Join(dir, dev), 0o755) == nil {
+				return dev, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no free controller instance in %s", dir)
+}
+
+// removeInstance removes a controller's directory (not its log).
+func removeInstance(dev string) error {
+	d := instanceDir(dev)
+	_ = os.Remove(filepath.Join(d, "dev")) // an unmounted FUSE mount point
+	return os.RemoveAll(d)
+}
+
+// writeState replaces the state file atomically.
+func writeState(st *ctrlState) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	d := instanceDir(st.Device)
+	tmp := filepath.Join(d, ".state.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(d, "state.json"))
+}
+
+func readState(dev string) (*ctrlState, error) {
+	b, err := os.ReadFile(filepath.Join(instanceDir(dev), "state.json"))
+	if err != nil {
+		return nil, err
+	}
+	st := new(ctrlState)
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("%s: %w", dev, err)
+	}
+	return st, nil
+}
+
+// instances lists the controller directories, in device order.
+func instances() []string {
+	ents, _ := os.ReadDir(stateDir())
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "nvme") {
+			if _, err := strconv.Atoi(e.Name()[4:]); err == nil {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, _ := strconv.Atoi(out[i][4:])
+		b, _ := strconv.Atoi(out[j][4:])
+		return a < b
+	})
+	return out
+}
+
+// processAlive reports whether pid runs.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	return p.Signal(syscall.Signal(0)) == nil
+}
+
+// connectedTo returns the device of a live controller of nqn at addr.
+func connectedTo(nqn, addr string) string {
+	for _, dev := range instances() {
+		st, err := readState(dev)
+		if err == nil && st.SubNQN == nqn && st.Address == addr && processAlive(st.PID) {
+			return dev
+		}
+	}
+	return ""
+}
