@@ -27,8 +27,9 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 	}
 	op := sqe.Opcode()
 	// Commands without data must not carry any (nvmet_check_transfer_len).
+	// (Set Features may carry any: nvmet_check_data_len_lte(req, 0).)
 	switch op {
-	case nvmeof.AdminAbort, nvmeof.AdminAsyncEvent, nvmeof.AdminKeepAlive, nvmeof.AdminSetFeatures:
+	case nvmeof.AdminAbort, nvmeof.AdminAsyncEvent, nvmeof.AdminKeepAlive:
 		if len(r.Data()) != 0 {
 			q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 			return

@@ -62,7 +62,8 @@ func (q *queue) handleIO(c *controller, r *rdma.Request) {
 // check validates an NVM command against the namespace before any data
 // moves: opcode, write protection, the transfer length the command implies
 // against the SGL's (nvmet_check_transfer_len answers SGL Data Block
-// Invalid), and the LBA range.
+// Invalid; for Dataset Management the SGL may be longer), and the LBA
+// range.
 func (ns *namespace) check(sqe *nvmeof.SQE, dataLen int) nvmeof.Status {
 	op := sqe.Opcode()
 	var want uint64
@@ -80,7 +81,11 @@ func (ns *namespace) check(sqe *nvmeof.SQE, dataLen int) nvmeof.Status {
 		// lifted.
 		return nvmeof.StatusNamespaceWriteProtected
 	}
-	if uint64(dataLen) != want {
+	if uint64(dataLen) != want && (op != nvmeof.NVMDatasetManagement || uint64(dataLen) < want) {
+		// Dataset Management may carry more than its ranges: the Linux
+		// host always sends the 4 KiB range buffer of nvme_setup_discard
+		// (256 ranges) whatever NR says, and nvmet accepts it
+		// (nvmet_check_data_len_lte).
 		return nvmeof.StatusSGLInvalidData | nvmeof.StatusDNR
 	}
 	switch op {

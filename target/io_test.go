@@ -156,6 +156,15 @@ func TestIO(t *testing.T) {
 					t.Fatalf("read after deallocate: %v", err)
 				}
 			}
+			// As the Linux host sends it (nvme_setup_discard): one range
+			// in a 4 KiB buffer.
+			linux := make([]byte, 4096)
+			copy(linux, ranges[:16])
+			dsm = &rdma.HostRequest{Data: linux, Write: true}
+			dsm.SQE.BuildDSM(1, 1, nvmeof.DSMAD)
+			if err := do(t, q, dsm); err != nil {
+				t.Fatalf("deallocate with a 4 KiB range buffer: %v", err)
+			}
 			binary.LittleEndian.PutUint64(ranges[8:], nsze) // SLBA beyond the end
 			dsm = &rdma.HostRequest{Data: ranges, Write: true}
 			dsm.SQE.BuildDSM(1, 2, nvmeof.DSMAD)
