@@ -47,6 +47,11 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 	case nvmeof.AdminAsyncEvent:
 		c.asyncEventRequest(q, r)
 	case nvmeof.AdminKeepAlive:
+		if !c.ka.enabled() {
+			// nvmet_execute_keep_alive: no timer to restart.
+			q.finish(r, nvmeof.StatusKeepAliveInvalid)
+			return
+		}
 		c.ka.reset()
 		q.finish(r, nvmeof.StatusSuccess)
 	case nvmeof.AdminAbort:
@@ -296,7 +301,7 @@ func (c *controller) setFeatures(q *queue, r *rdma.Request) {
 	st := nvmeof.StatusSuccess
 	switch fid := cmd.FID(); {
 	case fid == nvmeof.FeatKeepAliveTimer:
-		d := c.s.keepAliveTimeout(v)
+		d := c.s.keepAliveTimeout(v, c.sub.disc)
 		c.ka.set(d)
 		r.SetResult(uint32(d / time.Millisecond))
 		c.log.Debug("keep-alive timeout set", zap.Duration("kato", d), zap.Uint32("requested_ms", v))

@@ -127,16 +127,24 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 	c.aenEnable, _ = c.supportedAEC()
 	c.queues = make([]*queue, c.maxQID+1)
 	c.queues[0] = q
-	if !sub.addController(c) {
+	kato := keepAliveTimeout(cmd.KATO(), &tun, sub.disc)
+	if !sub.addController(c, func() {
+		c.log = s.log.With(zap.String("host_nqn", host), zap.Stringer("remote", q.remote), zap.Uint16("cntlid", c.cntlid), zap.String("subsystem", sub.nqn))
+		// nvmet starts the timer at once: a host that dies before it
+		// enables the controller is cleaned up too.
+		c.ka = newKeepAlive(kato, c.expired)
+	}) {
 		q.connectFailed(r, "no free controller ID", nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR, 0, host)
 		return
 	}
-	kato := keepAliveTimeout(cmd.KATO(), &tun)
-	c.log = s.log.With(zap.String("host_nqn", host), zap.Stringer("remote", q.remote), zap.Uint16("cntlid", c.cntlid), zap.String("subsystem", sub.nqn))
-	c.ka = newKeepAlive(kato, c.expired)
 	q.ctrl.Store(c)
 	c.log.Info("controller created", zap.Uint16("port_id", q.port.id), zap.Bool("discovery", sub.disc),
 		zap.Duration("kato", kato), zap.Uint32("requested_kato_ms", cmd.KATO()))
+	if q.isClosed() {
+		// The connection ended while we were connecting it, and
+		// QueueClosed may not have seen the controller.
+		c.teardown("admin queue disconnected")
+	}
 	q.connectDone(r, nvmeof.StatusSuccess, uint32(nvmeof.NewConnectResponse(c.cntlid)))
 }
 
@@ -188,6 +196,9 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 		return
 	}
 	q.ctrl.Store(c)
-	c.log.Debug("I/O queue connected", zap.Uint16("qid", qid), zap.Int("size", cmd.QueueSize()), zap.Stringer("remote", q.remote))
+	if q.isClosed() {
+		c.queueClosed(q)
+	}
+	c.log.Info("I/O queue connected", zap.Uint16("qid", qid), zap.Int("size", cmd.QueueSize()), zap.Stringer("queue_remote", q.remote))
 	q.connectDone(r, nvmeof.StatusSuccess, uint32(nvmeof.NewConnectResponse(c.cntlid)))
 }

@@ -193,14 +193,18 @@ func (c *controller) startLocked() nvmeof.CSTS {
 	return csts
 }
 
-// keepAliveTimeout turns a KATO in milliseconds into the timeout applied:
-// rounded up to whole seconds as nvmet, 0 replaced by the configured default
-// (nvmet gives discovery controllers 120 s; we give every controller one, so
-// a silent host never holds resources forever), clamped to the configured
-// range.
-func keepAliveTimeout(kato uint32, tun *TuningConfig) time.Duration {
+// keepAliveTimeout turns a KATO in milliseconds into the timeout applied
+// (nvmet_alloc_ctrl, nvmet_set_feat_kato): rounded up to whole seconds and
+// clamped to the configured range. KATO 0 disables keep alive on an I/O
+// controller (the host then sends no Keep Alive); a discovery controller
+// gets the configured default instead (nvmet: 120 s), so that stale
+// discovery sessions go away.
+func keepAliveTimeout(kato uint32, tun *TuningConfig, disc bool) time.Duration {
 	d := time.Duration((uint64(kato)+999)/1000) * time.Second
 	if d == 0 {
+		if !disc {
+			return 0
+		}
 		d = tun.KeepAlive
 	}
 	return min(max(d, tun.KeepAliveMin), tun.KeepAliveMax)

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -261,5 +262,74 @@ func TestKeepAliveExpiry(t *testing.T) {
 	}
 	if len(s.status().Controllers) != 1 {
 		t.Fatal("busy host lost its controller")
+	}
+}
+
+// freePort6 returns a TCP port on ::1 that was free a moment ago.
+func freePort6(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestIPv6Ports: a port on ::1 and a wildcard port on :: (reported as the
+// address the host connected to) serve discovery and I/O.
+func TestIPv6Ports(t *testing.T) {
+	cfg := &Config{
+		Ports: []PortConfig{
+			{ID: 1, Address: "::1", ServiceID: freePort6(t), Subsystems: []string{testSubNQN},
+				Referrals: []ReferralConfig{{Address: "2001:db8::9", PortID: 3}}},
+			{ID: 2, Address: "::", ServiceID: freePort6(t), Subsystems: []string{testSubNQN}},
+		},
+		Subsystems: []SubsystemConfig{{NQN: testSubNQN, AllowAnyHost: true, Namespaces: []NamespaceConfig{memNS(1, "1MiB")}}},
+	}
+	s := startServer(t, cfg)
+	for _, id := range []uint16{1, 2} {
+		addr := net.JoinHostPort("::1", itoa(s.cfg.Ports[id-1].ServiceID))
+		d := discover(t, addr, testHostNQN)
+		_, e := readDiscoveryLog(t, d)
+		if len(e) < 2 || e[1].AdrFam != nvmeof.AdrFamIPv6 || e[1].TrAddr != "::1" || e[1].SubNQN != testSubNQN {
+			t.Fatalf("port %d: entries %+v", id, e)
+		}
+		if id == 1 && (len(e) != 3 || e[2].AdrFam != nvmeof.AdrFamIPv6 || e[2].TrAddr != "2001:db8::9" || e[2].TrSvcID != "4420") {
+			t.Fatalf("IPv6 referral %+v", e)
+		}
+		h := mustConnect(t, addr, testSubNQN)
+		h.setup(1)
+		if err := do(t, h.io[0], rw(true, 1, 0, pattern(4096, 1), 512)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCNTLIDRange: controllers get IDs in the subsystem's range; when it is
+// exhausted Connect answers Controller Busy (nvmet: ida_alloc_range fails).
+func TestCNTLIDRange(t *testing.T) {
+	cfg := testConfig(t, memNS(1, "1MiB"))
+	cfg.Subsystems[0].CNTLIDMin, cfg.Subsystems[0].CNTLIDMax = 0x20, 0x21
+	s := startServer(t, cfg)
+	addr := portAddr(s, 1)
+	a := mustConnect(t, addr, testSubNQN)
+	b := mustConnect(t, addr, testSubNQN)
+	if a.cntlid != 0x20 || b.cntlid != 0x21 {
+		t.Fatalf("CNTLIDs %#x %#x", a.cntlid, b.cntlid)
+	}
+	q, err := dial(t, addr, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	_, err = connectCmd(t, q, testSubNQN, testHostNQN, nvmeof.CNTLIDDynamic, 5000)
+	wantStatus(t, "third controller", err, nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR)
+	// A freed ID is handed out again once the others are taken.
+	a.close()
+	waitFor(t, "controller 0x20 gone", 5*time.Second, func() bool { return len(s.status().Controllers) == 1 })
+	res, err := connectCmd(t, q, testSubNQN, testHostNQN, nvmeof.CNTLIDDynamic, 5000)
+	if err != nil || res != 0x20 {
+		t.Fatalf("connect after a controller left: %#x %v", res, err)
 	}
 }

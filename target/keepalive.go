@@ -25,11 +25,24 @@ type keepAlive struct {
 }
 
 // newKeepAlive starts a timer of timeout that calls expired once, on its
-// own goroutine, when the host has gone silent.
+// own goroutine, when the host has gone silent. A timeout of 0 disables it
+// (KATO 0 on an I/O controller, as nvmet).
 func newKeepAlive(timeout time.Duration, expired func()) *keepAlive {
 	k := &keepAlive{expired: expired, timeout: timeout, deadline: time.Now().Add(timeout)}
-	k.timer = time.AfterFunc(timeout, k.fire)
+	if timeout == 0 {
+		k.timer = time.AfterFunc(time.Hour, k.fire)
+		k.timer.Stop()
+	} else {
+		k.timer = time.AfterFunc(timeout, k.fire)
+	}
 	return k
+}
+
+// enabled reports whether the timer runs (the timeout is not 0).
+func (k *keepAlive) enabled() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.timeout != 0
 }
 
 // touch records that a command arrived. It is on the I/O path: one atomic
@@ -47,6 +60,11 @@ func (k *keepAlive) reset() {
 	if k.stopped {
 		return
 	}
+	if k.timeout == 0 {
+		k.timer.Stop()
+		return
+	}
+	k.traffic.Store(false) // a whole new period starts now
 	k.deadline = time.Now().Add(k.timeout)
 	k.timer.Reset(k.timeout)
 }
@@ -76,7 +94,7 @@ func (k *keepAlive) stop() {
 
 func (k *keepAlive) fire() {
 	k.mu.Lock()
-	if k.stopped {
+	if k.stopped || k.timeout == 0 {
 		k.mu.Unlock()
 		return
 	}

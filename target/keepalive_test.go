@@ -5,6 +5,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // TestKeepAliveTimer checks the timer logic in a synctest bubble: expiry
@@ -58,6 +61,24 @@ func TestKeepAliveTimer(t *testing.T) {
 			t.Fatalf("expired at %v, want 3s", expiredAt().Sub(start))
 		}
 
+		// A disabled timer (KATO 0) never expires; Set Features can start it.
+		mu.Lock()
+		at = time.Time{}
+		mu.Unlock()
+		start = time.Now()
+		k = newKeepAlive(0, setAt)
+		k.reset()
+		k.touch()
+		time.Sleep(time.Hour)
+		if expired() || k.enabled() {
+			t.Fatal("a disabled timer expired")
+		}
+		k.set(time.Second)
+		time.Sleep(3 * time.Second)
+		if !expired() || expiredAt().Sub(start) != time.Hour+time.Second {
+			t.Fatalf("enabled timer expired at %v", expiredAt().Sub(start))
+		}
+
 		// stop: never expires.
 		mu.Lock()
 		at = time.Time{}
@@ -77,7 +98,7 @@ func TestKeepAliveTimeout(t *testing.T) {
 		kato uint32
 		want time.Duration
 	}{
-		{0, 120 * time.Second},      // nvmet's discovery default, for everybody
+		{0, 120 * time.Second},      // nvmet's discovery default
 		{1, time.Second},            // rounded up to seconds
 		{1500, 2 * time.Second},     // rounded up
 		{5000, 5 * time.Second},     // the Linux default
@@ -89,8 +110,40 @@ func TestKeepAliveTimeout(t *testing.T) {
 		{3600001, time.Hour},        // rounded up, then clamped
 		{120000, 120 * time.Second}, // explicit
 	} {
-		if got := keepAliveTimeout(tc.kato, tun); got != tc.want {
+		if got := keepAliveTimeout(tc.kato, tun, true); got != tc.want {
 			t.Errorf("KATO %d ms: %v, want %v", tc.kato, got, tc.want)
 		}
+		if got := keepAliveTimeout(tc.kato, tun, false); tc.kato != 0 && got != tc.want || tc.kato == 0 && got != 0 {
+			t.Errorf("KATO %d ms on an I/O controller: %v", tc.kato, got)
+		}
+	}
+}
+
+// TestKeepAliveDisabled: KATO 0 on an I/O controller disables keep alive,
+// as nvmet: no timer, and Keep Alive answers Keep Alive Timeout Invalid;
+// Set Features can turn it on.
+func TestKeepAliveDisabled(t *testing.T) {
+	s := startServer(t, testConfig(t, memNS(1, "1MiB")))
+	h, err := connectHost(t, portAddr(s, 1), testSubNQN, testHostNQN, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.setup(0)
+	if v, err := h.getFeature(nvmeof.FeatKeepAliveTimer); err != nil || v != 0 {
+		t.Fatalf("KATO %d %v", v, err)
+	}
+	ka := &rdma.HostRequest{}
+	ka.SQE.BuildKeepAlive()
+	wantStatus(t, "keep alive without KATO", h.adminDo(ka), nvmeof.StatusKeepAliveInvalid)
+	if v, err := h.setFeature(nvmeof.FeatKeepAliveTimer, 1500); err != nil || v != 2000 {
+		t.Fatalf("set KATO: %d %v", v, err)
+	}
+	if err := h.adminDo(ka); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.admin.Done():
+	case <-time.After(6 * time.Second):
+		t.Fatal("controller alive 6 s after KATO 2 s was set")
 	}
 }

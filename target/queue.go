@@ -155,6 +155,10 @@ func (q *queue) finish(r *rdma.Request, st nvmeof.Status) {
 		q.errs.Add(1)
 		if c := q.ctrl.Load(); c != nil {
 			st = c.logError(q.qid, sqe, st)
+			if ce := c.log.Check(zap.DebugLevel, "command failed"); ce != nil {
+				ce.Write(zap.Uint16("qid", q.qid), zap.String("command", nvmeof.OpcodeName(q.qid, sqe)),
+					zap.Uint16("cid", sqe.CID()), zap.Uint32("nsid", sqe.NSID()), zap.Stringer("status", st))
+			}
 		}
 	} else if q.qid != 0 && !sqe.IsFabrics() {
 		switch sqe.Opcode() {
@@ -184,6 +188,13 @@ func (q *queue) completeHeld(r *rdma.Request, st nvmeof.Status) {
 		q.others.Add(1)
 	}
 	r.Complete(st)
+}
+
+// isClosed reports whether QueueClosed has run.
+func (q *queue) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
 }
 
 // park keeps a command unanswered during shutdown.

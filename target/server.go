@@ -34,6 +34,10 @@ type server struct {
 	started   bool
 	stopped   bool
 	startedAt time.Time
+	// phase mirrors started/stopped for Status and Healthy, which must not
+	// wait for a Reload or Shutdown in progress: phaseNew, phaseRunning,
+	// phaseStopped. startedAt is written before phaseRunning is stored.
+	phase atomic.Int32
 
 	regMu      sync.RWMutex
 	cfg        *Config
@@ -54,6 +58,13 @@ type server struct {
 	lastCompleted atomic.Uint64
 	lastCheck     atomic.Int64
 }
+
+// Values of server.phase.
+const (
+	phaseNew = iota
+	phaseRunning
+	phaseStopped
+)
 
 // newServer prepares a server for a validated configuration with defaults
 // applied. It opens nothing.
@@ -103,6 +114,8 @@ func (s *server) start(ctx context.Context) error {
 		return fmt.Errorf("target: start: %w", errors.Join(errs...))
 	}
 	s.started = true
+	s.phase.Store(phaseRunning)
+	s.lastCheck.Store(time.Now().UnixNano())
 	hctx, cancel := context.WithCancel(context.Background())
 	s.hkCancel = cancel
 	s.bg.Add(1)
@@ -149,11 +162,11 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (rdma.ControllerC
 }
 
 // keepAliveTimeout applies the configured keep-alive limits to a KATO.
-func (s *server) keepAliveTimeout(kato uint32) time.Duration {
+func (s *server) keepAliveTimeout(kato uint32, disc bool) time.Duration {
 	s.regMu.RLock()
 	tun := s.cfg.Tuning
 	s.regMu.RUnlock()
-	return keepAliveTimeout(kato, &tun)
+	return keepAliveTimeout(kato, &tun, disc)
 }
 
 // goFlush flushes a subsystem's namespaces in the background, then calls
@@ -255,6 +268,7 @@ func (s *server) shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.stopped = true
+	s.phase.Store(phaseStopped)
 	s.log.Info("shutting down")
 	// No new connections, no new commands: commands that arrive now are
 	// left unanswered, and the host retries them when it reconnects.
@@ -354,9 +368,8 @@ func (s *server) closeAll(deadline <-chan struct{}) error {
 // healthy reports whether every port accepts and the workers make
 // progress.
 func (s *server) healthy() error {
-	s.opMu.Lock()
-	started, stopped := s.started, s.stopped
-	s.opMu.Unlock()
+	phase := s.phase.Load()
+	started, stopped := phase != phaseNew, phase == phaseStopped
 	if !started {
 		return errors.New("target: not started")
 	}
@@ -410,12 +423,12 @@ func (s *server) healthReport(nqn string, nsid uint32) (string, error) {
 
 // status builds the administrators' snapshot.
 func (s *server) status() Status {
-	s.opMu.Lock()
-	startedAt, running := s.startedAt, s.started && !s.stopped
-	s.opMu.Unlock()
+	phase := s.phase.Load()
+	started, stopped := phase != phaseNew, phase == phaseStopped
+	running := started && !stopped
 	var st Status
-	if s.started {
-		st.StartedAt = startedAt
+	if started {
+		st.StartedAt = s.startedAt
 	}
 	s.regMu.RLock()
 	cfg := s.cfg
@@ -433,7 +446,7 @@ func (s *server) status() Status {
 			ps.Connections = len(p.queueList())
 		} else {
 			ps.Error = "not started"
-			if s.stopped {
+			if stopped {
 				ps.Error = "shut down"
 			}
 		}

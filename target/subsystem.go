@@ -55,9 +55,11 @@ func (sub *subsystem) hostAllowed(host string) bool {
 	return cfg.AllowAnyHost || slices.Contains(cfg.AllowedHosts, host)
 }
 
-// addController assigns c a CNTLID in the subsystem's range and registers
-// it. It returns false when every CNTLID in the range is taken.
-func (sub *subsystem) addController(c *controller) bool {
+// addController assigns c a CNTLID in the subsystem's range, runs init
+// (which completes c knowing its CNTLID) and registers it, so that nobody
+// sees a half-built controller. It returns false when every CNTLID in the
+// range is taken.
+func (sub *subsystem) addController(c *controller, init func()) bool {
 	cfg := sub.cfg.Load()
 	lo, hi := cfg.CNTLIDMin, cfg.CNTLIDMax
 	if lo == 0 {
@@ -79,6 +81,7 @@ func (sub *subsystem) addController(c *controller) bool {
 		}
 		if _, used := sub.ctrls[id]; !used {
 			c.cntlid = id
+			init()
 			sub.ctrls[id] = c
 			sub.next = id + 1
 			return true
