@@ -1,0 +1,718 @@
+package interop_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/test/interop/lab"
+)
+
+// The rping interop tests run cmd/iwping (our engine, on the host) against
+// librdmacm's rping over the guest kernel's siw, both ways:
+//
+//	TestIwpingClientKernelServer: iwping -c on the host -> rping -s in the guest (forwarded port)
+//	TestKernelClientIwpingServer: rping -c in the guest -> iwping -s on the host (10.0.2.2)
+//
+// Each run does rpingCount pings with -V (validate) and -v, and the test
+// checks every ping line on both sides against rping's pattern, both exit
+// codes, and that rping wrote nothing to stderr but its normal disconnect
+// messages. iwping is built with -race when the test binary is.
+
+const (
+	rpingCount     = 20
+	rpingGuestPort = 7999
+	// rpingNoProgress is how long an iwping client may go without printing
+	// a ping line before the run counts as stalled. A ping takes
+	// milliseconds (about 1 s for 20 x 64 KiB under TCG), so this only
+	// fires on a real hang.
+	rpingNoProgress = 45 * time.Second
+	// rpingStallProbe is when, without a ping line, the test first looks
+	// at the guest's socket for the known siw accept race (see
+	// diagnoseClientStall); it looks again rpingStallConfirm later.
+	rpingStallProbe   = 3 * time.Second
+	rpingStallConfirm = 2 * time.Second
+)
+
+var rpingSizes = []int{26, 64, 100, 1000, 4096, 16384, 65535}
+
+// rpingCase is one iwping <-> rping run: the ping size and iwping's iWARP
+// options.
+type rpingCase struct {
+	size  int
+	flags []string
+}
+
+func (c rpingCase) name() string {
+	n := fmt.Sprintf("size=%d", c.size)
+	if len(c.flags) == 0 {
+		return n + "/crc=off"
+	}
+	return n + "/" + strings.ReplaceAll(strings.TrimLeft(strings.Join(c.flags, "="), "-"), "=--", ",")
+}
+
+// rpingCases is the table: every size with CRC off and required, plus a
+// few runs with the given extra options.
+func rpingCases(extra ...rpingCase) []rpingCase {
+	var cs []rpingCase
+	for _, size := range rpingSizes {
+		cs = append(cs, rpingCase{size: size}, rpingCase{size: size, flags: []string{"--crc", "required"}})
+	}
+	return append(cs, extra...)
+}
+
+// TestIwpingClientKernelServer runs iwping -c on the host against the
+// kernel's rping -s in the guest, through a forwarded port.
+func TestIwpingClientKernelServer(t *testing.T) {
+	vm := lab.Start(t, labOpts)
+	bin := buildIwping(t)
+	hostPort := vm.ForwardedPort(rpingGuestPort)
+	cases := rpingCases(
+		rpingCase{100, []string{"--p2p"}},
+		rpingCase{65535, []string{"--p2p"}},
+		rpingCase{4096, []string{"--fpdu", "1024"}},
+		rpingCase{65535, []string{"--fpdu", "1024"}},
+		rpingCase{16384, []string{"--p2p", "--crc", "required", "--fpdu", "1024"}},
+	)
+	start := time.Now()
+	var raced []string
+	for _, c := range cases {
+		t.Run(c.name(), func(t *testing.T) {
+			defer func() {
+				if t.Skipped() {
+					raced = append(raced, c.name())
+				}
+			}()
+			runIwpingClient(t, vm, bin, hostPort, c)
+		})
+	}
+	t.Logf("%d runs in %.1fs; %d skipped after hitting the siw accept race: %s", len(cases), time.Since(start).Seconds(), len(raced), strings.Join(raced, " "))
+}
+
+// TestKernelClientIwpingServer runs the kernel's rping -c in the guest
+// against iwping -s on the host's 127.0.0.1 (10.0.2.2 in the guest).
+func TestKernelClientIwpingServer(t *testing.T) {
+	vm := lab.Start(t, labOpts)
+	bin := buildIwping(t)
+	// --p2p is an initiator option and does not apply to iwping -s; siw's
+	// initiator never asks for peer-to-peer mode.
+	cases := rpingCases(
+		rpingCase{1000, []string{"--crc", "offered"}},
+		rpingCase{4096, []string{"--fpdu", "1024"}},
+		rpingCase{65535, []string{"--fpdu", "1024"}},
+		rpingCase{65535, []string{"--crc", "required", "--fpdu", "1024"}},
+	)
+	start := time.Now()
+	for _, c := range cases {
+		t.Run(c.name(), func(t *testing.T) {
+			runIwpingServer(t, vm, bin, c)
+		})
+	}
+	t.Logf("%d runs in %.1fs", len(cases), time.Since(start).Seconds())
+}
+
+// TestIwpingMPARev1KernelServer documents siw's behaviour with an MPA
+// revision 1 request: there is no enhanced header to negotiate IRD/ORD,
+// siw gives the connection ORD 0, and rping -s fails to post its RDMA Read
+// ("post send error"). That is siw's choice, not a failure of ours (iwping
+// against itself works with revision 1; see cmd/iwping); the test checks
+// that it still fails that way, so that a change shows.
+func TestIwpingMPARev1KernelServer(t *testing.T) {
+	vm := lab.Start(t, labOpts)
+	bin := buildIwping(t)
+	hostPort := vm.ForwardedPort(rpingGuestPort)
+	r := startIwpingClient(t, vm, bin, hostPort, rpingCase{100, []string{"--mpa-rev", "1"}}, 3)
+	if r.exitErr == nil {
+		t.Errorf("iwping --mpa-rev 1 against rping -s succeeded; siw used to fail the RDMA Read with ORD 0 (update the test and docs)\n%s", r.describe())
+		return
+	}
+	if !strings.Contains(r.srvErr, "post send error") {
+		t.Fatalf("rping -s did not fail with \"post send error\" as expected for an MPA revision 1 connection\n%s", r.describe())
+	}
+	if r.srvExitErr == nil {
+		t.Errorf("rping -s printed \"post send error\" but exited 0\n%s", r.describe())
+	}
+	t.Logf("as expected: rping -s: %q; iwping: %v", strings.TrimSpace(r.srvErr), r.exitErr)
+}
+
+// clientRun is the outcome of one iwping -c run against rping -s.
+type clientRun struct {
+	out, stderr        string // iwping
+	exitErr            error  // iwping's exit
+	srvOut, srvErr     string // rping -s
+	srvExitErr         error
+	elapsed            time.Duration
+	stalled            error  // why the run counts as stalled
+	guestSocket, dmesg string // diagnostics, filled on failure
+}
+
+func (r *clientRun) describe() string {
+	return fmt.Sprintf("iwping exit: %v\niwping stdout (%d bytes):\n%s\niwping stderr:\n%s\nrping -s exit: %v\nrping -s stdout (%d bytes):\n%s\nrping -s stderr:\n%s",
+		r.exitErr, len(r.out), clipOutput(r.out), clipOutput(r.stderr), r.srvExitErr, len(r.srvOut), clipOutput(r.srvOut), r.srvErr)
+}
+
+func runIwpingClient(t *testing.T, vm *lab.VM, bin string, hostPort int, c rpingCase) {
+	r := startIwpingClient(t, vm, bin, hostPort, c, rpingCount)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf(format, args...)
+		t.Logf("%s\nguest dmesg (tail):\n%s", r.describe(), lastLines(vm.Dmesg(), 40))
+	}
+	if r.exitErr != nil {
+		fail("iwping -c: %v", r.exitErr)
+		return
+	}
+	if r.srvExitErr != nil {
+		fail("rping -s: %v", r.srvExitErr)
+		return
+	}
+	if err := checkPingLines(r.out, "ping data: ", c.size, rpingCount); err != nil {
+		fail("iwping -c output: %v", err)
+	}
+	if err := checkPingLines(r.srvOut, "server ping data: ", c.size, rpingCount); err != nil {
+		fail("rping -s output: %v", err)
+	}
+	if err := checkRpingStderr(r.srvErr); err != nil {
+		fail("rping -s: %v", err)
+	}
+	t.Logf("%d x %d B verified both ways in %.2fs", rpingCount, c.size, r.elapsed.Seconds())
+}
+
+// startIwpingClient starts rping -s in the guest, waits until it listens,
+// runs iwping -c against it and collects both sides. A stall (no ping line
+// for rpingNoProgress, or the siw accept race) is diagnosed and ends the test
+// (see diagnoseClientStall).
+func startIwpingClient(t *testing.T, vm *lab.VM, bin string, hostPort int, c rpingCase, count int) *clientRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srvCmd := fmt.Sprintf("rping -s -a %s -p %d -S %d -V -v", vm.GuestAddr(), rpingGuestPort, c.size)
+	srv := vm.Background(ctx, keepStderr(srvCmd))
+	defer srv.Kill()
+	if err := srv.WaitListening(ctx, rpingGuestPort); err != nil {
+		t.Fatalf("rping -s: %v", err)
+	}
+	args := append([]string{"-c", "-a", "127.0.0.1", "-p", strconv.Itoa(hostPort), "-C", strconv.Itoa(count), "-S", strconv.Itoa(c.size), "-v", "-V"}, c.flags...)
+	cmd := exec.Command(bin, args...)
+	out := &progressWriter{}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	t.Logf("guest: %s; host: iwping %s", srvCmd, strings.Join(args, " "))
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	r := &clientRun{}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var firstRecvQ int
+	probed := false
+wait:
+	for {
+		select {
+		case r.exitErr = <-done:
+			break wait
+		case <-tick.C:
+		}
+		idle := time.Since(out.lastLine(start))
+		switch {
+		case idle >= rpingNoProgress:
+			r.stalled = fmt.Errorf("no ping line from iwping -c for %v", idle.Round(time.Second))
+		case idle >= rpingStallProbe && !probed:
+			probed = true
+			firstRecvQ, _ = guestRecvQ(vm, rpingGuestPort)
+			continue
+		case probed && firstRecvQ > 0 && idle >= rpingStallProbe+rpingStallConfirm:
+			// The same bytes are still unread in the guest kernel 2 s
+			// later (siw reads in the socket's data-ready callback, at
+			// once), and iwping waits for an answer: siw will never
+			// read them (see diagnoseClientStall).
+			if q, _ := guestRecvQ(vm, rpingGuestPort); q == firstRecvQ && out.lines() == 0 {
+				r.stalled = fmt.Errorf("no ping line from iwping -c for %v, and %d bytes sit unread in the guest's socket", idle.Round(time.Second), q)
+			} else {
+				firstRecvQ = 0
+			}
+		}
+		if r.stalled != nil {
+			diagnoseClientStall(t, vm, cmd, done, srv, r, out, &stderr, hostPort)
+			return r
+		}
+	}
+	r.elapsed = time.Since(start)
+	r.out, r.stderr = out.String(), stderr.String()
+	// rping -s ends when iwping disconnects.
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	select {
+	case <-srv.Done():
+	case <-wctx.Done():
+		r.srvExitErr = fmt.Errorf("rping -s did not exit within 60 s of iwping's disconnect")
+		srv.Kill()
+	}
+	sout, serr := srv.Wait()
+	r.srvOut, r.srvErr = splitStderr(sout)
+	if r.srvExitErr == nil {
+		r.srvExitErr = serr
+	}
+	return r
+}
+
+// diagnoseClientStall handles an iwping -c run that stopped making progress.
+// It records the guest's view of the connection, sends SIGQUIT to iwping for
+// a goroutine dump, stops rping -s, and reports on t.
+//
+// One stall has a known cause in the kernel, and the test skips with the
+// evidence when it sees it. siw_accept() (drivers/infiniband/sw/siw/siw_cm.c,
+// in the lab's Debian 6.1 kernel and in upstream's) sends the MPA Reply
+// before siw_qp_socket_assoc() installs the QP's socket callbacks, although
+// its own comment says the callbacks must be in place first. An FPDU that
+// arrives in that window is left in the socket by siw_cm_llp_data_ready()
+// (the endpoint is already in RDMA mode), and nothing reads it until more
+// data, or a FIN, arrives. iwping sends its first Send (the read
+// advertisement; with --p2p, the RTR and then the Send) as soon as it has the
+// Reply and waits for rping's answer, so both sides wait for ever. The
+// guest's ss shows the FPDU's bytes as the connection's Recv-Q, and siw's
+// dynamic debug shows "siw_cm_llp_data_ready: cep state: 7" right after "send
+// mpa reply". Any other stall fails the test.
+func diagnoseClientStall(t *testing.T, vm *lab.VM, cmd *exec.Cmd, done <-chan error, srv *lab.Job, r *clientRun, out *progressWriter, stderr *bytes.Buffer, hostPort int) {
+	t.Helper()
+	recvQ, sock := guestRecvQ(vm, rpingGuestPort)
+	r.guestSocket = sock
+	qp := guestDiag(vm, "rdma res show qp; rdma res show cm_id")
+	hostSock, _ := exec.Command("ss", "-tnoi", fmt.Sprintf("( dport = :%d )", hostPort)).CombinedOutput()
+	_ = cmd.Process.Signal(syscall.SIGQUIT) // the Go runtime prints every goroutine's stack and exits 2
+	select {
+	case r.exitErr = <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		r.exitErr = <-done
+	}
+	r.out, r.stderr = out.String(), stderr.String()
+	srv.Kill()
+	sout, serr := srv.Wait()
+	r.srvOut, r.srvErr = splitStderr(sout)
+	r.srvExitErr = serr
+	r.dmesg = vm.Dmesg()
+	report := fmt.Sprintf("%v\n\nguest socket of rping -s (ss -tnoi):\n%s\nguest rdma res:\n%s\nhost socket of iwping (ss -tnoi):\n%s\n"+
+		"iwping: %v; stdout %d bytes; goroutines after SIGQUIT (frames of this module):\n%s\n"+
+		"rping -s exit: %v\nrping -s stdout (%d bytes):\n%s\nrping -s stderr:\n%s",
+		r.stalled, sock, qp, hostSock, r.exitErr, len(r.out), goroutineSummary(r.stderr), r.srvExitErr, len(r.srvOut), clipOutput(r.srvOut), r.srvErr)
+	if recvQ > 0 && out.lines() == 0 && strings.Contains(r.stderr, "goroutine ") && strings.Contains(r.stderr, "PollWait") {
+		t.Logf("%s\nguest dmesg (tail):\n%s", report, lastLines(r.dmesg, 10))
+		t.Skipf("known siw bug, not ours: iwping's first FPDU(s) (%d bytes) arrived while siw_accept() was between sending the MPA Reply and installing the QP's socket callbacks, "+
+			"and siw never read them (guest socket Recv-Q %d, rping still waiting, iwping waiting for the answer in PollWait). See diagnoseClientStall in rping_test.go", recvQ, recvQ)
+	}
+	t.Fatalf("iwping -c against rping -s stalled: %s\niwping stdout:\n%s\niwping stderr (goroutine dump):\n%s\nguest dmesg (tail):\n%s",
+		report, clipOutput(r.out), r.stderr, lastLines(r.dmesg, 60))
+}
+
+// goroutineSummary shortens a Go goroutine dump to each goroutine's header
+// and its frames in this module (package main included), with file:line.
+func goroutineSummary(dump string) string {
+	var b strings.Builder
+	for _, blk := range strings.Split(dump, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(blk), "\n")
+		if !strings.HasPrefix(lines[0], "goroutine ") {
+			continue
+		}
+		var frames []string
+		for i, l := range lines[1:] {
+			if !strings.HasPrefix(l, "github.com/nvmetd/nvmetd/") && !strings.HasPrefix(l, "main.") {
+				continue
+			}
+			if j := strings.LastIndex(l, "("); j > 0 {
+				l = l[:j]
+			}
+			if i+2 < len(lines) {
+				if f := strings.Fields(lines[i+2]); len(f) > 0 {
+					l += " " + filepath.Base(f[0])
+				}
+			}
+			frames = append(frames, "\t"+l)
+		}
+		if len(frames) > 0 {
+			b.WriteString(lines[0] + "\n" + strings.Join(frames, "\n") + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return "(no goroutine of this module in the dump)"
+	}
+	return b.String()
+}
+
+// guestRecvQ returns the Recv-Q of the guest's established TCP connection on
+// local port port (and ss's description of it), or -1.
+func guestRecvQ(vm *lab.VM, port int) (int, string) {
+	s := guestDiag(vm, fmt.Sprintf("ss -Htnoi state established '( sport = :%d )'", port))
+	f := strings.Fields(s)
+	if len(f) < 1 {
+		return -1, s
+	}
+	q, err := strconv.Atoi(f[0])
+	if err != nil {
+		return -1, s
+	}
+	return q, s
+}
+
+func guestDiag(vm *lab.VM, cmd string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := vm.Exec(ctx, cmd)
+	if err != nil {
+		return fmt.Sprintf("%s(%v)", out, err)
+	}
+	return out
+}
+
+func runIwpingServer(t *testing.T, vm *lab.VM, bin string, c rpingCase) {
+	port := freeLocalPort(t)
+	args := append([]string{"-s", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-S", strconv.Itoa(c.size), "-v"}, c.flags...)
+	cmd := exec.Command(bin, args...)
+	var out, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var srvErr error
+	exited := false
+	waitServer := func(limit time.Duration) bool {
+		if exited {
+			return true
+		}
+		timeout := time.After(limit)
+		if limit <= 0 {
+			c := make(chan time.Time)
+			close(c)
+			timeout = c
+		}
+		select {
+		case srvErr = <-done:
+			exited = true
+		default:
+			select {
+			case srvErr = <-done:
+				exited = true
+			case <-timeout:
+			}
+		}
+		return exited
+	}
+	// quit takes a goroutine dump of a server that should have ended.
+	quit := func(why string) {
+		if waitServer(0) {
+			return
+		}
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		if !waitServer(15 * time.Second) {
+			_ = cmd.Process.Kill()
+			waitServer(time.Minute)
+		}
+		srvErr = fmt.Errorf("%s; SIGQUIT sent (goroutine dump on its stderr): %v", why, srvErr)
+	}
+	defer quit("iwping -s still running at the end of the test")
+	if err := waitHostListening(port, done, 20*time.Second); err != nil {
+		t.Fatalf("iwping %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	cliCmd := fmt.Sprintf("rping -c -a %s -p %d -C %d -S %d -vV", vm.HostAddr(), port, rpingCount, c.size)
+	t.Logf("host: iwping %s; guest: %s", strings.Join(args, " "), cliCmd)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cli := vm.Background(ctx, keepStderr(cliCmd))
+	var hung string
+	select {
+	case <-cli.Done():
+	case <-time.After(rpingNoProgress + 45*time.Second):
+		// rping -c has hung: the guest's view and a goroutine dump of the
+		// server before the connection goes away.
+		hung = guestDiag(vm, fmt.Sprintf("ss -tnoi '( dport = :%d )'; rdma res show qp; rdma res show cm_id", port))
+		quit("rping -c hung")
+		cli.Kill()
+	}
+	cliOut, cliErr := cli.Wait()
+	elapsed := time.Since(start)
+	cliOut, cliStderr := splitStderr(cliOut)
+	if !waitServer(30 * time.Second) {
+		quit("iwping -s did not exit within 30 s of the end of rping -c")
+	}
+	describe := func() string {
+		return fmt.Sprintf("rping -c exit: %v\nrping -c stdout (%d bytes):\n%s\nrping -c stderr:\n%s\niwping -s exit: %v\niwping -s stdout (%d bytes):\n%s\niwping -s stderr:\n%s\nguest dmesg (tail):\n%s",
+			cliErr, len(cliOut), clipOutput(cliOut), cliStderr, srvErr, len(out.String()), clipOutput(out.String()), clipOutput(stderr.String()), lastLines(vm.Dmesg(), 40))
+	}
+	if hung != "" {
+		t.Fatalf("rping -c against iwping -s hung for %v\nguest:\n%s\n%s", elapsed.Round(time.Second), hung, describe())
+	}
+	if cliErr != nil {
+		t.Fatalf("rping -c: %v\n%s", cliErr, describe())
+	}
+	if srvErr != nil {
+		t.Fatalf("iwping -s: %v\n%s", srvErr, describe())
+	}
+	if err := checkPingLines(cliOut, "ping data: ", c.size, rpingCount); err != nil {
+		t.Errorf("rping -c output: %v\n%s", err, describe())
+	}
+	if err := checkPingLines(out.String(), "server ping data: ", c.size, rpingCount); err != nil {
+		t.Errorf("iwping -s output: %v\n%s", err, describe())
+	}
+	if err := checkRpingStderr(cliStderr); err != nil {
+		t.Errorf("rping -c: %v\n%s", err, describe())
+	}
+	if s := stderr.String(); s != "" {
+		t.Logf("iwping -s stderr:\n%s", clipOutput(s))
+	}
+	t.Logf("%d x %d B verified both ways in %.2fs", rpingCount, c.size, elapsed.Seconds())
+}
+
+// pingText is the text of ping number ping of the given size, as rping's
+// client fills its buffer: "rdma-ping-N: " and then letters from 'A'+N
+// (modulo the 58 characters 'A'..'z'), wrapping from 'z' to 'A', up to the
+// NUL in the last byte.
+func pingText(ping, size int) string {
+	b := make([]byte, size-1)
+	cc := copy(b, fmt.Sprintf("rdma-ping-%d: ", ping))
+	c := byte('A' + ping%58)
+	for i := cc; i < len(b); i++ {
+		b[i] = c
+		if c++; c > 'z' {
+			c = 'A'
+		}
+	}
+	return string(b)
+}
+
+// checkPingLines checks that out holds exactly count lines prefix+ping text,
+// in order.
+func checkPingLines(out, prefix string, size, count int) error {
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			got = append(got, l)
+		}
+	}
+	if len(got) != count {
+		return fmt.Errorf("%d lines %q, want %d", len(got), prefix+"...", count)
+	}
+	for i, l := range got {
+		if want := prefix + pingText(i, size); l != want {
+			return fmt.Errorf("ping %d: got %q (%d bytes), want %q (%d bytes)", i, clipOutput(l), len(l), clipOutput(want), len(want))
+		}
+	}
+	return nil
+}
+
+// stderrMark starts the lines of a guest command's stderr that keepStderr
+// appends to its stdout.
+const stderrMark = "stderr| "
+
+// keepStderr makes the guest command cmd append its stderr, each line marked
+// with stderrMark, to its stdout when it ends, keeping its exit status: the
+// harness returns stderr only for a failed command, and rping's stderr
+// matters when it succeeds too. (Merging the two streams instead would cut
+// rping's block-buffered stdout lines.)
+func keepStderr(cmd string) string {
+	return fmt.Sprintf("%s 2>/tmp/stderr.$$; rc=$?; sed 's/^/%s/' /tmp/stderr.$$; rm -f /tmp/stderr.$$; exit $rc", cmd, stderrMark)
+}
+
+// splitStderr separates the lines keepStderr appended from the command's
+// stdout.
+func splitStderr(out string) (stdout, stderr string) {
+	var o, e strings.Builder
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, stderrMark); ok {
+			e.WriteString(rest)
+		} else {
+			o.WriteString(l)
+		}
+	}
+	return o.String(), e.String()
+}
+
+// rpingNormalStderr matches what rping writes to stderr on a normal end: the
+// disconnect event, and the server's wait that the disconnect ends (state 10
+// is DISCONNECTED).
+var rpingNormalStderr = regexp.MustCompile(`^((server|client) DISCONNECT EVENT\.\.\.|wait for RDMA_READ_ADV state 10)$`)
+
+func checkRpingStderr(s string) error {
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l != "" && !rpingNormalStderr.MatchString(l) {
+			return fmt.Errorf("error on stderr: %q (all of stderr: %q)", l, s)
+		}
+	}
+	return nil
+}
+
+var buildMu sync.Mutex
+
+// buildIwping builds cmd/iwping for the host into t's temporary directory,
+// with -race if this test binary has the race detector.
+func buildIwping(t *testing.T) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	out := filepath.Join(t.TempDir(), "iwping")
+	args := []string{"build", "-o", out}
+	if raceEnabled() {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/nvmetd/nvmetd/cmd/iwping")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	start := time.Now()
+	if b, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	t.Logf("built iwping (race detector: %v) in %.1fs", raceEnabled(), time.Since(start).Seconds())
+	return out
+}
+
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// freeLocalPort returns a TCP port that is free on 127.0.0.1 at the moment.
+func freeLocalPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// waitHostListening waits until a TCP socket listens on 127.0.0.1:port (from
+// /proc/net/tcp, without connecting to it), or the server exits.
+func waitHostListening(port int, exited <-chan error, limit time.Duration) error {
+	want := fmt.Sprintf("0100007F:%04X", port)
+	deadline := time.Now().Add(limit)
+	for {
+		if b, err := os.ReadFile("/proc/net/tcp"); err == nil {
+			sc := bufio.NewScanner(bytes.NewReader(b))
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				if len(f) > 3 && f[1] == want && f[3] == "0A" { // TCP_LISTEN
+					return nil
+				}
+			}
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("exited before listening on port %d: %v", port, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listening on 127.0.0.1:%d after %v", port, limit)
+		}
+	}
+}
+
+// progressWriter collects a command's output and notes when it last
+// completed a line.
+type progressWriter struct {
+	mu    sync.Mutex
+	b     bytes.Buffer
+	n     int
+	lastT time.Time
+}
+
+func (w *progressWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if k := bytes.Count(p, []byte{'\n'}); k > 0 {
+		w.n += k
+		w.lastT = time.Now()
+	}
+	return w.b.Write(p)
+}
+
+// lastLine returns when the last line was completed, or start.
+func (w *progressWriter) lastLine(start time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastT.IsZero() {
+		return start
+	}
+	return w.lastT
+}
+
+func (w *progressWriter) lines() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+func (w *progressWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// clipOutput shortens long output (64 KiB ping lines) for the log: each line to
+// 200 bytes, and the whole to its last 100 lines.
+func clipOutput(s string) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > 100 {
+		lines = append([]string{fmt.Sprintf("[... %d lines ...]", len(lines)-100)}, lines[len(lines)-100:]...)
+	}
+	for i, l := range lines {
+		if len(l) > 200 {
+			lines[i] = fmt.Sprintf("%s[... %d bytes]", l[:200], len(l))
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
