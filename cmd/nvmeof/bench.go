@@ -271,8 +271,11 @@ func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, p
 	default:
 		return nil, fmt.Errorf("unknown rw %q (read, write, randread, randwrite, rw, randrw)", p.RW)
 	}
-	if p.RW == "read" || p.RW == "randread" {
+	switch p.RW {
+	case "read", "randread":
 		b.mix = 100
+	case "write", "randwrite":
+		b.mix = 0
 	}
 	if p.Verify && b.unit < 16 {
 		return nil, errors.New("verify needs blocks of at least 16 bytes")

@@ -26,6 +26,7 @@ type connectOpts struct {
 	// mount, if set, is where the namespace's filesystem is mounted
 	// (through a loop device on the FUSE file).
 	mount     string
+	loop      bool // attach a loop device without mounting
 	mountNSID uint32
 	fstype    string
 	mkfs      bool
@@ -47,6 +48,7 @@ type connectOptsJSON struct {
 	ConnectTimeout, IOTimeout                        time.Duration
 	MaxTransfer                                      int
 	Mount                                            string
+	Loop                                             bool
 	MountNSID                                        uint32
 	FSType                                           string
 	MKFS                                             bool
@@ -58,7 +60,7 @@ func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.connTimeout, f.ioTimeout, f.maxTransfer,
-		o.mount, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -67,7 +69,7 @@ func (j connectOptsJSON) opts() connectOpts {
 			hostid: j.HostID, nrIOQueues: j.NrIOQueues, queueSize: j.QueueSize, keepAliveTmo: j.KeepAliveTmo,
 			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, connTimeout: j.ConnectTimeout,
 			ioTimeout: j.IOTimeout, maxTransfer: j.MaxTransfer},
-		mount: j.Mount, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
+		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
 		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO,
 	}
 }
@@ -75,7 +77,8 @@ func (j connectOptsJSON) opts() connectOpts {
 func (o *connectOpts) addFlags(fs *pflag.FlagSet) {
 	o.fabrics.addFlags(fs, true)
 	fs.StringVar(&o.mount, "mount", "", "mount the namespace's filesystem on this directory (FUSE file, loop device, mount)")
-	fs.Uint32Var(&o.mountNSID, "mount-nsid", 0, "namespace to mount (default: the first)")
+	fs.BoolVar(&o.loop, "loop", false, "attach the namespace's file to a loop device (implied by --mount)")
+	fs.Uint32Var(&o.mountNSID, "mount-nsid", 0, "namespace for --mount and --loop (default: the first)")
 	fs.StringVar(&o.fstype, "fstype", "ext4", "filesystem type for --mount (ext4, xfs, ...)")
 	fs.BoolVar(&o.mkfs, "mkfs", false, "make the filesystem first (mkfs.FSTYPE): destroys the namespace's data")
 	fs.StringVar(&o.mountOpts, "mount-options", "", "mount -o options")

@@ -211,6 +211,9 @@ func mountFUSE(dir, name string, directIO bool, nss []*initiator.Namespace) (*fu
 			AllowOther:        true,
 			MaxWrite:          1 << 20,
 			MaxBackground:     128,
+			// The read data is in our buffer already: write it to
+			// /dev/fuse (a splice of a 1 MiB read does not fit a pipe).
+			DisableSplice: true,
 			// Let the kernel keep several direct I/O requests of one
 			// file in flight (a loop device with direct I/O on).
 			ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_PARALLEL_DIROPS,

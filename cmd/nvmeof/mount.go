@@ -80,3 +80,17 @@ func unmountFS(dir string) error {
 	_, err := runTool("umount", dir)
 	return err
 }
+
+// isMounted reports whether dir is a mount point (/proc/self/mounts).
+func isMounted(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return true // cannot tell: try to unmount
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == dir {
+			return true
+		}
+	}
+	return false
+}

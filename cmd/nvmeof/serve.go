@@ -152,7 +152,7 @@ func (d *daemon) start() error {
 		return fmt.Errorf("FUSE mount on %s: %w", devDir, err)
 	}
 	d.refreshNamespaces()
-	if d.opts.mount != "" {
+	if d.opts.mount != "" || d.opts.loop {
 		if err := d.mountNamespace(); err != nil {
 			return err
 		}
@@ -194,6 +194,9 @@ func (d *daemon) mountNamespace() error {
 		if err := makeFS(d.opts.fstype, loop); err != nil {
 			return err
 		}
+	}
+	if d.opts.mount == "" {
+		return nil
 	}
 	if err := mountFS(d.opts.fstype, loop, d.opts.mount, d.opts.mountOpts); err != nil {
 		return err
@@ -361,14 +364,23 @@ func (d *daemon) stop(force bool) error {
 	d.mu.Lock()
 	nss := append([]nsState(nil), d.st.Namespaces...)
 	d.mu.Unlock()
+	if force && d.ctrl != nil && d.ctrl.State() != initiator.StateLive {
+		// The target is away: fail the waiting I/O now (the filesystem
+		// sees errors) instead of blocking the unmount until ctrl_loss_tmo.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = d.ctrl.Close(ctx)
+		cancel()
+	}
 	for i, n := range nss {
-		if n.Mount != "" {
-			if err := unmountFS(n.Mount); err != nil {
-				if !force {
-					return fmt.Errorf("cannot unmount %s (nothing disconnected): %w", n.Mount, err)
-				}
+		if n.Mount != "" && !isMounted(n.Mount) {
+			d.log.Info("already unmounted", zap.String("dir", n.Mount))
+		} else if n.Mount != "" && force {
+			if _, err := runTool("umount", "-l", n.Mount); err != nil {
 				d.log.Warn("lazy unmount", zap.Error(err))
-				_, _ = runTool("umount", "-l", n.Mount)
+			}
+		} else if n.Mount != "" {
+			if err := unmountFS(n.Mount); err != nil {
+				return fmt.Errorf("cannot unmount %s (nothing disconnected; --force unmounts lazily): %w", n.Mount, err)
 			}
 			nss[i].Mount = ""
 			d.log.Info("unmounted", zap.String("dir", n.Mount))
