@@ -22,7 +22,8 @@ import (
 // file afterwards.
 func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ns.img")
-	cfg := testConfig(t, NamespaceConfig{NSID: 1, Backend: BackendConfig{Kind: "file", Path: path, Size: "64MiB"}})
+	const nsBlocks = 1 << 30 / 512
+	cfg := testConfig(t, NamespaceConfig{NSID: 1, Backend: BackendConfig{Kind: "file", Path: path, Size: "1GiB"}})
 	c := cfg.Clone()
 	c.ApplyDefaults()
 	tgt, err := New(c, testLogger(t))
@@ -55,11 +56,14 @@ func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 				select {
 				case <-stop:
 				default:
-					if inflight < 16 {
-						mu.Lock()
-						lba := next
+					mu.Lock()
+					lba := next
+					room := lba+16 <= nsBlocks
+					if room && inflight < 16 {
 						next += 16
-						mu.Unlock()
+					}
+					mu.Unlock()
+					if room && inflight < 16 {
 						r := rw(true, 1, lba, pattern(8192, qi*100000+i), 512)
 						r.Done = func(r *rdma.HostRequest) { done <- r }
 						if q.Submit(r) == nil {
@@ -97,7 +101,7 @@ func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	if len(nvmeErrs) > 0 {
-		t.Fatalf("writes failed with an NVMe status during shutdown: %v", nvmeErrs)
+		t.Fatalf("%d writes failed with an NVMe status during shutdown, first %v", len(nvmeErrs), nvmeErrs[0])
 	}
 	for _, q := range append(h.io, h.admin) {
 		select {
