@@ -57,6 +57,9 @@ type controller struct {
 	// csts mirrors CSTS for the lock-free ready check of every command.
 	csts atomic.Uint32
 	dead atomic.Bool
+	// revoked is set when a reload disallows the host: from then on its
+	// I/O is refused (Access Denied) until the controller is torn down.
+	revoked atomic.Bool
 
 	mu sync.Mutex
 	cc nvmeof.CC

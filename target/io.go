@@ -26,6 +26,12 @@ func (q *queue) handleIO(c *controller, r *rdma.Request) {
 		q.finish(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
 		return
 	}
+	if c.revoked.Load() {
+		// The host is no longer allowed into the subsystem; its
+		// controller is being torn down.
+		q.finish(r, nvmeof.StatusAccessDenied|nvmeof.StatusDNR)
+		return
+	}
 	op := sqe.Opcode()
 	nsid := sqe.NSID()
 	if op == nvmeof.NVMFlush && nsid == nvmeof.NSIDAll {

@@ -128,6 +128,13 @@ func (s *server) reload(nc *Config) error {
 		if sub := s.subsystems[sc.NQN]; sub != nil {
 			c := sc.New
 			sub.cfg.Store(&c)
+			// From now on the I/O of disallowed hosts is refused; their
+			// controllers are torn down below.
+			for _, ctrl := range sub.controllers() {
+				if !sub.hostAllowed(ctrl.hostNQN) {
+					ctrl.revoked.Store(true)
+				}
+			}
 		}
 	}
 	for _, pc := range d.PortsRemoved {
@@ -181,7 +188,7 @@ func (s *server) reload(nc *Config) error {
 			continue
 		}
 		for _, c := range sub.controllers() {
-			if !sub.hostAllowed(c.hostNQN) {
+			if c.revoked.Load() || !sub.hostAllowed(c.hostNQN) {
 				c.teardown("host no longer allowed")
 			}
 		}

@@ -272,3 +272,19 @@ func TestReloadListener(t *testing.T) {
 	}
 	mustConnect(t, portAddr(s, 1), testSubNQN)
 }
+
+// TestRevokedHostAccessDenied: between a reload disallowing a host and the
+// teardown of its controller, its I/O is refused with Access Denied.
+func TestRevokedHostAccessDenied(t *testing.T) {
+	s := startServer(t, testConfig(t, memNS(1, "1MiB")))
+	h := mustConnect(t, portAddr(s, 1), testSubNQN)
+	h.setup(1)
+	s.regMu.RLock()
+	sub := s.subsystems[testSubNQN]
+	s.regMu.RUnlock()
+	c := sub.controllers()[0]
+	c.revoked.Store(true) // what reload does before the teardown
+	wantStatus(t, "read of a revoked host", do(t, h.io[0], rw(false, 1, 0, make([]byte, 512), 512)), nvmeof.StatusAccessDenied|nvmeof.StatusDNR)
+	c.teardown("test")
+	<-h.admin.Done()
+}
