@@ -1,6 +1,7 @@
 package target
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -303,6 +304,113 @@ func TestBadCommands(t *testing.T) {
 	}
 	h.alive("after a short capsule on another queue")
 	if err := do(t, h.io[0], rw(false, 1, 0, make([]byte, 512), 512)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRandomCommands sends thousands of random commands (random opcodes,
+// NSIDs and dwords, with no data, keyed data or in-capsule data) on the
+// admin queue and an I/O queue of a live controller: every one must be
+// answered, the target must not crash, and good I/O must work afterwards.
+func TestRandomCommands(t *testing.T) {
+	s := startServer(t, testConfig(t, memNS(1, "1MiB"), NamespaceConfig{NSID: 2, Backend: BackendConfig{Kind: "null", Size: "1MiB"}}))
+	addr := portAddr(s, 1)
+	h := mustConnect(t, addr, testSubNQN)
+	h.setup(1)
+
+	admin := dialRaw(t, addr, 0, 32)
+	buf := make([]byte, 1<<20)
+	stag, ta := admin.register(buf)
+	d := connectDataFor(testSubNQN, testHostNQN, nvmeof.CNTLIDDynamic)
+	copy(buf, d[:])
+	cqe, err := admin.send(connectSQE(0, 31, false, stag, ta)[:])
+	if err != nil || cqe.Status() != nvmeof.StatusSuccess {
+		t.Fatalf("connect: %v %v", cqe.Status(), err)
+	}
+	cntlid := uint16(cqe.Result())
+	var cc nvmeof.SQE
+	cc.BuildPropertySet(nvmeof.PropCC, 0x460001)
+	cc.SGL1().SetNull()
+	if _, err := admin.send(cc[:]); err != nil {
+		t.Fatal(err)
+	}
+	io := dialRaw(t, addr, 1, 32)
+	if cqe, err := io.send(connectSQE(1, 31, true, 0, 0)[:], connectDataFor(testSubNQN, testHostNQN, cntlid)[:]); err != nil || cqe.Status() != nvmeof.StatusSuccess {
+		t.Fatalf("I/O connect: %v %v", cqe.Status(), err)
+	}
+	iostag, ioaddr := io.register(make([]byte, 1<<20))
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	opsAdmin := []uint8{0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x08, 0x09, 0x0A, 0x0D, 0x10, 0x18, 0x7F, 0x80, 0x81, 0xC1, 0xFF}
+	opsIO := []uint8{0x00, 0x01, 0x02, 0x04, 0x05, 0x08, 0x09, 0x0C, 0x0D, 0x7F, 0x99, 0xFF}
+	for i := 0; i < 3000; i++ {
+		r, ops, key, base := admin, opsAdmin, stag, ta
+		if i%2 == 1 {
+			r, ops, key, base = io, opsIO, iostag, ioaddr
+		}
+		var sqe nvmeof.SQE
+		sqe.SetOpcode(ops[rng.IntN(len(ops))])
+		sqe.SetPSDT(1)
+		if rng.IntN(20) == 0 {
+			sqe.SetFlags(uint8(rng.Uint32()))
+		}
+		for dw := 1; dw < 16; dw++ {
+			if dw >= 6 && dw <= 9 {
+				continue // DPTR below
+			}
+			if rng.IntN(3) == 0 {
+				sqe.SetCDW(dw, rng.Uint32())
+			}
+		}
+		switch rng.IntN(4) {
+		case 0:
+			sqe.SetNSID(uint32(rng.IntN(4)))
+			if rng.IntN(4) == 0 {
+				sqe.SetNSID(nvmeof.NSIDAll)
+			}
+		}
+		if sqe.Opcode() == nvmeof.OpFabrics {
+			sqe.SetFCType([]uint8{0, 1, 4, 5, 6, 8, 0x7F}[rng.IntN(7)])
+			if sqe.FCType() == nvmeof.FCTypePropertySet {
+				sqe.PropertySetCmd().SetOffset(nvmeof.PropCC)
+				sqe.PropertySetCmd().SetValue(0x460001) // keep the controller enabled
+			}
+		}
+		if sqe.Opcode() == nvmeof.AdminAsyncEvent && r == admin {
+			continue // held, never answered
+		}
+		if sqe.Opcode() == nvmeof.AdminSetFeatures && r == admin && sqe.FeaturesCmd().FID() == nvmeof.FeatKeepAliveTimer {
+			continue // could end the controller while we are silent
+		}
+		var capsule [][]byte
+		capsule = append(capsule, sqe[:])
+		switch rng.IntN(4) {
+		case 0:
+			sqe.SGL1().SetNull()
+		case 1:
+			sqe.SGL1().SetKeyed(base, uint32(512*(1+rng.IntN(16))), key, false) // (an invalidating response would end our MR)
+		case 2:
+			sqe.SGL1().SetKeyed(base, 4096, key, false)
+		case 3:
+			if r == io {
+				n := 512 * (1 + rng.IntN(8))
+				sqe.SGL1().SetInCapsule(0, uint32(n))
+				capsule = append(capsule, make([]byte, n))
+			} else {
+				sqe.SGL1().SetNull()
+			}
+		}
+		cqe, err := r.send(capsule...)
+		if err != nil {
+			t.Fatalf("command %d (%s): %v", i, nvmeof.OpcodeName(0, &sqe), err)
+		}
+		if cqe.CID() != sqe.CID() {
+			t.Fatalf("command %d: CID %#x, want %#x", i, cqe.CID(), sqe.CID())
+		}
+	}
+	// The controller of the well-behaved host is unaffected.
+	h.alive("after random commands on another controller")
+	if err := do(t, h.io[0], rw(true, 1, 8, pattern(4096, 3), 512)); err != nil {
 		t.Fatal(err)
 	}
 }
