@@ -138,8 +138,12 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		return
 	}
 	q.ctrl.Store(c)
-	c.log.Info("controller created", zap.Uint16("port_id", q.port.id), zap.Bool("discovery", sub.disc),
-		zap.Duration("kato", kato), zap.Uint32("requested_kato_ms", cmd.KATO()))
+	lf := []zap.Field{zap.Uint16("port_id", q.port.id), zap.Bool("discovery", sub.disc),
+		zap.Duration("kato", kato), zap.Uint32("requested_kato_ms", cmd.KATO())}
+	if hc := s.cfg.Host(host); hc != nil && hc.Description != "" {
+		lf = append(lf, zap.String("host", hc.Description))
+	}
+	c.log.Info("controller created", lf...)
 	if q.isClosed() {
 		// The connection ended while we were connecting it, and
 		// QueueClosed may not have seen the controller.
