@@ -235,6 +235,19 @@ func (q *HostQueue) Close() {
 	<-q.doneCh
 }
 
+// Nudge posts a zero-length RDMA Write (STag 0, TO 0), which carries no
+// data and which a peer accepts without checking the STag (RFC 5040 §4.3;
+// siw_proc_write "zero length WRITE"; the RFC 6581 Write RTR is one). Its
+// use is to make the peer look at its socket again: Linux siw (6.1,
+// siw_cm.c siw_accept) sends the MPA reply before siw_qp_socket_assoc()
+// installs the QP's sk_data_ready, so an FPDU that the host sends at once
+// and that arrives in between lies unread until more bytes arrive — the
+// queue's Fabrics Connect then never completes. A host that nudges while
+// its first command is outstanding gets past that lost wake-up.
+func (q *HostQueue) Nudge() error {
+	return q.qp.PostSend(&iwarp.SendWR{Opcode: iwarp.WRWrite})
+}
+
 // Abort closes the connection at once (as a lost connection would).
 func (q *HostQueue) Abort(err error) {
 	q.mu.Lock()

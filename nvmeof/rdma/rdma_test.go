@@ -539,6 +539,24 @@ func TestHostErrorKeepsCause(t *testing.T) {
 	held.Complete(nvmeof.StatusSuccess)
 }
 
+// TestHostNudge: Nudge puts a zero-length RDMA Write on the wire, which a
+// controller (here nvmeof/rdma's, on the iwarp engine) takes as a no-op.
+func TestHostNudge(t *testing.T) {
+	m := newMemCtrl(1 << 20)
+	ln := serve(t, ControllerConfig{}, m)
+	q := dialQ(t, ln.Addr().String(), HostConfig{QID: 1, QueueSize: 8})
+	for i := 0; i < 3; i++ {
+		if err := q.Nudge(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &HostRequest{Data: make([]byte, 512)}
+	r.SQE.BuildRead(1, 0, 1)
+	if err := do(t, q, r); err != nil {
+		t.Fatalf("read after nudges: %v", err)
+	}
+}
+
 func TestHostRejectsBogusCompletions(t *testing.T) {
 	// A raw controller built on iwarp answers with a CQE whose CID matches
 	// nothing: the host must tear the queue down.
