@@ -286,6 +286,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 		if err != nil {
 			a.cancel()
 			abortQueues(a, err)
+			a.wg.Wait()
 		}
 	}()
 	a.admin, err = rdma.Dial(ctx, cfg.Network, cfg.Address, rdma.HostConfig{
@@ -318,6 +319,12 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	}
 	if cfg.Discovery() {
 		return a, nil
+	}
+	// Keep alive runs from here on (protocol.md §11.2 step 6): setting up
+	// many I/O queues on a slow link must not outlast the controller's KATO.
+	if cfg.KeepAliveTimeout > 0 {
+		a.wg.Add(1)
+		go c.keepAlive(a)
 	}
 	// nvme_rdma_setup_ctrl: the queue size is clamped to CAP.MQES+1,
 	// NVME_RDMA_MAX_QUEUE_SIZE and MAXCMD.
@@ -410,6 +417,7 @@ func (c *Controller) fabricsConnect(ctx context.Context, hq *rdma.HostQueue, qid
 	r.SQE.BuildConnect(qid, sqsize, kato)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AdminTimeout)
 	defer cancel()
+	defer nudge(hq)()
 	err := hq.Do(ctx, r)
 	var st nvmeof.Status
 	if errors.As(err, &st) && r.Err == nil {
@@ -426,6 +434,37 @@ func (c *Controller) fabricsConnect(ctx context.Context, hq *rdma.HostQueue, qid
 		c.log.Warn("I/O queue connect returned another cntlid", zap.Uint16("qid", qid), zap.Uint16("cntlid", resp.CNTLID()))
 	}
 	return resp.CNTLID(), nil
+}
+
+// nudgeAt is when a queue's first command (its Connect) is nudged if it
+// has not completed: see rdma.HostQueue.Nudge for the Linux siw lost
+// wake-up this gets past.
+var nudgeAt = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+
+// nudge sends zero-length RDMA Writes on hq at nudgeAt until the returned
+// function is called (when the Connect has completed).
+func nudge(hq *rdma.HostQueue) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		start := time.Now()
+		for _, at := range nudgeAt {
+			t := time.NewTimer(at - time.Since(start))
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if hq.Nudge() != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 // adminDo runs one admin command on a's admin queue, bounded by
@@ -587,9 +626,9 @@ func (c *Controller) install(a *association) {
 			}
 		}()
 	}
-	if c.cfg.KeepAliveTimeout > 0 {
+	if c.cfg.KeepAliveTimeout > 0 && c.cfg.Discovery() {
 		a.wg.Add(1)
-		go c.keepAlive(a)
+		go c.keepAlive(a) // (I/O controllers: started by associate)
 	}
 	if len(a.io) > 0 {
 		a.wg.Add(1)
@@ -887,12 +926,13 @@ func (c *Controller) shutdownController(ctx context.Context, a *association) err
 
 // shutdownAssociation closes a that never became live.
 func (c *Controller) shutdownAssociation(ctx context.Context, a *association) {
+	a.cancel()
 	for _, hq := range a.io {
 		hq.Close()
 	}
 	_ = c.shutdownController(ctx, a)
 	a.admin.Close()
-	a.cancel()
+	a.wg.Wait()
 }
 
 // keepAlive sends a Keep Alive every KATO/2 (KATO/4 with traffic based
@@ -1076,4 +1116,13 @@ func (c *Controller) QueueStats() []rdma.HostStats {
 		out = append(out, hq.Stats())
 	}
 	return out
+}
+
+// CRC reports whether the admin queue's connection uses MPA CRCs (as
+// negotiated: either side may have asked for them).
+func (c *Controller) CRC() bool {
+	if a := c.current(); a != nil && a.admin != nil {
+		return a.admin.CRC()
+	}
+	return false
 }
