@@ -82,6 +82,15 @@ type Config struct {
 	// LingerTimeout bounds a graceful disconnect's wait for the peer to
 	// close its side (default 2 s).
 	LingerTimeout time.Duration
+	// Nudge is how long an initiator waits for the responder's first FPDU,
+	// after its own first one, before it sends a zero-length RDMA Write to
+	// make the responder read its socket again; it repeats, doubling the
+	// wait, up to five times until the responder speaks. Linux siw sends
+	// its MPA reply before it hooks the QP to the socket, so an FPDU that
+	// arrives in between lies unread until more bytes come (siw_cm.c
+	// siw_accept). Zero-length Writes are not checked against any STag
+	// (RFC 6581's Write RTR is one). Default 100 ms; negative: never.
+	Nudge time.Duration
 	// BusyPoll makes the receive loop spin on non-blocking reads for up to
 	// this long before parking in the network poller: lower latency at the
 	// price of a busy core (default 0: off).
@@ -99,6 +108,8 @@ const (
 	defaultStallTimeout   = 30 * time.Second
 	defaultLinger         = 2 * time.Second
 	defaultReadBuffer     = 256 << 10
+	defaultNudge          = 100 * time.Millisecond
+	maxNudges             = 5
 	// maxFPDU keeps ULPDU_Length within 16 bits: 2 + 65535 rounded down.
 	maxFPDU = 65528
 	// minFPDU leaves room for a header, 4 bytes of payload and the CRC.
@@ -128,6 +139,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.LingerTimeout == 0 {
 		d.LingerTimeout = defaultLinger
+	}
+	if d.Nudge == 0 {
+		d.Nudge = defaultNudge
 	}
 	if d.ReadBuffer == 0 {
 		d.ReadBuffer = defaultReadBuffer

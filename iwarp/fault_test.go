@@ -658,3 +658,108 @@ func TestPeerDisconnectStages(t *testing.T) {
 		ln.Close()
 	})
 }
+
+// TestNudgeSilentResponder: an initiator whose first FPDU gets no answer
+// sends zero-length RDMA Writes (Config.Nudge) until the responder speaks,
+// and none once it has.
+func TestNudgeSilentResponder(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	type frame struct {
+		h   wire.Header
+		err error
+	}
+	frames := make(chan frame, 16)
+	srvConn := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		srvConn <- c
+		if _, _, err := readMPAFrame(c, 512); err != nil {
+			return
+		}
+		rep := wire.MPAFrame{Reply: true, Revision: 2, Enhanced: true, IRD: 4, ORD: 4}
+		_, _ = c.Write(rep.Append(nil))
+		for {
+			var hdr [wire.UntaggedHeaderLen]byte
+			if _, err := io.ReadFull(c, hdr[:wire.MinHeaderLen]); err != nil {
+				frames <- frame{err: err}
+				return
+			}
+			var h wire.Header
+			n, _ := wire.DecodeHeader(hdr[:wire.MinHeaderLen], &h)
+			if _, err := io.ReadFull(c, hdr[wire.MinHeaderLen:n]); err != nil {
+				frames <- frame{err: err}
+				return
+			}
+			_, _ = wire.DecodeHeader(hdr[:n], &h)
+			if _, err := io.CopyN(io.Discard, c, int64(h.FPDULen()-n)); err != nil {
+				frames <- frame{err: err}
+				return
+			}
+			frames <- frame{h: h}
+		}
+	}()
+	cli := newSide(t, QPAttr{})
+	_ = cli.qp.PostRecv(&RecvWR{Buf: make([]byte, 16)})
+	if err := Dial(context.Background(), "tcp", l.Addr().String(), cli.qp, nil, &Config{Nudge: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.qp.Close()
+	c := <-srvConn
+	// Before the initiator sends anything there is nothing to nudge for.
+	select {
+	case f := <-frames:
+		t.Fatalf("FPDU before the first send: %+v", f)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := cli.qp.PostSend(&SendWR{Opcode: WRSend, Local: [][]byte{[]byte("connect")}}); err != nil {
+		t.Fatal(err)
+	}
+	next := func() wire.Header {
+		select {
+		case f := <-frames:
+			if f.err != nil {
+				t.Fatal(f.err)
+			}
+			return f.h
+		case <-time.After(5 * time.Second):
+			t.Fatal("no FPDU")
+		}
+		return wire.Header{}
+	}
+	if h := next(); h.Opcode != wire.OpSend {
+		t.Fatalf("first FPDU %+v", h)
+	}
+	for i := 0; i < 2; i++ {
+		if h := next(); h.Opcode != wire.OpWrite || h.PayloadLen() != 0 || h.STag != 0 || !h.Last {
+			t.Fatalf("nudge %d: %+v", i, h)
+		}
+	}
+	// The responder speaks: no more nudges.
+	var fr [wire.UntaggedHeaderLen + 4]byte
+	wire.PutUntaggedHeader(fr[:], wire.OpSend, true, 0, 0, 1, 0, 0)
+	if _, err := c.Write(fr[:]); err != nil {
+		t.Fatal(err)
+	}
+	waitOK(t, cli.rcq)
+	drain := time.After(time.Second)
+	crossed := 0
+	for {
+		select {
+		case f := <-frames:
+			// One nudge may have crossed the responder's message.
+			if f.err != nil || f.h.Opcode != wire.OpWrite || crossed > 0 {
+				t.Fatalf("unexpected %+v after the responder spoke", f)
+			}
+			crossed++
+		case <-drain:
+			return
+		}
+	}
+}

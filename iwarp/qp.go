@@ -120,6 +120,9 @@ type QP struct {
 	lastProgress uint64
 	stallTimer   *time.Timer
 	lingerTimer  *time.Timer
+	nudgeTimer   *time.Timer
+	nudges       int
+	rxSeen       atomic.Bool // an FPDU has arrived
 
 	rx rxState
 	tx txState
@@ -382,6 +385,9 @@ func (qp *QP) start(conn *net.TCPConn, cfg *Config, neg negotiated, responder bo
 	if qp.cfg.StallTimeout > 0 {
 		qp.stallTimer = time.AfterFunc(qp.cfg.StallTimeout/2, qp.checkStall)
 	}
+	if !responder && qp.cfg.Nudge > 0 {
+		qp.nudgeTimer = time.AfterFunc(qp.cfg.Nudge, qp.nudge)
+	}
 	qp.mu.Unlock()
 	qp.loops.Store(2)
 	go qp.rxLoop()
@@ -425,6 +431,30 @@ func (qp *QP) checkStall() {
 	qp.mu.Lock()
 	qp.stallTimer.Reset(qp.cfg.StallTimeout / 2)
 	qp.mu.Unlock()
+}
+
+// nudge sends a zero-length RDMA Write if the responder has not sent
+// anything since our first FPDU (see Config.Nudge).
+func (qp *QP) nudge() {
+	if qp.rxSeen.Load() || qp.State() != QPStateRTS {
+		return
+	}
+	qp.txMu.Lock()
+	sent := qp.tx.sentFPDU
+	if sent {
+		qp.tx.nudgePending = true
+	}
+	qp.txMu.Unlock()
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if sent {
+		qp.nudges++
+		qp.log.Debug("iwarp: responder silent after our first FPDU; nudging", zap.Stringer("remote", qp.remote), zap.Int("nudge", qp.nudges))
+		qp.wake()
+	}
+	if qp.nudges < maxNudges {
+		qp.nudgeTimer.Reset(qp.cfg.Nudge << qp.nudges)
+	}
 }
 
 // Disconnect starts a graceful disconnect: work requests already posted are
@@ -512,6 +542,9 @@ func (qp *QP) finish() {
 	}
 	if qp.lingerTimer != nil {
 		qp.lingerTimer.Stop()
+	}
+	if qp.nudgeTimer != nil {
+		qp.nudgeTimer.Stop()
 	}
 	var swcs, rwcs []WC
 	for qp.sq.len() > 0 {

@@ -28,7 +28,8 @@ type rxState struct {
 	hdrLen   int
 	scratch  [maxTermPayload]byte
 	discard  []byte
-	wc       WC // completion being delivered (heap-resident: no per-message allocation)
+	seen     bool // an FPDU has arrived (mirrors QP.rxSeen without atomics)
+	wc       WC   // completion being delivered (heap-resident: no per-message allocation)
 
 	// the Send message being placed
 	send struct {
@@ -382,6 +383,10 @@ func (qp *QP) rxTarget(h *wire.Header, plen int) ([]byte, error) {
 // rxComplete acts on a placed segment.
 func (qp *QP) rxComplete(h *wire.Header, payload []byte) error {
 	r := &qp.rx
+	if !r.seen {
+		r.seen = true
+		qp.rxSeen.Store(true)
+	}
 	if !qp.peerSpoke {
 		// RFC 5044 §7.1.2: the responder sends nothing until the
 		// initiator's first FPDU (the peer-to-peer RTR, or the first

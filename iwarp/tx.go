@@ -58,6 +58,8 @@ type txState struct {
 	// interleave messages).
 	partialSQ, partialIRQ bool
 	rtrPending            bool
+	nudgePending          bool
+	sentFPDU              bool // something went out (the nudge waits for it)
 	wcs                   []WC
 	term                  []byte
 }
@@ -124,6 +126,7 @@ func (qp *QP) txRun(blocking bool) (more bool) {
 			return true
 		}
 		t.pending = false
+		t.sentFPDU = true
 		qp.completeBatch()
 	}
 }
@@ -273,6 +276,14 @@ func (qp *QP) buildBatch() int {
 			return len(t.iov)
 		}
 		t.rtrPending = false
+	}
+	if t.nudgePending && !t.partialSQ && !t.partialIRQ {
+		// A zero-length RDMA Write is a whole tagged message of its own:
+		// only between messages.
+		hdr := qp.arenaAdd(wire.TaggedHeaderLen)
+		wire.PutTaggedHeader(hdr, wire.OpWrite, true, 0, 0, 0)
+		qp.emitFPDU(hdr, nil, 0)
+		t.nudgePending = false
 	}
 	// A partly sent Write must finish before a Read Response (both tagged);
 	// a partly sent Read Response before the next one.
