@@ -31,6 +31,12 @@ type benchParams struct {
 	Size      int64         `json:"size"`   // length of the region (0: to the end)
 	Verify    bool          `json:"verify"` // write a per-block pattern and check it on reads
 	Seed      uint64        `json:"seed"`
+	// Prefilled says the region already holds the pattern of Seed (from a
+	// PrefillOnly run): reads verify it without writing it first.
+	Prefilled bool `json:"prefilled,omitempty"`
+	// PrefillOnly writes the pattern of Seed over the region in pieces
+	// of BS and stops.
+	PrefillOnly bool `json:"prefill_only,omitempty"`
 }
 
 // opStats are the figures of one direction.
@@ -52,6 +58,7 @@ type benchResult struct {
 	Params       benchParams `json:"params"`
 	Target       string      `json:"target"`
 	Queues       int         `json:"io_queues"`
+	CRC          bool        `json:"mpa_crc"`
 	QueueSize    int         `json:"queue_size"`
 	Elapsed      float64     `json:"elapsed_s"`
 	Read         *opStats    `json:"read,omitempty"`
@@ -260,6 +267,9 @@ func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, p
 	if p.RWMixRead < 0 || p.RWMixRead > 100 {
 		return nil, fmt.Errorf("rwmixread %d not in 0..100", p.RWMixRead)
 	}
+	if p.Seed == 0 && (p.PrefillOnly || p.Prefilled) {
+		return nil, errors.New("prefill-only and prefilled need --seed")
+	}
 	if p.Seed == 0 {
 		p.Seed = uint64(time.Now().UnixNano())
 	}
@@ -283,7 +293,20 @@ func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, p
 	if p.Verify && b.mix == 0 {
 		b.written = make([]atomic.Uint64, (p.Size/b.unit+63)/64)
 	}
-	if p.Verify && b.mix > 0 {
+	if p.PrefillOnly {
+		start := time.Now()
+		if err := overRegion(ctx, ns, b, func(buf []byte, off int64) error {
+			b.pattern(buf, off)
+			_, err := ns.WriteAtContext(ctx, buf, off)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		el := time.Since(start)
+		return &benchResult{Params: p, Target: ns.Controller().Config().Address, Elapsed: el.Seconds(), CRC: ns.Controller().CRC(),
+			Total: opStats{IOs: uint64(p.Size / int64(p.BS)), Bytes: uint64(p.Size), MiBps: float64(p.Size) / el.Seconds() / (1 << 20)}}, nil
+	}
+	if p.Verify && b.mix > 0 && !p.Prefilled {
 		// Reads check the pattern: write it over the region first.
 		if progress != nil {
 			progress(fmt.Sprintf("verify: writing the pattern over %s at offset %d", humanSize(p.Size), p.Offset))
@@ -366,7 +389,7 @@ loop:
 		}
 	}
 	nq, qs := ns.Controller().QueueCount()
-	res := &benchResult{Params: p, Target: ns.Controller().Config().Address, Queues: nq, QueueSize: qs, Elapsed: elapsed.Seconds(),
+	res := &benchResult{Params: p, Target: ns.Controller().Config().Address, Queues: nq, QueueSize: qs, CRC: ns.Controller().CRC(), Elapsed: elapsed.Seconds(),
 		Errors: b.errs.Load(), Verified: b.checked.Load(), VerifyErrors: b.bad.Load()}
 	res.CPUUser = tv(ru1.Utime) - tv(ru0.Utime)
 	res.CPUSys = tv(ru1.Stime) - tv(ru0.Stime)
@@ -436,6 +459,9 @@ func readBack(ctx context.Context, ns *initiator.Namespace, b *bench) error {
 func overRegion(ctx context.Context, ns *initiator.Namespace, b *bench, f func([]byte, int64) error) error {
 	piece := int64(min(ns.Controller().MaxTransferSize(), 1<<20))
 	piece -= piece % int64(b.p.BS)
+	if b.p.PrefillOnly {
+		piece = int64(b.p.BS)
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, b.p.IODepth)
@@ -506,6 +532,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	sizeStr := fs.String("size", "0", "length of the region (bytes, k/m/g; 0: to the end)")
 	fs.BoolVar(&p.Verify, "verify", false, "write a per-block pattern and check every read (write-only loads are read back at the end)")
 	fs.Uint64Var(&p.Seed, "seed", 0, "pattern and random seed (default: time)")
+	fs.BoolVar(&p.PrefillOnly, "prefill-only", false, "write the verification pattern of --seed over the region in --bs pieces, then stop")
+	fs.BoolVar(&p.Prefilled, "prefilled", false, "with --verify: the region already holds the pattern of --seed (skip writing it)")
 	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
@@ -609,7 +637,11 @@ func report(w io.Writer, r *benchResult) {
 		fmt.Fprintf(w, "    lat (usec): min=%.1f, mean=%.1f, p50=%.1f, p99=%.1f, p99.9=%.1f, max=%.1f\n",
 			s.LatMin, s.LatMean, s.LatP50, s.LatP99, s.LatP999, s.LatMax)
 	}
-	fmt.Fprintf(w, "%s: %d I/O queues of %d\n", r.Target, r.Queues, r.QueueSize)
+	crc := "off"
+	if r.CRC {
+		crc = "on"
+	}
+	fmt.Fprintf(w, "%s: %d I/O queues of %d, MPA CRC %s\n", r.Target, r.Queues, r.QueueSize, crc)
 	if r.Read != nil {
 		line("read", r.Read)
 	}

@@ -45,6 +45,7 @@ type connectOptsJSON struct {
 	NrIOQueues, QueueSize, KeepAliveTmo              int
 	ReconnectDelay, CtrlLossTmo                      int
 	CRC                                              string
+	MaxFPDU                                          int
 	ConnectTimeout, IOTimeout                        time.Duration
 	MaxTransfer                                      int
 	Mount                                            string
@@ -59,7 +60,7 @@ type connectOptsJSON struct {
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
-		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.connTimeout, f.ioTimeout, f.maxTransfer,
+		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.maxTransfer,
 		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO}
 }
 
@@ -67,7 +68,7 @@ func (j connectOptsJSON) opts() connectOpts {
 	return connectOpts{
 		fabrics: fabricsOpts{transport: j.Transport, traddr: j.Traddr, trsvcid: j.Trsvcid, nqn: j.NQN, hostnqn: j.HostNQN,
 			hostid: j.HostID, nrIOQueues: j.NrIOQueues, queueSize: j.QueueSize, keepAliveTmo: j.KeepAliveTmo,
-			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, connTimeout: j.ConnectTimeout,
+			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, maxFPDU: j.MaxFPDU, connTimeout: j.ConnectTimeout,
 			ioTimeout: j.IOTimeout, maxTransfer: j.MaxTransfer},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
 		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO,

@@ -30,6 +30,7 @@ type fabricsOpts struct {
 	reconnDelay  int
 	ctrlLossTmo  int
 	crc          string
+	maxFPDU      int
 	verbose      bool
 	connTimeout  time.Duration
 	ioTimeout    time.Duration
@@ -55,6 +56,7 @@ func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
 	fs.IntVarP(&o.reconnDelay, "reconnect-delay", "c", 0, "reconnect delay in seconds (default 10)")
 	fs.IntVarP(&o.ctrlLossTmo, "ctrl-loss-tmo", "l", 600, "controller loss timeout period in seconds (-1: reconnect forever, 0: never)")
 	fs.StringVar(&o.crc, "crc", "off", "MPA CRC policy: off, offered or required (nvmetd's iWARP engine)")
+	fs.IntVar(&o.maxFPDU, "max-fpdu", 0, "largest FPDU sent, in bytes (default: the TCP MSS, as siw)")
 	fs.DurationVar(&o.connTimeout, "connect-timeout", initiator.DefaultConnectTimeout, "bound on one attempt to open the association")
 	fs.DurationVar(&o.ioTimeout, "io-timeout", 0, "I/O command timeout before error recovery (default 30s)")
 	fs.IntVar(&o.maxTransfer, "max-transfer", 0, "largest data transfer of one command in bytes (default 1 MiB, lowered by MDTS)")
@@ -91,7 +93,7 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 		SubNQN:          subnqn,
 		NrIOQueues:      o.nrIOQueues,
 		QueueSize:       o.queueSize,
-		Engine:          iwarp.Config{CRC: crc},
+		Engine:          iwarp.Config{CRC: crc, MaxFPDU: o.maxFPDU},
 		Logger:          log,
 		ConnectTimeout:  o.connTimeout,
 		IOTimeout:       o.ioTimeout,

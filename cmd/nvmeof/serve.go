@@ -141,7 +141,7 @@ func (d *daemon) start() error {
 		Device: d.dev, PID: os.Getpid(), Transport: "rdma", Address: d.cfg.Address, SubNQN: d.cfg.SubNQN,
 		HostNQN: d.cfg.HostNQN, HostID: nvmeof.FormatUUID(d.cfg.HostID), CNTLID: d.ctrl.CNTLID(),
 		Model: id.MN(), Serial: id.SN(), Firmware: id.FR(), IOQueues: nq, QueueSize: qs,
-		CRC: d.cfg.Engine.CRC != 0, Since: time.Now(), Log: filepath.Join(stateDir(), d.dev+".log"),
+		CRC: d.ctrl.CRC(), Since: time.Now(), Log: filepath.Join(stateDir(), d.dev+".log"),
 	}
 	devDir := filepath.Join(instanceDir(d.dev), "dev")
 	if err := os.MkdirAll(devDir, 0o755); err != nil {
