@@ -309,3 +309,29 @@ func inCapsule(c *Controller) uint64 {
 }
 
 var _ = rdma.HostStats{}
+
+// TestDiscoveryChangeEvent: a discovery controller that reports a log
+// change (AER, Discovery Log Page Change) gives EventDiscoveryChanged, and
+// the log read afterwards shows the change.
+func TestDiscoveryChangeEvent(t *testing.T) {
+	tg := startTarget(t, nil)
+	events := make(chan Event, 16)
+	cfg := discoveryConfig(t, tg.Addr())
+	cfg.OnEvent = func(e Event) { events <- e }
+	c := connect(t, cfg)
+	ctx := context.Background()
+	l, err := c.DiscoveryLog(ctx)
+	if err != nil || len(l.Entries) != 1 {
+		t.Fatalf("%+v %v", l, err)
+	}
+	tg.SetReferrals([]nvmeof.DiscoveryEntry{{TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeReferral,
+		SubNQN: nvmeof.DiscoveryNQN, TrAddr: "10.1.2.3", TrSvcID: "4420"}})
+	e := waitEvent(t, events, EventDiscoveryChanged)
+	if e.AEN != nvmeof.AENDiscoveryChanged {
+		t.Fatalf("AEN %#x", uint32(e.AEN))
+	}
+	l2, err := c.DiscoveryLog(ctx)
+	if err != nil || len(l2.Entries) != 2 || l2.GenCtr == l.GenCtr {
+		t.Fatalf("after the change: %+v %v", l2, err)
+	}
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+func TestHistogram(t *testing.T) {
+	prev := -1
+	for v := uint64(0); v < 1<<20; v += 1 + v/97 {
+		i := histIndex(v)
+		if i < prev {
+			t.Fatalf("index not monotonic at %d", v)
+		}
+		prev = i
+		got := histValue(i)
+		if diff := float64(got) - float64(v); diff*diff > (0.01*float64(v)+1)*(0.01*float64(v)+1) {
+			t.Fatalf("value %d comes back as %d", v, got)
+		}
+	}
+	if i := histIndex(^uint64(0)); i >= len(hist{}.counts) {
+		t.Fatalf("index %d out of the array", i)
+	}
+	var h hist
+	for i := 1; i <= 1000; i++ {
+		h.record(uint64(i) * 1000)
+	}
+	for _, c := range []struct {
+		p    float64
+		want uint64
+	}{{50, 500000}, {99, 990000}, {99.9, 999000}} {
+		got := h.percentile(c.p)
+		if d := float64(got)/float64(c.want) - 1; d > 0.01 || d < -0.01 {
+			t.Errorf("p%v = %d, want about %d", c.p, got, c.want)
+		}
+	}
+	if h.minimum() != 1000 || h.max.Load() != 1000000 || h.mean() != 500500 {
+		t.Errorf("min %d max %d mean %v", h.minimum(), h.max.Load(), h.mean())
+	}
+	if a := testing.AllocsPerRun(1000, func() { h.record(12345) }); a != 0 {
+		t.Errorf("record allocates %v", a)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "4k": 4096, "128K": 131072, "1m": 1 << 20, "2G": 2 << 30, "64KiB": 65536, "0": 0} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("%q: %d %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "k", "-1", "1x"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestConnectOptsRoundTrip(t *testing.T) {
+	o := connectOpts{fabrics: fabricsOpts{transport: "rdma", traddr: "10.0.0.1", trsvcid: "4421", nqn: "nqn.2024-01.x:y",
+		hostnqn: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000aa", nrIOQueues: 3, queueSize: 64,
+		keepAliveTmo: 7, reconnDelay: 2, ctrlLossTmo: -1, crc: "required", maxFPDU: 1448, connTimeout: time.Second},
+		mount: "/mnt/x", loop: true, mountNSID: 2, fstype: "xfs", mkfs: true, mountOpts: "noatime", loopDirectIO: true, fuseDirectIO: false}
+	if got := o.toJSON().opts(); !reflect.DeepEqual(got, o) {
+		t.Fatalf("round trip:\n%+v\n%+v", got, o)
+	}
+	cfg, err := o.fabrics.config(o.fabrics.nqn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Address != "10.0.0.1:4421" || cfg.CtrlLossTimeout >= 0 || cfg.KeepAliveTimeout != 7*time.Second ||
+		cfg.HostID != [16]byte{0x6e, 0x76, 0x6d, 0x65, 0x74, 0x64, 0x4c, 0x61, 0x9b, 0, 0, 0, 0, 0, 0, 0xaa} || cfg.Engine.MaxFPDU != 1448 {
+		t.Fatalf("config %+v", cfg)
+	}
+	o.fabrics.ctrlLossTmo = 0
+	if cfg, _ := o.fabrics.config(o.fabrics.nqn, nil); !cfg.NoReconnect {
+		t.Fatal("ctrl-loss-tmo 0 should mean no reconnect")
+	}
+	o.fabrics.transport = "tcp"
+	if _, err := o.fabrics.config(o.fabrics.nqn, nil); err == nil {
+		t.Fatal("tcp transport accepted")
+	}
+}
+
+// TestDiscoveryOutput checks the normal format against what nvme-cli 2.3
+// prints for the kernel target of the lab (from the guest).
+func TestDiscoveryOutput(t *testing.T) {
+	l := &nvmeof.DiscoveryLog{GenCtr: 2, NumRec: 1, Entries: []nvmeof.DiscoveryEntry{{
+		TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeNVMe, TReq: nvmeof.TREQNotSpecified,
+		PortID: 1, CntlID: 0xffff, ASQSZ: 32, TrSvcID: "4420", SubNQN: "nqn.2024-01.io.nvmetd-lab:kernel-target", TrAddr: "10.0.2.15",
+		RDMAQPType: nvmeof.RDMAQPTypeRC, RDMAPRType: nvmeof.RDMAPRTypeNone, RDMACMS: nvmeof.RDMACMSRDMACM}}}
+	want := `
+Discovery Log Number of Records 1, Generation counter 2
+=====Discovery Log Entry 0======
+trtype:  rdma
+adrfam:  ipv4
+subtype: nvme subsystem
+treq:    not specified
+portid:  1
+trsvcid: 4420
+subnqn:  nqn.2024-01.io.nvmetd-lab:kernel-target
+traddr:  10.0.2.15
+eflags:  none
+rdma_prtype: not specified
+rdma_qptype: connected
+rdma_cms:    rdma-cm
+rdma_pkey: 0x0000
+`
+	var b bytes.Buffer
+	writeDiscovery(&b, l)
+	if b.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	writeDiscoveryJSON(&b, l)
+	if !strings.Contains(b.String(), `"rdma_pkey": 0`) || !strings.Contains(b.String(), `"subtype": "nvme subsystem"`) {
+		t.Fatalf("json:\n%s", b.String())
+	}
+}
+
+// TestBenchVerify runs the load generator with verification against the
+// initiator's test controller (testctld, in memory), for every pattern.
+func TestBenchVerify(t *testing.T) {
+	_, _, testctld := bins(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(testctld, "-listen", addr, "-nqn", "nqn.2024-01.io.nvmetd.test:bench", "-size", "16M")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() { _ = cmd.Process.Kill(); <-exited }()
+	waitListening(t, addr, exited)
+	ctx := context.Background()
+	c, err := initiator.Connect(ctx, initiator.Config{Address: addr, SubNQN: "nqn.2024-01.io.nvmetd.test:bench",
+		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000aa", HostID: [16]byte{1}, NrIOQueues: 2, QueueSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	ns := c.Namespace(1)
+	for _, rw := range []string{"read", "write", "randread", "randwrite", "rw", "randrw"} {
+		p := benchParams{RW: rw, BS: 4096 << rand.IntN(4), IODepth: 16, RWMixRead: 70, Runtime: 300 * time.Millisecond, Size: 8 << 20, Verify: true}
+		var lines int
+		res, err := runBenchmark(ctx, ns, p, func(string) { lines++ })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Errors != 0 || res.VerifyErrors != 0 || res.Total.IOs == 0 || res.Verified == 0 {
+			t.Fatalf("%s: %+v", rw, res)
+		}
+		if (res.Read == nil) != (rw == "write" || rw == "randwrite") || (res.Write == nil) != (rw == "read" || rw == "randread") {
+			t.Fatalf("%s: read %v write %v", rw, res.Read, res.Write)
+		}
+		var b bytes.Buffer
+		report(&b, res)
+		t.Logf("%s bs %d: %s", rw, p.BS, strings.ReplaceAll(strings.TrimSpace(b.String()), "\n", " |"))
+	}
+	// A corrupted block is found.
+	p := benchParams{RW: "randread", BS: 4096, IODepth: 4, Runtime: 300 * time.Millisecond, Size: 1 << 20, Verify: true, Seed: 9}
+	if _, err := runBenchmark(ctx, ns, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.WriteAt(make([]byte, 4096), 8192); err != nil {
+		t.Fatal(err)
+	}
+	p.Prefilled = true
+	res, err := runBenchmark(ctx, ns, p, nil)
+	if err != nil || res.VerifyErrors == 0 {
+		t.Fatalf("the zeroed block was not noticed: %+v %v", res, err)
+	}
+}
