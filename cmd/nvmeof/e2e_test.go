@@ -237,3 +237,30 @@ func TestE2EErrors(t *testing.T) {
 		t.Fatal("a failed connect left a controller")
 	}
 }
+
+// TestE2EConnectAll: connect-all connects to every NVM subsystem of the
+// discovery log (skipping those already connected), disconnect-all undoes it.
+func TestE2EConnectAll(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	tg := startNvmetd(e, freePort(t), "64MiB")
+	port := strings.TrimPrefix(tg.addr, "127.0.0.1:")
+	out := e.must("connect-all", "-t", "rdma", "-a", "127.0.0.1", "-s", port)
+	if !strings.Contains(out, "connecting to device: nvme0") {
+		t.Fatalf("connect-all:\n%s", out)
+	}
+	if l := e.list(); len(l) != 1 || l[0].SubNQN != tg.NQN || l[0].State != "live" {
+		t.Fatalf("list: %+v", l)
+	}
+	out, err := e.run("connect-all", "-a", "127.0.0.1", "-s", port)
+	if err != nil || len(e.list()) != 1 {
+		t.Fatalf("second connect-all: %v\n%s", err, out)
+	}
+	e.must("disconnect-all")
+	if len(e.list()) != 0 {
+		t.Fatal("disconnect-all left a controller")
+	}
+	if out := e.must("gen-hostnqn"); !strings.HasPrefix(out, "nqn.2014-08.org.nvmexpress:uuid:") {
+		t.Fatalf("gen-hostnqn: %q", out)
+	}
+}
