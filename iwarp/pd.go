@@ -103,6 +103,19 @@ func (pd *PD) RegisterMemoryAt(buf []byte, iova uint64, access Access) (*MR, err
 	return mr, nil
 }
 
+// Regions is the number of memory regions registered in the PD.
+func (pd *PD) Regions() int {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	n := 0
+	for _, mr := range *pd.table.Load() {
+		if mr != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // index maps a table slot to the STag index it is known by on the wire (a
 // bijection on 24 bits).
 func (pd *PD) index(slot uint32) uint32 { return (slot + 1) ^ pd.mask }

@@ -120,6 +120,10 @@ type HostQueue struct {
 	free   []int
 	sqTail uint16 // commands submitted, mod size
 	sqHead uint16 // from the last completion's SQHD
+	// sqFlowOff: the controller reports SQHD 0xFFFF, i.e. SQ flow control
+	// disabled (NVMe-oF 1.1 §2.4.3, nvmet with CATTR bit 2): only the slots
+	// bound the commands outstanding.
+	sqFlowOff bool
 	closed bool
 }
 
@@ -294,7 +298,7 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 	if int(next) == q.size {
 		next = 0
 	}
-	if len(q.free) == 0 || next == q.sqHead {
+	if len(q.free) == 0 || !q.sqFlowOff && next == q.sqHead {
 		q.mu.Unlock()
 		return ErrQueueFull
 	}
@@ -457,7 +461,10 @@ func (q *HostQueue) onWC(wc *iwarp.WC) {
 	r.CQE = *cqe
 	// Move the head forward only: completions of one queue may be sent in
 	// another order than their SQHD values were taken.
-	if h := cqe.SQHead(); int(h) < q.size && q.ring(q.sqHead, h) <= q.ring(q.sqHead, q.sqTail) {
+	switch h := cqe.SQHead(); {
+	case h == 0xFFFF:
+		q.sqFlowOff = true
+	case int(h) < q.size && q.ring(q.sqHead, h) <= q.ring(q.sqHead, q.sqTail):
 		q.sqHead = h
 	}
 	s.req = nil
@@ -486,10 +493,11 @@ func (q *HostQueue) watch() {
 	var pending []*HostRequest
 	for i := range q.slots {
 		if r := q.slots[i].req; r != nil {
-			q.slots[i].mr.Invalidate()
 			q.slots[i].req = nil
 			pending = append(pending, r)
 		}
+		// The queue is over: its STags leave the (possibly shared) PD.
+		_ = q.slots[i].mr.Deregister()
 	}
 	q.mu.Unlock()
 	for _, r := range pending {

@@ -611,3 +611,63 @@ func pattern(n int, seed byte) []byte {
 	}
 	return b
 }
+
+// TestSQFlowControlDisabled: a controller that reports SQHD 0xFFFF (SQ flow
+// control disabled) is bounded by the slots only; and a closed queue's
+// STags leave the shared PD.
+func TestSQFlowControlDisabled(t *testing.T) {
+	ln, err := iwarp.Listen("tcp", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		cr, err := ln.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		pd := iwarp.NewPD()
+		var qp *iwarp.QP
+		bufs := make([][]byte, 8)
+		cqes := make([]nvmeof.CQE, 8)
+		cq := iwarp.NewCQHandler(func(wc *iwarp.WC) {
+			if wc.Opcode != iwarp.WCRecv || wc.Status != iwarp.WCSuccess {
+				return
+			}
+			b := bufs[wc.ID]
+			cqe := &cqes[wc.ID]
+			cqe.Reset()
+			cqe.SetCID(binary.LittleEndian.Uint16(b[2:]))
+			cqe.SetSQHead(0xFFFF)
+			_ = qp.PostRecv(&iwarp.RecvWR{ID: wc.ID, Buf: b})
+			_ = qp.PostSend(&iwarp.SendWR{Opcode: iwarp.WRSend, Local: [][]byte{cqe[:]}})
+		})
+		qp, _ = iwarp.NewQP(iwarp.QPAttr{PD: pd, SendCQ: cq, RecvCQ: cq})
+		for i := range bufs {
+			bufs[i] = make([]byte, 64)
+			_ = qp.PostRecv(&iwarp.RecvWR{ID: uint64(i), Buf: bufs[i]})
+		}
+		_ = cr.Accept(qp, (&CMAccept{CRQSize: 8}).Append(nil))
+		<-qp.Done()
+	}()
+	pd := iwarp.NewPD()
+	q, err := Dial(context.Background(), "tcp", ln.Addr().String(), HostConfig{QID: 1, QueueSize: 8, PD: pd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ { // five times around an 8-entry queue
+		r := &HostRequest{}
+		r.SQE.BuildFlush(1)
+		if err := do(t, q, r); err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	q.Close()
+	<-srvDone
+	// Every slot MR was deregistered.
+	if n := pd.Regions(); n != 0 {
+		t.Fatalf("%d regions left in the PD after the queue closed", n)
+	}
+}
