@@ -124,7 +124,7 @@ type HostQueue struct {
 	// disabled (NVMe-oF 1.1 §2.4.3, nvmet with CATTR bit 2): only the slots
 	// bound the commands outstanding.
 	sqFlowOff bool
-	closed bool
+	closed    bool
 }
 
 // Dial opens a queue to a controller: RDMA CM with the NVMe/RDMA private
