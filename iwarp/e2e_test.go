@@ -2,8 +2,14 @@ package iwarp
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestSendRecv(t *testing.T) {
@@ -214,5 +220,37 @@ func TestManyQPs(t *testing.T) {
 				t.Fatalf("qp %d msg %d: %+v", i, j, wc)
 			}
 		}
+	}
+}
+
+// TestConfigLoggerReachesQP: the logger of the Config a connection is made
+// with logs the QP's events (here: the nudge of a silent responder).
+func TestConfigLoggerReachesQP(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	ln, err := Listen("tcp", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := newSide(t, QPAttr{})
+	go func() {
+		req, err := ln.Accept(context.Background())
+		if err == nil {
+			_ = req.Accept(srv.qp, nil) // no receive posted: the Send below is never answered
+		}
+	}()
+	cli := newSide(t, QPAttr{})
+	if err := Dial(context.Background(), "tcp", ln.Addr().String(), cli.qp, nil, &Config{Logger: zap.New(core), Nudge: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.qp.Close()
+	defer cli.qp.Close()
+	_ = cli.qp.PostSend(&SendWR{Opcode: WRWrite, Local: [][]byte{nil}, RemoteSTag: 0})
+	deadline := time.Now().Add(5 * time.Second)
+	for logs.FilterMessageSnippet("nudging").Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no nudge logged; logs: %v", logs.All())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -82,6 +82,7 @@ type QP struct {
 	sqDepth, rqDepth  int
 	cfg               Config
 	log               *zap.Logger
+	logSet            bool // SetLogger was called: Config.Logger does not replace it
 	conn              *net.TCPConn
 	raw               syscall.RawConn
 	neg               negotiated
@@ -242,7 +243,7 @@ func (qp *QP) RemoteAddr() net.Addr { return qp.remote }
 // SetLogger sets the logger for connection events.
 func (qp *QP) SetLogger(l *zap.Logger) {
 	if l != nil {
-		qp.log = l
+		qp.log, qp.logSet = l, true
 	}
 }
 
@@ -369,7 +370,7 @@ func (qp *QP) start(conn *net.TCPConn, cfg *Config, neg negotiated, responder bo
 	}
 	qp.started = true
 	qp.cfg = *cfg
-	if cfg.Logger != nil && qp.log == zap.NewNop() {
+	if cfg.Logger != nil && !qp.logSet {
 		qp.log = cfg.Logger
 	}
 	qp.conn, qp.raw, qp.neg, qp.responder = conn, raw, neg, responder
