@@ -34,7 +34,7 @@ build:
 # The full suite. The interop package (test/interop) boots the lab VM; its
 # first test runs test/lab/setup.sh, which installs the apt packages it needs.
 test: vet fmt-check
-	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory fuzz-smoke
 
 vet:
