@@ -159,6 +159,7 @@ type irqEntry struct {
 	sinkSTag uint32
 	sinkTO   uint64
 	src      []byte
+	sge      [1][]byte // src as a gather list
 	sent     int
 }
 

@@ -294,7 +294,8 @@ func (qp *QP) buildBatch() int {
 	}
 	for ; nirq > 0; nirq-- {
 		e := qp.irq.at(0)
-		done := qp.emitTagged(wire.OpReadResponse, e.sinkSTag, e.sinkTO, e.src, &e.sent)
+		e.sge[0] = e.src
+		done := qp.emitTagged(wire.OpReadResponse, e.sinkSTag, e.sinkTO, e.sge[:], len(e.src), &e.sent)
 		t.partialIRQ = !done
 		if !done {
 			return len(t.iov)
@@ -319,7 +320,7 @@ func (qp *QP) emitSQ(nsq int) bool {
 		var done bool
 		switch e.wr.Opcode {
 		case WRWrite:
-			done = qp.emitWrite(e)
+			done = qp.emitTagged(wire.OpWrite, e.wr.RemoteSTag, e.wr.RemoteTO, e.sge[:e.nsge], e.total, &e.sent)
 		case WRRead:
 			if !qp.room(wire.UntaggedHeaderLen + wire.ReadRequestLen) {
 				return false
@@ -465,11 +466,13 @@ func (qp *QP) emitSend(e *sqEntry) bool {
 	}
 }
 
-// emitWrite emits the FPDUs of an RDMA Write.
-func (qp *QP) emitWrite(e *sqEntry) bool {
+// emitTagged emits the FPDUs of a tagged message (RDMA Write, RDMA Read
+// Response) of total bytes gathered from sge, from *sent on; false if the
+// batch filled first.
+func (qp *QP) emitTagged(op wire.Opcode, stag uint32, to uint64, sge [][]byte, total int, sent *int) bool {
 	var pieces [MaxSGE][]byte
 	for {
-		plen := min(e.total-e.sent, qp.maxPayload(wire.TaggedHeaderLen))
+		plen := min(total-*sent, qp.maxPayload(wire.TaggedHeaderLen))
 		need := wire.TaggedHeaderLen
 		if plen <= txCopyMax {
 			need += plen
@@ -477,34 +480,10 @@ func (qp *QP) emitWrite(e *sqEntry) bool {
 		if !qp.room(need) {
 			return false
 		}
-		last := e.sent+plen == e.total
-		hdr := qp.arenaAdd(wire.TaggedHeaderLen)
-		wire.PutTaggedHeader(hdr, wire.OpWrite, last, e.wr.RemoteSTag, e.wr.RemoteTO+uint64(e.sent), plen)
-		qp.emitFPDU(hdr, gather(pieces[:0], e.sge[:e.nsge], e.sent, plen), plen)
-		e.sent += plen
-		if last {
-			return true
-		}
-	}
-}
-
-// emitTagged emits a tagged message from one buffer (Read Responses).
-func (qp *QP) emitTagged(op wire.Opcode, stag uint32, to uint64, src []byte, sent *int) bool {
-	var one [1][]byte
-	for {
-		plen := min(len(src)-*sent, qp.maxPayload(wire.TaggedHeaderLen))
-		need := wire.TaggedHeaderLen
-		if plen <= txCopyMax {
-			need += plen
-		}
-		if !qp.room(need) {
-			return false
-		}
-		last := *sent+plen == len(src)
+		last := *sent+plen == total
 		hdr := qp.arenaAdd(wire.TaggedHeaderLen)
 		wire.PutTaggedHeader(hdr, op, last, stag, to+uint64(*sent), plen)
-		one[0] = src[*sent : *sent+plen]
-		qp.emitFPDU(hdr, one[:], plen)
+		qp.emitFPDU(hdr, gather(pieces[:0], sge, *sent, plen), plen)
 		*sent += plen
 		if last {
 			return true
