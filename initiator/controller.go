@@ -99,7 +99,9 @@ type Controller struct {
 	maxXfer   atomic.Int64
 	rr        atomic.Uint32
 	compSeen  atomic.Bool // a command completed since the last keep-alive tick (TBKAS)
-	recoverCh chan failure
+	failMu    sync.Mutex
+	failed    failure       // the first failure of the newest association that reported one
+	recoverCh chan struct{} // (buffer 1) a failure was reported
 	closeReq  chan struct{}
 	closeOnce sync.Once
 	runDone   chan struct{}
@@ -140,7 +142,7 @@ func Connect(ctx context.Context, cfg Config) (*Controller, error) {
 		cfg:        d,
 		log:        d.Logger.With(zap.String("traddr", d.Address), zap.String("subnqn", d.SubNQN)),
 		epoch:      time.Now(),
-		recoverCh:  make(chan failure, 1),
+		recoverCh:  make(chan struct{}, 1),
 		closeReq:   make(chan struct{}),
 		runDone:    make(chan struct{}),
 		deadCh:     make(chan struct{}),
@@ -188,6 +190,7 @@ func (c *Controller) makeQueues(n, size int) {
 		for j := range q.cmds {
 			m := &q.cmds[j]
 			m.owner = q
+			m.slot = j
 			m.hr.Done = m.done
 			m.hr.Ctx = m
 		}
@@ -638,15 +641,30 @@ func (c *Controller) install(a *association) {
 	c.resubmitPending()
 }
 
-// queueFailed asks for error recovery of association gen.
+// queueFailed asks for error recovery of association gen. The first
+// failure of an association is its cause; it is kept until recovery (or
+// Close) reads it, and a failure of an older association never hides it.
 func (c *Controller) queueFailed(gen uint64, err error) {
 	if gen != c.gen.Load() {
 		return
 	}
-	select {
-	case c.recoverCh <- failure{gen, err}:
-	default:
+	c.failMu.Lock()
+	if gen > c.failed.gen {
+		c.failed = failure{gen, err}
 	}
+	c.failMu.Unlock()
+	select {
+	case c.recoverCh <- struct{}{}:
+	default: // a wake-up is pending: it reads c.failed after this
+	}
+}
+
+// lastFailure returns the failure of the newest association that reported
+// one.
+func (c *Controller) lastFailure() failure {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	return c.failed
 }
 
 // run waits for failures of the live association and recovers from them
@@ -655,7 +673,8 @@ func (c *Controller) run() {
 	defer close(c.runDone)
 	for {
 		select {
-		case f := <-c.recoverCh:
+		case <-c.recoverCh:
+			f := c.lastFailure()
 			if f.gen != c.gen.Load() || c.State() != StateLive {
 				continue
 			}
@@ -802,24 +821,21 @@ func (c *Controller) kill(err error) {
 	c.gen.Add(1) // stale failures are ignored from now on
 	close(c.deadCh)
 	c.mu.Unlock()
-	for _, q := range c.ioq {
-		q.mu.Lock()
-		kept := q.pending
-		q.pending = q.pending[len(q.pending):]
-		q.mu.Unlock()
-		for _, m := range kept {
-			c.finish(m, err)
-		}
+	for _, m := range c.takePending(err) {
+		c.finish(m, err)
 	}
 }
 
 // Close shuts the controller down in the order of nvme_rdma_delete_ctrl:
-// new I/O is refused, I/O in flight drains (until ctx ends), volatile write
-// caches are flushed, the I/O queues are disconnected, CC.SHN is set and
-// CSTS.SHST awaited (bounded by ShutdownTimeout), and the admin queue is
-// disconnected. A controller that is reconnecting fails its kept I/O with
-// ErrControllerClosed. Close returns the first error met; the controller is
-// dead afterwards either way.
+// new I/O is refused, I/O in flight drains, volatile write caches are
+// flushed, the I/O queues are disconnected, CC.SHN is set and CSTS.SHST
+// awaited (bounded by ShutdownTimeout), and the admin queue is
+// disconnected. Close does not wait for I/O that cannot complete: if the
+// association fails meanwhile (a lost connection, a command or keep-alive
+// timeout) or ctx ends, the association is torn down at once and its I/O
+// fails with ErrControllerClosed, as does the I/O kept by a controller that
+// is reconnecting (nvme delete_ctrl during reconnect). Close returns the
+// first error met; the controller is dead afterwards either way.
 func (c *Controller) Close(ctx context.Context) error {
 	first := false
 	c.closeOnce.Do(func() {
@@ -856,29 +872,36 @@ func (c *Controller) Close(ctx context.Context) error {
 // shutdown is the orderly part of Close for a live association.
 func (c *Controller) shutdown(ctx context.Context, a *association) error {
 	var errs []error
+	lost, stopWatch := c.abandonOnFailure(ctx, a)
 	// Drain: wait until every command slot is back.
+drain:
 	for len(c.free) < cap(c.free) {
-		if c.State() == StateDead {
-			break
-		}
 		t := time.NewTimer(time.Millisecond)
 		select {
-		case <-ctx.Done():
+		case <-lost:
 			t.Stop()
-			errs = append(errs, fmt.Errorf("initiator: close: I/O still in flight: %w", ctx.Err()))
+			break drain
 		case <-t.C:
-		}
-		if ctx.Err() != nil {
-			break
 		}
 	}
 	// Flush volatile write caches (what del_gendisk's final sync does).
 	if len(a.io) > 0 && a.id.VWC()&nvmeof.VWCPresent != 0 {
 		for _, ns := range c.Namespaces() {
+			select {
+			case <-lost:
+				continue
+			default:
+			}
 			if err := ns.flushClosing(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("initiator: close: flush namespace %d: %w", ns.NSID(), err))
 			}
 		}
+	}
+	if cause := stopWatch(); cause != nil {
+		// a is gone and its I/O failed: nothing is left to shut down in
+		// order.
+		a.wg.Wait()
+		return errors.Join(append(errs, fmt.Errorf("initiator: close: %w", cause))...)
 	}
 	c.mu.Lock()
 	c.gen.Add(1) // the queues closing below are not failures
@@ -899,6 +922,49 @@ func (c *Controller) shutdown(ctx context.Context, a *association) error {
 	a.admin.Close()
 	a.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// abandonOnFailure stands in for error recovery, which has stopped, while
+// Close waits for the I/O of association a: a failure of a (a lost
+// connection, a command or keep-alive timeout) or the end of ctx tears a
+// down at once and fails the I/O it holds with ErrControllerClosed, rather
+// than keeping it for a reconnect that will not come (a DELETING controller
+// is not reset by nvme_rdma_error_recovery, and nvme_rdma_timeout completes
+// a timed-out request at once when the controller is not LIVE). lost is
+// closed once a is torn down; stop ends the watch and returns why a was
+// abandoned (nil if it was not).
+func (c *Controller) abandonOnFailure(ctx context.Context, a *association) (lost <-chan struct{}, stop func() error) {
+	lostCh, quit, exited := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var cause error
+	go func() {
+		defer close(exited)
+		for cause == nil {
+			if f := c.lastFailure(); f.gen == a.gen {
+				cause = fmt.Errorf("association lost: %w", f.err)
+				break
+			}
+			select {
+			case <-c.recoverCh:
+			case <-ctx.Done():
+				cause = fmt.Errorf("I/O did not complete: %w", ctx.Err())
+			case <-quit:
+				return
+			}
+		}
+		c.log.Warn("closing: giving the association up, failing its I/O", zap.Error(cause))
+		err := fmt.Errorf("%w: %w", ErrControllerClosed, cause)
+		for _, m := range c.takePending(err) {
+			c.finish(m, err)
+		}
+		a.cancel()
+		abortQueues(a, cause) // outstanding commands fail through keep
+		close(lostCh)
+	}()
+	return lostCh, func() error {
+		close(quit)
+		<-exited
+		return cause
+	}
 }
 
 // shutdownController sets CC.SHN to normal shutdown and waits for
@@ -1012,8 +1078,13 @@ func (c *Controller) watchTimeouts(a *association) {
 			for i := range q.cmds {
 				m := &q.cmds[i]
 				if d := m.deadline.Load(); d != 0 && now > d && m.gen.Load() == a.gen {
-					c.log.Warn("I/O timeout", zap.Uint16("qid", q.qid), zap.String("opcode", nvmeof.OpcodeName(1, &m.hr.SQE)))
-					c.queueFailed(a.gen, fmt.Errorf("%w: %s on qid %d after %v", ErrCommandTimeout, nvmeof.OpcodeName(1, &m.hr.SQE), q.qid, c.cfg.IOTimeout))
+					// m.hr is its owner's (it may complete meanwhile):
+					// the opcode comes from what send recorded.
+					var sqe nvmeof.SQE
+					sqe.SetOpcode(uint8(m.opcode.Load()))
+					op := nvmeof.OpcodeName(1, &sqe)
+					c.log.Warn("I/O timeout", zap.Uint16("qid", q.qid), zap.String("opcode", op))
+					c.queueFailed(a.gen, fmt.Errorf("%w: %s on qid %d after %v", ErrCommandTimeout, op, q.qid, c.cfg.IOTimeout))
 					return
 				}
 			}

@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -21,30 +22,81 @@ type ioQueue struct {
 	hq      *rdma.HostQueue // nil while not connected
 	gen     uint64          // association of hq
 	pending []*cmd
+	// failErr, once set, is the error of every command that would be kept
+	// on pending: the controller is dead, or closing without a connection
+	// to send it on. Set and checked under mu, so that no command is kept
+	// after the pending list was failed.
+	failErr error
+}
+
+// cmdState says who owns a command slot; every hand-over is checked, so that
+// a command finished or sent twice fails loudly where it happens.
+type cmdState uint32
+
+// Command slot states.
+const (
+	// cmdFree: in Controller.free.
+	cmdFree cmdState = iota
+	// cmdHeld: owned by the goroutine working on it (being built, sent,
+	// completed or failed).
+	cmdHeld
+	// cmdPending: on an ioQueue's pending list.
+	cmdPending
+	// cmdOutstanding: its HostRequest is submitted on a HostQueue, which
+	// calls its Done exactly once.
+	cmdOutstanding
+)
+
+func (s cmdState) String() string {
+	switch s {
+	case cmdFree:
+		return "free"
+	case cmdHeld:
+		return "held"
+	case cmdPending:
+		return "pending"
+	case cmdOutstanding:
+		return "outstanding"
+	}
+	return fmt.Sprintf("cmdState(%d)", uint32(s))
 }
 
 // cmd is one NVMe command of a Request: a command slot with its reusable
 // HostRequest. Nothing in it is allocated per I/O.
 type cmd struct {
 	hr       rdma.HostRequest
-	owner    *ioQueue     // the queue whose slot this is
-	on       *ioQueue     // the queue it was last sent on
-	req      *Request     // the request it is part of
-	retries  uint8        // retries after a retryable NVMe status
-	deadline atomic.Int64 // when it times out (Controller.now units); 0: not outstanding
-	gen      atomic.Uint64
+	owner    *ioQueue        // the queue whose slot this is
+	slot     int             // its index in owner.cmds
+	on       *ioQueue        // the queue it was last sent on
+	req      *Request        // the request it is part of
+	retries  uint8           // retries after a retryable NVMe status
+	state    atomic.Uint32   // a cmdState: who owns the slot
+	deadline atomic.Int64    // when it times out (Controller.now units); 0: not outstanding
+	gen      atomic.Uint64   // association it was last sent on
+	opcode   atomic.Uint32   // of the command last sent (for the timeout report)
 	dsm      nvmeof.DSMRange // Dataset Management range data (Discard)
+}
+
+// move hands m over from state from to state to. Any other current state
+// is a broken invariant (a command owned twice), reported with what m is.
+func (m *cmd) move(from, to cmdState) {
+	if !m.state.CompareAndSwap(uint32(from), uint32(to)) {
+		panic(fmt.Sprintf("initiator: command slot %d of qid %d (%s, cid %#x) is %v, want %v on its way to %v",
+			m.slot, m.owner.qid, nvmeof.OpcodeName(1, &m.hr.SQE), m.hr.SQE.CID(), cmdState(m.state.Load()), from, to))
+	}
 }
 
 // getCmd takes a free command slot, waiting for one if none is free.
 func (c *Controller) getCmd(done <-chan struct{}) (*cmd, error) {
 	select {
 	case m := <-c.free:
+		m.move(cmdFree, cmdHeld)
 		return m, nil
 	default:
 	}
 	select {
 	case m := <-c.free:
+		m.move(cmdFree, cmdHeld)
 		return m, nil
 	case <-done:
 		return nil, errCanceled
@@ -60,6 +112,7 @@ var errCanceled = errors.New("initiator: canceled")
 func (c *Controller) tryGetCmd() *cmd {
 	select {
 	case m := <-c.free:
+		m.move(cmdFree, cmdHeld)
 		return m
 	default:
 		return nil
@@ -81,8 +134,14 @@ func (c *Controller) route(m *cmd) *ioQueue {
 func (c *Controller) submit(m *cmd) {
 	q := c.route(m)
 	q.mu.Lock()
+	if err := q.failErr; err != nil {
+		q.mu.Unlock()
+		c.finish(m, err)
+		return
+	}
 	hq := q.hq
 	if hq == nil || len(q.pending) > 0 {
+		m.move(cmdHeld, cmdPending)
 		q.pending = append(q.pending, m)
 		q.mu.Unlock()
 		if hq != nil {
@@ -93,23 +152,28 @@ func (c *Controller) submit(m *cmd) {
 	gen := q.gen
 	q.mu.Unlock()
 	if !c.send(q, hq, gen, m) {
-		q.mu.Lock()
-		q.pending = append(q.pending, m)
-		q.mu.Unlock()
+		q.keep(m, false)
 		q.drain()
 	}
 }
 
 // send puts m on the wire of hq. It returns false if m must wait (queue
-// full or closed); a closed queue also asks for error recovery.
+// full or closed); a closed queue also asks for error recovery. Once it
+// returns true, m is no longer the caller's: its completion may already
+// have run.
 func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bool {
 	m.on = q
 	m.gen.Store(gen)
+	m.opcode.Store(uint32(m.hr.SQE.Opcode()))
 	m.deadline.Store(c.now() + int64(c.cfg.IOTimeout))
+	m.move(cmdHeld, cmdOutstanding)
 	err := hq.Submit(&m.hr)
 	if err == nil {
 		return true
 	}
+	// A failed Submit never completes the command (rdma.HostQueue.Submit):
+	// it is still ours.
+	m.move(cmdOutstanding, cmdHeld)
 	m.deadline.Store(0)
 	switch {
 	case errors.Is(err, rdma.ErrQueueFull):
@@ -125,6 +189,30 @@ func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bo
 	return true
 }
 
+// keep puts m on q's pending list, at its head if front (a command taken
+// from the head that could not be sent), and returns the queue's connection
+// and its association. If commands can no longer be kept (failErr), m fails
+// instead and kept is false.
+func (q *ioQueue) keep(m *cmd, front bool) (hq *rdma.HostQueue, gen uint64, kept bool) {
+	q.mu.Lock()
+	if err := q.failErr; err != nil {
+		q.mu.Unlock()
+		q.c.finish(m, err)
+		return nil, 0, false
+	}
+	m.move(cmdHeld, cmdPending)
+	if front {
+		q.pending = append(q.pending, nil)
+		copy(q.pending[1:], q.pending)
+		q.pending[0] = m
+	} else {
+		q.pending = append(q.pending, m)
+	}
+	hq, gen = q.hq, q.gen
+	q.mu.Unlock()
+	return hq, gen, true
+}
+
 // drain sends pending commands while the queue takes them.
 func (q *ioQueue) drain() {
 	for {
@@ -138,31 +226,22 @@ func (q *ioQueue) drain() {
 		n := copy(q.pending, q.pending[1:])
 		q.pending[n] = nil
 		q.pending = q.pending[:n]
+		m.move(cmdPending, cmdHeld)
 		gen := q.gen
 		q.mu.Unlock()
 		if !q.c.send(q, hq, gen, m) {
-			q.mu.Lock()
-			q.pending = append(q.pending, nil)
-			copy(q.pending[1:], q.pending)
-			q.pending[0] = m
-			stillHere := q.hq == hq
-			q.mu.Unlock()
-			if stillHere {
+			if now, _, kept := q.keep(m, true); !kept || now == hq {
 				return // a completion drains again
 			}
 		}
 	}
 }
 
-// park keeps m, which its connection failed, on the queue it was sent on,
-// to be sent again after reconnecting; if the queue already has a newer
-// connection, at once.
-func (q *ioQueue) park(m *cmd) {
-	q.mu.Lock()
-	q.pending = append(q.pending, m)
-	newer := q.hq != nil && q.gen != m.gen.Load()
-	q.mu.Unlock()
-	if newer {
+// park keeps m, which its connection (of association gen) failed, on the
+// queue it was sent on, to be sent again after reconnecting; if the queue
+// already has a newer connection, at once.
+func (q *ioQueue) park(m *cmd, gen uint64) {
+	if hq, now, kept := q.keep(m, false); kept && hq != nil && now != gen {
 		q.drain()
 	}
 }
@@ -170,19 +249,18 @@ func (q *ioQueue) park(m *cmd) {
 // done is the completion of m's HostRequest, on the queue's engine goroutine
 // (or the queue's teardown).
 func (m *cmd) done(hr *rdma.HostRequest) {
+	m.move(cmdOutstanding, cmdHeld)
 	m.deadline.Store(0)
 	q := m.on
 	c := q.c
 	if hr.Err != nil {
 		// The connection ended before the completion: the command may or
 		// may not have run. Keep it and send it again after reconnecting
-		// (blk-mq requeue in nvme_rdma's error recovery).
-		if c.State() == StateDead {
-			c.finish(m, c.ioErr())
-			return
-		}
-		q.park(m)
-		c.queueFailed(m.gen.Load(), hr.Err)
+		// (blk-mq requeue in nvme_rdma's error recovery); on a dead or
+		// closing controller it fails instead (keep).
+		gen := m.gen.Load() // before park: m may be sent again at once
+		q.park(m, gen)
+		c.queueFailed(gen, hr.Err)
 		return
 	}
 	c.compSeen.Store(true)
@@ -206,23 +284,40 @@ func (c *Controller) finish(m *cmd, err error) {
 	m.req = nil
 	m.retries = 0
 	m.hr.Data = nil
+	m.move(cmdHeld, cmdFree)
 	c.free <- m // never blocks: the channel holds every slot
 	r.chunkDone(err)
 }
 
-// resubmitPending sends again the commands kept while no association was
-// live.
-func (c *Controller) resubmitPending() {
+// takePending empties every queue's pending list and returns the commands
+// that were on them, now the caller's. With fail set, the queues keep no
+// command from now on: later ones fail with fail at once.
+func (c *Controller) takePending(fail error) []*cmd {
 	var kept []*cmd
 	for _, q := range c.ioq {
 		q.mu.Lock()
+		if fail != nil {
+			q.hq = nil
+			if q.failErr == nil {
+				q.failErr = fail
+			}
+		}
+		for _, m := range q.pending {
+			m.move(cmdPending, cmdHeld)
+		}
 		kept = append(kept, q.pending...)
 		clear(q.pending)
 		q.pending = q.pending[:0]
 		q.mu.Unlock()
 	}
+	return kept
+}
+
+// resubmitPending sends again the commands kept while no association was
+// live.
+func (c *Controller) resubmitPending() {
 	max := int(c.maxXfer.Load())
-	for _, m := range kept {
+	for _, m := range c.takePending(nil) {
 		if len(m.hr.Data) > max && m.hr.SQE.Opcode() != nvmeof.NVMDatasetManagement {
 			c.finish(m, &IOError{Op: opName(m.hr.SQE.Opcode()), Err: errors.New("transfer larger than the reconnected controller's MDTS")})
 			continue

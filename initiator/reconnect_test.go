@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -322,5 +323,175 @@ func TestCloseWhileReconnecting(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, ErrControllerClosed) {
 		t.Fatalf("waiting write: %v", err)
+	}
+}
+
+// TestReconnectStormCompletesEachRequestOnce drops every connection again
+// and again while many requests are in flight, with a short reconnect delay:
+// commands are failed by their queues' end, kept, sent again on the next
+// association, sometimes while a Submit on the dying one is still under way.
+// Every request must complete exactly once, and every write whose request
+// succeeded must be on the target.
+func TestReconnectStormCompletesEachRequestOnce(t *testing.T) {
+	tg := startTarget(t, nil)
+	events := make(chan Event, 256)
+	cfg := testConfig(t, tg.Addr())
+	cfg.ReconnectDelay = 10 * time.Millisecond
+	cfg.QueueSize = 16 // the smallest: a full queue keeps commands pending
+	cfg.OnEvent = func(e Event) {
+		select {
+		case events <- e:
+		default:
+		}
+	}
+	c := connect(t, cfg)
+	ns := c.Namespace(1)
+	const workers, drops = 24, 8
+	type req struct {
+		Request
+		dones atomic.Int32
+		ch    chan struct{}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &req{ch: make(chan struct{}, 2)}
+			r.Done = func(*Request) {
+				r.dones.Add(1)
+				r.ch <- struct{}{}
+			}
+			buf := make([]byte, 8192)
+			for i := 0; ctx.Err() == nil; i++ {
+				off := int64(w*16+i%16) * 8192
+				r.Op, r.Offset, r.Data = OpRead, off, buf
+				if i%2 == 0 {
+					r.Op = OpWrite
+					buf[0], buf[1] = byte(w), byte(i)
+				}
+				r.dones.Store(0)
+				if err := ns.Submit(context.Background(), &r.Request); err != nil {
+					errs <- err
+					return
+				}
+				select {
+				case <-r.ch:
+				case <-time.After(20 * time.Second):
+					errs <- fmt.Errorf("worker %d: request %d did not complete", w, i)
+					return
+				}
+				if r.Err != nil {
+					errs <- fmt.Errorf("worker %d: request %d: %w", w, i, r.Err)
+					return
+				}
+				if r.Op == OpWrite {
+					got := make([]byte, 2)
+					if err := tg.ReadNamespace(1, got, off); err != nil || got[0] != byte(w) || got[1] != byte(i) {
+						errs <- fmt.Errorf("worker %d: acknowledged write %d not on the target (%v)", w, i, err)
+						return
+					}
+				}
+				if n := r.dones.Load(); n != 1 {
+					errs <- fmt.Errorf("worker %d: request %d completed %d times", w, i, n)
+					return
+				}
+			}
+		}()
+	}
+	for d := 0; d < drops; d++ {
+		tg.DropConnections()
+		waitEvent(t, events, EventReconnected)
+	}
+	stop()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if c.Reconnects() < drops {
+		t.Fatalf("%d reconnects, want %d", c.Reconnects(), drops)
+	}
+}
+
+// TestCloseWhenTargetGoesAway: the target drops the connection of the flush
+// that Close sends. Error recovery has stopped, so nothing would ever send
+// the flush again: Close must fail it and return, not wait for it.
+func TestCloseWhenTargetGoesAway(t *testing.T) {
+	var armed atomic.Bool
+	tg := startTarget(t, func(c *testctl.Config) {
+		c.Intercept = func(qid uint16, sqe *nvmeof.SQE) (testctl.Action, nvmeof.Status) {
+			if qid > 0 && sqe.Opcode() == nvmeof.NVMFlush && armed.Load() {
+				return testctl.CloseQueue, 0
+			}
+			return testctl.Proceed, 0
+		}
+	})
+	cfg := testConfig(t, tg.Addr())
+	cfg.ReconnectDelay = 10 * time.Millisecond
+	c := connect(t, cfg)
+	if _, err := c.Namespace(1).WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- c.Close(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrControllerClosed) {
+			t.Fatalf("Close: %v, want the flush failed with ErrControllerClosed", err)
+		}
+		t.Log(err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close hangs on a flush whose connection is gone")
+	}
+	if c.State() != StateDead || tg.Commands("io:0x0") == 0 {
+		t.Fatalf("state %v, %d flushes", c.State(), tg.Commands("io:0x0"))
+	}
+}
+
+// TestCloseRespectsContext: a target that holds a write never lets Close's
+// drain finish; Close returns when its context ends, with the write failed.
+func TestCloseRespectsContext(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	tg := startTarget(t, func(c *testctl.Config) {
+		c.Intercept = func(qid uint16, sqe *nvmeof.SQE) (testctl.Action, nvmeof.Status) {
+			if qid > 0 && sqe.Opcode() == nvmeof.NVMWrite {
+				arrived <- struct{}{}
+				return testctl.Hold, 0
+			}
+			return testctl.Proceed, 0
+		}
+	})
+	c := connect(t, testConfig(t, tg.Addr()))
+	wdone := make(chan error, 1)
+	go func() {
+		_, err := c.Namespace(1).WriteAt(make([]byte, 4096), 0)
+		wdone <- err
+	}()
+	<-arrived
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Close(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close: %v, want the context's error", err)
+		}
+		t.Log(err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close ignores its context")
+	}
+	select {
+	case err := <-wdone:
+		if !errors.Is(err, ErrControllerClosed) {
+			t.Fatalf("write held by the target: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held write never completed")
 	}
 }

@@ -285,6 +285,11 @@ func (q *HostQueue) Outstanding() int {
 // (as the Linux host's per-command fast registration), or as in-capsule data
 // for small writes on I/O queues. r.Done runs when the completion arrives.
 // Submit never blocks; it returns ErrQueueFull when no slot is free.
+//
+// A Submit that returns nil is followed by exactly one call of r.Done (with
+// the completion, or with ErrQueueClosed when the connection ends first),
+// possibly before Submit returns; a Submit that returns an error never calls
+// r.Done, so the caller may send r again at once.
 func (q *HostQueue) Submit(r *HostRequest) error {
 	if r.Done == nil {
 		return errors.New("nvme-rdma: submit: request without Done")
@@ -306,11 +311,13 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 	q.free = q.free[:len(q.free)-1]
 	q.sqTail = next
 	s := &q.slots[i]
-	s.req = r
 	s.gen++
 	inline := q.inline
 	q.mu.Unlock()
 
+	// The slot is taken but holds no request yet: until s.req is set below,
+	// neither a completion nor watch can reach r, so r and the slot are
+	// this goroutine's alone.
 	r.Err = nil
 	r.CQE = nvmeof.CQE{}
 	r.SQE.SetCID(uint16(s.gen&0xF)<<cidSlotBits | uint16(i))
@@ -328,7 +335,7 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 		s.wr.Local = s.sge[:2]
 	default:
 		if len(r.Data) > nvmeof.MaxKeyedSGLLength {
-			q.finishSlot(i)
+			q.releaseSlot(i, nil)
 			return fmt.Errorf("nvme-rdma: %d bytes in one command, keyed SGL limit %d", len(r.Data), nvmeof.MaxKeyedSGLLength)
 		}
 		acc := iwarp.AccessLocalWrite | iwarp.AccessRemoteWrite
@@ -339,18 +346,28 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 		iova := uint64(uintptr(unsafe.Pointer(&r.Data[0])))
 		stag, err := s.mr.Reregister(r.Data, iova, acc, s.key)
 		if err != nil {
-			q.finishSlot(i)
+			q.releaseSlot(i, nil)
+			if errors.Is(err, iwarp.ErrClosed) {
+				// watch deregistered the slot MRs: the queue has ended.
+				return fmt.Errorf("%w: %w", ErrQueueClosed, err)
+			}
 			return err
 		}
 		s.usedMR = true
 		q.count(&q.stats.Keyed)
 		sgl.SetKeyed(iova, uint32(len(r.Data)), stag, true)
 	}
+	q.mu.Lock()
+	s.req = r
+	q.mu.Unlock()
 	if err := q.qp.PostSend(&s.wr); err != nil {
-		if s.usedMR {
-			s.mr.Invalidate()
+		// The connection is ending. If watch has already taken the slot,
+		// it has completed r with ErrQueueClosed (or is about to): that
+		// Done is r's one completion, and Submit must not report a
+		// failure as well (the caller would send r a second time).
+		if !q.releaseSlot(i, r) {
+			return nil
 		}
-		q.finishSlot(i)
 		return fmt.Errorf("%w: %w", ErrQueueClosed, err)
 	}
 	return nil
@@ -387,17 +404,28 @@ func (q *HostQueue) ring(a, b uint16) int {
 	return d
 }
 
-// finishSlot returns a slot that never reached the wire.
-func (q *HostQueue) finishSlot(i int) {
+// releaseSlot gives back slot i, which never reached the wire, if it still
+// holds req (nil: a slot taken before its request was set). It reports
+// false, and leaves the slot alone, when watch has taken req from it: the
+// queue has ended and watch completes req.
+func (q *HostQueue) releaseSlot(i int, req *HostRequest) bool {
 	q.mu.Lock()
-	q.slots[i].req = nil
+	defer q.mu.Unlock()
+	s := &q.slots[i]
+	if s.req != req {
+		return false
+	}
+	if s.usedMR {
+		s.mr.Invalidate()
+	}
+	s.req = nil
 	q.free = append(q.free, i)
 	if q.sqTail == 0 {
 		q.sqTail = uint16(q.size - 1)
 	} else {
 		q.sqTail--
 	}
-	q.mu.Unlock()
+	return true
 }
 
 // Do submits r and waits for its completion (or ctx). It returns the NVMe

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -669,5 +670,83 @@ func TestSQFlowControlDisabled(t *testing.T) {
 	// Every slot MR was deregistered.
 	if n := pd.Regions(); n != 0 {
 		t.Fatalf("%d regions left in the PD after the queue closed", n)
+	}
+}
+
+// TestSubmitRacingQueueEnd: commands are submitted from several goroutines
+// while the queue ends under them. Whatever the interleaving, a Submit that
+// returns nil gets exactly one Done and a Submit that returns an error gets
+// none (the initiator sends a command again on that promise: a second Done,
+// or a Done after a failed Submit, is a command finished twice).
+func TestSubmitRacingQueueEnd(t *testing.T) {
+	m := newMemCtrl(1 << 20)
+	m.async = true
+	ln := serve(t, ControllerConfig{}, m)
+	type sub struct {
+		r     HostRequest
+		ok    bool // Submit returned nil
+		dones atomic.Int32
+	}
+	const rounds, submitters = 40, 4
+	for round := 0; round < rounds; round++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		q, err := Dial(ctx, "tcp", ln.Addr().String(), HostConfig{QID: 1, QueueSize: 32, InlineDataSize: 4096})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu   sync.Mutex
+			subs []*sub
+			wg   sync.WaitGroup
+		)
+		start := make(chan struct{})
+		for g := 0; g < submitters; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for i := 0; ; i++ {
+					s := &sub{}
+					s.r.Done = func(*HostRequest) { s.dones.Add(1) }
+					switch i % 3 {
+					case 0: // keyed: a fresh STag per command
+						s.r.Data = make([]byte, 8192)
+						s.r.SQE.BuildRead(1, 0, 16)
+					case 1: // in-capsule
+						s.r.Data, s.r.Write = make([]byte, 512), true
+						s.r.SQE.BuildWrite(1, 0, 1)
+					default: // no data
+						s.r.SQE.BuildFlush(1)
+					}
+					err := q.Submit(&s.r)
+					s.ok = err == nil
+					mu.Lock()
+					subs = append(subs, s)
+					mu.Unlock()
+					if err != nil && !errors.Is(err, ErrQueueFull) {
+						return // the queue has ended
+					}
+				}
+			}()
+		}
+		close(start)
+		// End the queue while the submitters are busy: the later rounds
+		// end it sooner.
+		for i := 0; i < (rounds-round)*20; i++ {
+			runtime.Gosched()
+		}
+		q.Abort(errors.New("test: queue ended"))
+		wg.Wait()
+		<-q.Done()
+		for i, s := range subs {
+			want := int32(0)
+			if s.ok {
+				want = 1
+			}
+			if n := s.dones.Load(); n != want {
+				t.Fatalf("round %d, command %d: Submit returned ok=%v, Done called %d times", round, i, s.ok, n)
+			}
+		}
 	}
 }
