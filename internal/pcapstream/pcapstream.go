@@ -18,6 +18,10 @@ import (
 type Stream struct {
 	Src, Dst netip.AddrPort
 	Data     []byte
+	// Gap is the number of bytes missing after Data when the capture lost
+	// part of the stream (a full capture buffer drops packets): Data ends
+	// at the first gap. 0 for a complete stream.
+	Gap int
 }
 
 // String names the stream.
@@ -138,11 +142,13 @@ func Parse(b []byte) ([]Conn, error) {
 		}
 		sort.SliceStable(d.segs, func(i, j int) bool { return int32(d.segs[i].seq-d.segs[j].seq) < 0 })
 		next := d.isn
+	segs:
 		for _, sg := range d.segs {
 			delta := int32(sg.seq - next)
 			switch {
 			case delta > 0:
-				return nil, fmt.Errorf("pcap: %v: gap of %d bytes", d.s, delta)
+				d.s.Gap = int(delta)
+				break segs
 			case int(-delta) >= len(sg.data): // retransmission
 				continue
 			}

@@ -260,6 +260,9 @@ func TestLinuxRpingCapture(t *testing.T) {
 		t.Fatalf("%d connections", len(conns))
 	}
 	c := conns[0]
+	if c.Initiator.Gap+c.Responder.Gap != 0 {
+		t.Fatalf("golden capture has gaps: %d, %d bytes", c.Initiator.Gap, c.Responder.Gap)
+	}
 	req, n, err := ParseMPAFrame(c.Initiator.Data, SIWMaxPrivateData)
 	if err != nil || req.Reply || req.IRD != 1 || req.ORD != 1 || len(req.PrivateData) != 0 {
 		t.Fatalf("request %+v %v", req, err)
@@ -292,6 +295,9 @@ func TestLinuxNVMeoFCaptures(t *testing.T) {
 			total := map[Opcode]int{}
 			maxFPDU := 0
 			for _, c := range conns {
+				if c.Initiator.Gap+c.Responder.Gap != 0 {
+					t.Fatalf("%v: golden capture has gaps: %d, %d bytes", c.Initiator, c.Initiator.Gap, c.Responder.Gap)
+				}
 				if len(c.Initiator.Data) == 0 {
 					continue
 				}

@@ -131,8 +131,8 @@ func TestLinuxHostAgainstTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns3 := nsDevice(t, vm, 3)
-	step(t, vm, time.Minute, fmt.Sprintf("head -c 1048576 /dev/urandom > /root/r && dd if=/root/r of=/dev/%s bs=64k oflag=direct 2>/dev/null && "+
-		"dd if=/dev/%s bs=64k count=16 iflag=direct 2>/dev/null | cmp - /root/r && echo namespace 3 ok", ns3, ns3))
+	step(t, vm, time.Minute, fmt.Sprintf("head -c 1048576 /dev/urandom > /root/r && dd if=/root/r of=/dev/%s bs=64k oflag=direct status=none && "+
+		"dd if=/dev/%s bs=64k count=16 iflag=direct status=none | cmp - /root/r && echo namespace 3 ok", ns3, ns3))
 	cfg.Subsystems[0].Namespaces = cfg.Subsystems[0].Namespaces[:2]
 	if err := tgt.Reload(cfg); err != nil {
 		t.Fatal(err)
@@ -183,11 +183,13 @@ func waitController(t *testing.T, vm *lab.VM) string {
 
 // nsDevice returns the block device (nvmeXnY) of namespace nsid of
 // interopNQN. With native multipath (the Debian kernel's default) the disk
-// hangs off the subsystem, not the controller.
+// hangs off the subsystem, not the controller. A namespace added while
+// connected shows its node before its capacity (the rescan revalidates it
+// after adding the disk): wait for both.
 func nsDevice(t *testing.T, vm *lab.VM, nsid int) string {
 	t.Helper()
 	out := step(t, vm, time.Minute, fmt.Sprintf(
 		`for i in $(seq 1 100); do for b in /sys/block/nvme*n*; do `+
-			`[ "$(cat $b/device/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $b/nsid 2>/dev/null)" = %d ] && [ -b /dev/$(basename $b) ] && basename $b && exit 0; done; sleep 0.1; done; exit 1`, interopNQN, nsid))
+			`[ "$(cat $b/device/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $b/nsid 2>/dev/null)" = %d ] && [ -b /dev/$(basename $b) ] && [ "$(cat $b/size)" -gt 0 ] && basename $b && exit 0; done; sleep 0.1; done; exit 1`, interopNQN, nsid))
 	return strings.TrimSpace(out)
 }

@@ -394,9 +394,14 @@ func TestRoutedMTU1500(t *testing.T) {
 		t.Fatalf("%v (tcpdump: %s)", err, capErr.String())
 	}
 	const mss = 1448
-	checked, largest := 0, 0
+	checked, largest, cut := 0, 0, 0
 	for _, c := range conns {
 		for _, s := range []*pcapstream.Stream{c.Initiator, c.Responder} {
+			// A busy machine can make tcpdump drop packets: a stream is
+			// checked up to its first gap (pcapstream cuts it there).
+			if s.Gap > 0 {
+				cut++
+			}
 			n, big, err := fpdus(s.Data)
 			if err != nil {
 				t.Fatalf("%v: %v", s, err)
@@ -405,8 +410,11 @@ func TestRoutedMTU1500(t *testing.T) {
 			largest = max(largest, big)
 		}
 	}
-	if checked == 0 {
-		t.Fatal("no FPDU captured")
+	if cut > 0 {
+		t.Logf("tcpdump lost packets: %d of %d streams checked up to their first gap", cut, 2*len(conns))
+	}
+	if checked < 100 {
+		t.Fatalf("only %d FPDUs captured (tcpdump: %s)", checked, capErr.String())
 	}
 	if largest > mss {
 		t.Fatalf("an FPDU of %d bytes exceeds the MSS (%d)", largest, mss)
