@@ -15,11 +15,12 @@ BENCHOUT   ?= bench.out
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build test vet fmt-check fuzz-smoke bench interop lab install clean
+.PHONY: help build deps test vet fmt-check fuzz-smoke bench interop lab install clean
 
 help:
 	@echo 'make build       all ./cmd/... binaries into bin/ (static, CGO_ENABLED=0)'
-	@echo 'make test        go vet, gofmt check, go test -race ./... (boots the lab VM), fuzz-smoke: what CI runs'
+	@echo 'make deps        install the Debian packages the tests use (test/deps.sh; root)'
+	@echo 'make test        deps, go vet, gofmt check, go test -race ./... (boots the lab VM), fuzz-smoke: what CI runs'
 	@echo 'make fuzz-smoke  every Fuzz target for FUZZTIME ($(FUZZTIME)) each'
 	@echo 'make bench       benchmarks of BENCH_PKGS, COUNT times, into BENCHOUT ($(BENCHOUT)); compare with benchstat'
 	@echo 'make interop     the interop tests against the Linux kernel in the lab VM (test/lab)'
@@ -33,9 +34,13 @@ build:
 
 # The full suite. The interop package (test/interop) boots the lab VM; its
 # first test runs test/lab/setup.sh, which installs the apt packages it needs.
-test: vet fmt-check
+test: deps vet fmt-check
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory fuzz-smoke
+
+# The packages the tests use beyond Go (apt-get, as root).
+deps:
+	test/deps.sh
 
 vet:
 	$(GO) vet ./...

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -10,6 +13,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/initiator"
 )
@@ -226,4 +231,81 @@ func mountFUSE(dir, name string, directIO bool, nss []*initiator.Namespace) (*fu
 		root.addNamespace(ns)
 	}
 	return srv, root, nil
+}
+
+// FUSE teardown bounds: how long an unmount is retried while something
+// still holds a namespace file (a loop device whose detach the kernel
+// completes asynchronously, after its last opener has closed it), and how
+// long the FUSE server may take to see the connection end.
+const (
+	fuseUnmountRetry = 15 * time.Second
+	fuseServeEnd     = 10 * time.Second
+)
+
+// unmountFUSE unmounts the device directory dir served by srv and waits
+// for srv to end, never forever. losetup --detach only marks a busy loop
+// device for autoclear: it keeps the namespace file open until its last
+// opener (a udev probe, a late writeback) lets go, and until then umount
+// fails with EBUSY. The unmount is retried for fuseUnmountRetry, then done
+// lazily (MNT_DETACH); if the server has still not ended fuseServeEnd
+// later, the FUSE connection is aborted through fusectl
+// (/sys/fs/fuse/connections/N/abort), which fails whatever still holds the
+// file with ENOTCONN rather than leaving this process unable to exit.
+func unmountFUSE(srv *fuse.Server, dir string, log *zap.Logger) {
+	// The connection's number in fusectl is the minor of the mount's
+	// device; read it while dir is still mounted.
+	var st unix.Stat_t
+	conn := -1
+	if unix.Stat(dir, &st) == nil {
+		conn = int(unix.Minor(st.Dev))
+	}
+	start := time.Now()
+	for {
+		err := srv.Unmount()
+		if err == nil {
+			if time.Since(start) > time.Second {
+				log.Info("FUSE unmounted after retries", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+			}
+			break
+		}
+		if time.Since(start) > fuseUnmountRetry {
+			log.Warn("FUSE unmount still refused: detaching it lazily", zap.String("dir", dir), zap.Error(err))
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+				log.Warn("lazy FUSE unmount", zap.Error(err))
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ended := make(chan struct{})
+	go func() { srv.Wait(); close(ended) }()
+	select {
+	case <-ended:
+		return
+	case <-time.After(fuseServeEnd):
+	}
+	log.Warn("FUSE connection still in use: aborting it", zap.Int("fusectl_connection", conn))
+	if conn >= 0 {
+		if err := abortFUSEConnection(conn); err != nil {
+			log.Warn("abort FUSE connection", zap.Error(err))
+		}
+	}
+	select {
+	case <-ended:
+	case <-time.After(fuseServeEnd):
+		log.Error("FUSE server did not end; exiting anyway")
+	}
+}
+
+// abortFUSEConnection writes to fusectl's abort file of connection n,
+// mounting fusectl first if it is not.
+func abortFUSEConnection(n int) error {
+	const ctl = "/sys/fs/fuse/connections"
+	p := filepath.Join(ctl, strconv.Itoa(n), "abort")
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount fusectl on %s: %w", ctl, err)
+		}
+	}
+	return os.WriteFile(p, []byte("1"), 0)
 }

@@ -396,10 +396,7 @@ func (d *daemon) stop(force bool) error {
 		d.ln.Close()
 	}
 	if d.srv != nil {
-		if err := d.srv.Unmount(); err != nil {
-			d.log.Warn("FUSE unmount", zap.Error(err))
-		}
-		d.srv.Wait()
+		unmountFUSE(d.srv, filepath.Join(instanceDir(d.dev), "dev"), d.log)
 	}
 	var errs []error
 	if d.ctrl != nil {

@@ -123,7 +123,17 @@ hosts:
 	if err != nil {
 		t.Fatalf("connect: %v\n%s", err, stderr.String())
 	}
-	defer c.Close(context.Background())
+	defer func() {
+		// The target has gone by now (SIGTERM below): Close must not wait
+		// for it.
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		_ = c.Close(cctx)
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("Close after the target left took %v", d)
+		}
+	}()
 	ns := c.Namespace(1)
 	if ns == nil || ns.Size() != 16<<20 {
 		t.Fatalf("namespace 1: %v", ns)

@@ -243,6 +243,7 @@ type ControllerQueue struct {
 	local     net.Addr
 	sqHead    atomic.Uint32 // SQ head pointer reported in completions
 	closeOnce sync.Once
+	ended     chan struct{} // closed after the handler's QueueClosed returned
 
 	mu      sync.Mutex
 	reqs    []*Request // every request context, by index
@@ -267,6 +268,7 @@ func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 		h:       h,
 		remote:  r.RemoteAddr,
 		local:   r.LocalAddr,
+		ended:   make(chan struct{}),
 		pd:      iwarp.NewPD(),
 	}
 	q.log = cfg.Logger.With(zap.Stringer("remote", r.RemoteAddr), zap.Uint16("qid", q.qid))
@@ -333,8 +335,11 @@ func (q *ControllerQueue) RemoteAddr() net.Addr { return q.remote }
 // LocalAddr is the local address of the connection.
 func (q *ControllerQueue) LocalAddr() net.Addr { return q.local }
 
-// Done is closed when the connection has ended.
-func (q *ControllerQueue) Done() <-chan struct{} { return q.qp.Done() }
+// Done is closed when the connection has ended and the handler's
+// QueueClosed has returned, so that whoever waits for it (a shutdown) also
+// waits for the handler's last word on the queue. QueueClosed must not wait
+// for Done.
+func (q *ControllerQueue) Done() <-chan struct{} { return q.ended }
 
 // Err is why the connection ended (nil while it runs or after a clean close).
 func (q *ControllerQueue) Err() error { return q.qp.Err() }
@@ -347,6 +352,7 @@ func (q *ControllerQueue) Close() { q.qp.Disconnect() }
 func (q *ControllerQueue) CRC() bool { return q.qp.CRC() }
 
 func (q *ControllerQueue) watch() {
+	defer close(q.ended)
 	<-q.qp.Done()
 	q.h.QueueClosed(q, q.qp.Err())
 }
