@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/nvmetd/nvmetd/backend"
@@ -137,4 +138,45 @@ func TestMemorySparse(t *testing.T) {
 	if a := m.Stats().AllocatedBytes; a != 0 {
 		t.Fatalf("allocated %d bytes after discarding everything", a)
 	}
+}
+
+// TestMemoryOverlappingIO: a host may read and write the same blocks at
+// once (NVMe leaves their order undefined); for the memory backend that
+// must not be a data race of this process (go test -race).
+func TestMemoryOverlappingIO(t *testing.T) {
+	m, err := backend.OpenMemory(backend.MemoryOptions{Size: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	const off, n = 1<<20 - 8192, 16384 // across a chunk boundary
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, n)
+			for i := range 200 {
+				if (i+w)%2 == 0 {
+					for j := range buf {
+						buf[j] = byte(w)
+					}
+					if err := m.WriteAt(buf, off, false); err != nil {
+						t.Error(err)
+						return
+					}
+				} else if err := m.ReadAt(buf, off); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%50 == 0 {
+					if err := m.WriteZeroes(off, 4096, false); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

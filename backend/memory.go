@@ -1,6 +1,9 @@
 package backend
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // MemoryChunkSize is the allocation unit of the memory backend: a chunk is
 // allocated on its first write and freed when a WriteZeroes or Discard
@@ -21,10 +24,14 @@ type MemoryOptions struct {
 // namespace needs 8 MiB until it is written. Contents are lost on Close.
 // There is no limit on the memory it takes other than Size.
 //
-// Chunks are reached through atomic pointers and never locked: a chunk is
-// installed with compare-and-swap by the first writer, and freed by
-// swapping in nil. Concurrent requests to different ranges never interfere;
-// overlapping ones have no defined order, as for every [Backend].
+// Chunks are reached through atomic pointers: a chunk is installed with
+// compare-and-swap by the first writer, and freed by swapping in nil. Each
+// chunk's bytes are guarded by a reader/writer lock of their own, held only
+// for the copy, so that a host's overlapping reads and writes (which NVMe
+// leaves unordered, as every [Backend] does) are not data races of this
+// process: requests to different chunks never wait for each other, reads of
+// one chunk run in parallel, and a write of one chunk is never seen half
+// done by a read of that chunk.
 type Memory struct {
 	size      int64
 	bs        uint32
@@ -32,6 +39,7 @@ type Memory struct {
 	closed    atomic.Bool
 	allocated atomic.Int64
 	chunks    []atomic.Pointer[memChunk]
+	locks     []sync.RWMutex // locks[i] guards the bytes of chunks[i]
 }
 
 var _ Backend = (*Memory)(nil)
@@ -54,6 +62,7 @@ func OpenMemory(opts MemoryOptions) (*Memory, error) {
 		bs:     bs,
 		ro:     opts.ReadOnly,
 		chunks: make([]atomic.Pointer[memChunk], n),
+		locks:  make([]sync.RWMutex, n),
 	}, nil
 }
 
@@ -69,11 +78,13 @@ func (m *Memory) ReadAt(p []byte, off int64) error {
 	for len(p) > 0 {
 		i, o := off/MemoryChunkSize, int(off%MemoryChunkSize)
 		n := min(len(p), MemoryChunkSize-o)
+		m.locks[i].RLock()
 		if c := m.chunks[i].Load(); c != nil {
 			copy(p[:n], c[o:])
 		} else {
 			clear(p[:n])
 		}
+		m.locks[i].RUnlock()
 		p = p[n:]
 		off += int64(n)
 	}
@@ -99,7 +110,9 @@ func (m *Memory) WriteAt(p []byte, off int64, fua bool) error {
 				c = m.chunks[i].Load() // lost the race; a Discard may free it again
 			}
 		}
+		m.locks[i].Lock()
 		copy(c[o:o+n], p)
+		m.locks[i].Unlock()
 		p = p[n:]
 		off += int64(n)
 	}
@@ -134,7 +147,9 @@ func (m *Memory) zero(off, length int64) {
 				m.allocated.Add(-MemoryChunkSize)
 			}
 		} else if c := m.chunks[i].Load(); c != nil {
+			m.locks[i].Lock()
 			clear(c[o : o+n])
+			m.locks[i].Unlock()
 		}
 		off += n
 		length -= n

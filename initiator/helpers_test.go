@@ -78,3 +78,16 @@ func discoveryConfig(t testing.TB, addr string) Config {
 }
 
 func splitHostPort(a string) (string, string, error) { return net.SplitHostPort(a) }
+
+// eventSink makes cfg's OnEvent deliver events to the returned channel of
+// n entries, dropping events when it is full (OnEvent must not block).
+func eventSink(cfg *Config, n int) chan Event {
+	events := make(chan Event, n)
+	cfg.OnEvent = func(e Event) {
+		select {
+		case events <- e:
+		default:
+		}
+	}
+	return events
+}

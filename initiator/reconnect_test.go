@@ -65,15 +65,9 @@ func TestReconnectSchedule(t *testing.T) {
 // success must be on the target, and every write must eventually succeed.
 func TestReconnectNoAcknowledgedWriteLost(t *testing.T) {
 	tg := startTarget(t, nil)
-	events := make(chan Event, 64)
 	cfg := testConfig(t, tg.Addr())
 	cfg.ReconnectDelay = 50 * time.Millisecond
-	cfg.OnEvent = func(e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	}
+	events := eventSink(&cfg, 64)
 	c := connect(t, cfg)
 	ns := c.Namespace(1)
 	const workers, blocks = 16, 64
@@ -160,16 +154,10 @@ func TestControllerLoss(t *testing.T) {
 // waits and completes once it is back.
 func TestIOWaitsDuringReconnect(t *testing.T) {
 	tg := startTarget(t, nil)
-	events := make(chan Event, 64)
 	cfg := testConfig(t, tg.Addr())
 	cfg.ReconnectDelay = 100 * time.Millisecond
 	cfg.ConnectTimeout = 500 * time.Millisecond
-	cfg.OnEvent = func(e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	}
+	events := eventSink(&cfg, 64)
 	c := connect(t, cfg)
 	ns := c.Namespace(1)
 	tg.Pause() // silent: reconnects will fail until Resume
@@ -201,16 +189,10 @@ func TestIOWaitsDuringReconnect(t *testing.T) {
 // Keep Alive timeout, and the controller reconnects when it answers again.
 func TestKeepAliveTimeout(t *testing.T) {
 	tg := startTarget(t, func(c *testctl.Config) { c.IgnoreKATO = true })
-	events := make(chan Event, 64)
 	cfg := testConfig(t, tg.Addr())
 	cfg.KeepAliveTimeout = 400 * time.Millisecond
 	cfg.ReconnectDelay = 50 * time.Millisecond
-	cfg.OnEvent = func(e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	}
+	events := eventSink(&cfg, 64)
 	c := connect(t, cfg)
 	before := tg.Commands("admin:0x18")
 	time.Sleep(500 * time.Millisecond)
@@ -295,15 +277,9 @@ func TestStatusRetry(t *testing.T) {
 // waiting I/O with ErrControllerClosed and returns promptly.
 func TestCloseWhileReconnecting(t *testing.T) {
 	tg := startTarget(t, nil)
-	events := make(chan Event, 64)
 	cfg := testConfig(t, tg.Addr())
 	cfg.ReconnectDelay = 50 * time.Millisecond
-	cfg.OnEvent = func(e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	}
+	events := eventSink(&cfg, 64)
 	c := connect(t, cfg)
 	ns := c.Namespace(1)
 	tg.Close()
@@ -334,16 +310,10 @@ func TestCloseWhileReconnecting(t *testing.T) {
 // succeeded must be on the target.
 func TestReconnectStormCompletesEachRequestOnce(t *testing.T) {
 	tg := startTarget(t, nil)
-	events := make(chan Event, 256)
 	cfg := testConfig(t, tg.Addr())
 	cfg.ReconnectDelay = 10 * time.Millisecond
 	cfg.QueueSize = 16 // the smallest: a full queue keeps commands pending
-	cfg.OnEvent = func(e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	}
+	events := eventSink(&cfg, 256)
 	c := connect(t, cfg)
 	ns := c.Namespace(1)
 	const workers, drops = 24, 8
