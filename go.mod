@@ -3,25 +3,28 @@ module github.com/nvmetd/nvmetd
 go 1.26.0
 
 require (
-	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/dswarbrick/smart v0.0.0-20230625164221-6fe037e2b05f
+	github.com/go-viper/mapstructure/v2 v2.4.0
+	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/spf13/pflag v1.0.10
+	github.com/spf13/viper v1.21.0
+	go.uber.org/goleak v1.3.0
+	go.uber.org/zap v1.28.0
+	go.yaml.in/yaml/v3 v3.0.4
+	golang.org/x/sys v0.49.0
+)
+
+require (
 	github.com/dswarbrick/go-nvme v0.0.0-20221105200149-f4470ea4e016 // indirect
-	github.com/dswarbrick/smart v0.0.0-20230625164221-6fe037e2b05f // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
-	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
-	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/sagikazarmark/locafero v0.11.0 // indirect
 	github.com/sourcegraph/conc v0.3.1-0.20240121214520-5f936abd7ae8 // indirect
 	github.com/spf13/afero v1.15.0 // indirect
 	github.com/spf13/cast v1.10.0 // indirect
-	github.com/spf13/pflag v1.0.10 // indirect
-	github.com/spf13/viper v1.21.0 // indirect
 	github.com/subosito/gotenv v1.6.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
-	go.uber.org/zap v1.28.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
