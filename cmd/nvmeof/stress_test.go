@@ -98,6 +98,7 @@ func TestE2ELoopFUSEStress(t *testing.T) {
 func runFio(t *testing.T, fio string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(fio, append(args, "--output-format=terse", "--terse-version=3")...)
+	cmd.Dir = t.TempDir() // fio writes its verify state files (*-verify.state) here
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("fio %s: %v\n%s", strings.Join(args, " "), err, out)

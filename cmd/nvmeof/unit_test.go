@@ -68,7 +68,7 @@ func TestParseSize(t *testing.T) {
 func TestConnectOptsRoundTrip(t *testing.T) {
 	o := connectOpts{fabrics: fabricsOpts{transport: "rdma", traddr: "10.0.0.1", trsvcid: "4421", nqn: "nqn.2024-01.x:y",
 		hostnqn: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000aa", nrIOQueues: 3, queueSize: 64,
-		keepAliveTmo: 7, reconnDelay: 2, ctrlLossTmo: -1, crc: "required", maxFPDU: 1448, connTimeout: time.Second},
+		keepAliveTmo: 7, reconnDelay: 2, ctrlLossTmo: -1, crc: "required", maxFPDU: 1448, connTimeout: time.Second, busyPoll: 50 * time.Microsecond},
 		mount: "/mnt/x", loop: true, mountNSID: 2, fstype: "xfs", mkfs: true, mountOpts: "noatime", loopDirectIO: true, fuseDirectIO: false}
 	if got := o.toJSON().opts(); !reflect.DeepEqual(got, o) {
 		t.Fatalf("round trip:\n%+v\n%+v", got, o)
@@ -78,9 +78,15 @@ func TestConnectOptsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Address != "10.0.0.1:4421" || cfg.CtrlLossTimeout >= 0 || cfg.KeepAliveTimeout != 7*time.Second ||
-		cfg.HostID != [16]byte{0x6e, 0x76, 0x6d, 0x65, 0x74, 0x64, 0x4c, 0x61, 0x9b, 0, 0, 0, 0, 0, 0, 0xaa} || cfg.Engine.MaxFPDU != 1448 {
+		cfg.HostID != [16]byte{0x6e, 0x76, 0x6d, 0x65, 0x74, 0x64, 0x4c, 0x61, 0x9b, 0, 0, 0, 0, 0, 0, 0xaa} || cfg.Engine.MaxFPDU != 1448 ||
+		cfg.Engine.BusyPoll != 50*time.Microsecond {
 		t.Fatalf("config %+v", cfg)
 	}
+	o.fabrics.busyPoll = 2 * time.Second
+	if _, err := o.fabrics.config(o.fabrics.nqn, nil); err == nil || !strings.Contains(err.Error(), "--busy-poll") {
+		t.Fatalf("busy-poll 2s: %v", err)
+	}
+	o.fabrics.busyPoll = 0
 	o.fabrics.ctrlLossTmo = 0
 	if cfg, _ := o.fabrics.config(o.fabrics.nqn, nil); !cfg.NoReconnect {
 		t.Fatal("ctrl-loss-tmo 0 should mean no reconnect")

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# test/bench/loopback.sh: nvmetd and `nvmeof bench` over loopback, the figures
+# of the README's Benchmarks section.
+#
+#   make build && test/bench/loopback.sh [options]
+#
+# Environment:
+#   BIN=bin             where nvmetd and nvmeof are (make build)
+#   PORT=4520           the port nvmetd listens on (127.0.0.1)
+#   PIN=1               nvmetd on CPU 0, nvmeof on CPU 1, GOMAXPROCS=1 each
+#                       (one core a side); PIN=0: both share every CPU
+#   BP=50us             busy polling on both sides (transport.busy_poll and
+#                       --busy-poll); 0s: off
+#   NSS="1 2"           namespaces: 1 null (8 GiB), 2 file (2 GiB, written
+#                       fully first so that reads hit data)
+#   LOADS="qd1 qd64 r128 w128"
+#                       4 KiB randread QD1 and QD64, 128 KiB sequential read
+#                       and write QD16
+#   RT=10s              runtime of each load
+#   ROUNDS=1            how many times the whole set runs
+#   Q=1                 I/O queues
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-bin}
+PORT=${PORT:-4520}
+PIN=${PIN:-1}
+BP=${BP:-50us}
+NSS=${NSS:-1 2}
+LOADS=${LOADS:-qd1 qd64 r128 w128}
+RT=${RT:-10s}
+ROUNDS=${ROUNDS:-1}
+Q=${Q:-1}
+NQN=nqn.2024-01.io.nvmetd:bench
+[ -x "$BIN/nvmetd" ] && [ -x "$BIN/nvmeof" ] || { echo "no $BIN/nvmetd or $BIN/nvmeof: run make build" >&2; exit 1; }
+if ss -Hltn "sport = :$PORT" | grep -q .; then echo "port $PORT is in use" >&2; exit 1; fi
+
+D=$(mktemp -d)
+cat > "$D/nvmetd.yaml" <<Y
+daemon:
+  log_level: warn
+  log_format: console
+  control_socket: $D/nvmetd.sock
+ports:
+  - id: 1
+    address: 127.0.0.1
+    service_id: $PORT
+    subsystems: [$NQN]
+transport:
+  busy_poll: $BP
+subsystems:
+  - nqn: $NQN
+    allow_any_host: true
+    namespaces:
+      - nsid: 1
+        backend: {kind: "null", size: 8GiB}
+      - nsid: 2
+        backend: {kind: file, path: $D/ns2.img, size: 2GiB}
+Y
+case " $NSS " in *" 2 "*) dd if=/dev/urandom of="$D/ns2.img" bs=1M count=2048 status=none ;; esac
+run0=() run1=()
+if [ "$PIN" = 1 ]; then
+	run0=(taskset -c 0 env GOMAXPROCS=1)
+	run1=(taskset -c 1 env GOMAXPROCS=1)
+fi
+"${run0[@]}" "$BIN/nvmetd" --config "$D/nvmetd.yaml" >"$D/nvmetd.log" 2>&1 &
+tgt=$!
+trap 'kill $tgt 2>/dev/null; wait $tgt 2>/dev/null; rm -rf "$D"' EXIT
+until ss -Hltn "sport = :$PORT" | grep -q .; do
+	kill -0 $tgt 2>/dev/null || { cat "$D/nvmetd.log" >&2; exit 1; }
+	sleep 0.1
+done
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP Q=$Q RT=$RT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+bench() {
+	echo "== nsid $1: ${*:2}"
+	"${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$BP" \
+		--nsid "$@" | grep -E 'IOPS=|lat \(usec\)|cpu:'
+}
+for round in $(seq "$ROUNDS"); do
+	for ns in $NSS; do
+		for load in $LOADS; do
+			case $load in
+			qd1) bench "$ns" --rw randread --bs 4k --iodepth 1 ;;
+			qd64) bench "$ns" --rw randread --bs 4k --iodepth 64 ;;
+			r128) bench "$ns" --rw read --bs 128k --iodepth 16 ;;
+			w128) bench "$ns" --rw write --bs 128k --iodepth 16 ;;
+			*) echo "unknown load $load" >&2; exit 2 ;;
+			esac
+		done
+	done
+done
