@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -93,10 +94,19 @@ func TestConnectReadWriteClose(t *testing.T) {
 }
 
 // TestConcurrentIO runs many goroutines of random I/O, more than the queue
-// depth, each on its own region, and verifies every block.
+// depth, each on its own region, and verifies every block; also with the
+// host's receive loops busy polling (nvmeof --busy-poll).
 func TestConcurrentIO(t *testing.T) {
+	for _, bp := range []time.Duration{0, 50 * time.Microsecond} {
+		t.Run(fmt.Sprintf("busypoll=%v", bp), func(t *testing.T) { testConcurrentIO(t, bp) })
+	}
+}
+
+func testConcurrentIO(t *testing.T, busyPoll time.Duration) {
 	tg := startTarget(t, nil)
-	c := connect(t, testConfig(t, tg.Addr()))
+	cfg := testConfig(t, tg.Addr())
+	cfg.Engine.BusyPoll = busyPoll
+	c := connect(t, cfg)
 	ns := c.Namespace(1)
 	const workers, region = 96, 256 << 10
 	var wg sync.WaitGroup

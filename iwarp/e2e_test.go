@@ -56,51 +56,63 @@ func TestGatherSend(t *testing.T) {
 }
 
 func TestWriteAndRead(t *testing.T) {
-	for _, crc := range []CRCPolicy{CRCOff, CRCRequired} {
-		for _, size := range []int{0, 1, 4096, 65536, 1 << 20, 3<<20 + 5} {
-			t.Run(fmt.Sprintf("crc=%v/size=%d", crc, size), func(t *testing.T) {
-				cli, srv := pair(t, pairOpts{serverCfg: &Config{CRC: crc}, serverRecvs: [][]byte{make([]byte, 8)}})
-				// Server memory, exposed for remote read and write.
-				remote := pattern(size+100, 9)
-				mr, err := srv.pd.RegisterMemory(remote, AccessRemoteRead|AccessRemoteWrite|AccessLocalWrite)
-				if err != nil {
-					t.Fatal(err)
-				}
-				src := pattern(size, 42)
-				if err := cli.qp.PostSend(&SendWR{ID: 1, Opcode: WRWrite, Signaled: true, Local: [][]byte{src}, RemoteSTag: mr.STag(), RemoteTO: mr.IOVA() + 50}); err != nil {
-					t.Fatal(err)
-				}
-				waitOK(t, cli.cq)
-				// A Send behind the Write tells the server its data is placed
-				// (what the race detector can see; TCP ordering does it).
-				if err := cli.qp.PostSend(&SendWR{Opcode: WRSend}); err != nil {
-					t.Fatal(err)
-				}
-				waitOK(t, srv.rcq)
-				if !bytes.Equal(remote[50:50+size], src) {
-					t.Fatal("written data mismatch")
-				}
-				// Read it back.
-				sink := make([]byte, size+8)
-				smr, err := cli.pd.RegisterMemory(sink, AccessLocalWrite)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := cli.qp.PostSend(&SendWR{ID: 2, Opcode: WRRead, Signaled: true, RemoteSTag: mr.STag(), RemoteTO: mr.IOVA() + 50, SinkMR: smr, SinkOffset: 8, Length: uint32(size)}); err != nil {
-					t.Fatal(err)
-				}
-				wc := waitOK(t, cli.cq)
-				if wc.ID != 2 || wc.Opcode != WCRead || wc.ByteLen != size {
-					t.Fatalf("read wc %+v", wc)
-				}
-				if !bytes.Equal(sink[8:], src) {
-					t.Fatal("data mismatch")
-				}
-				if !bytes.Equal(remote[:50], pattern(size+100, 9)[:50]) || !bytes.Equal(remote[50+size:], pattern(size+100, 9)[50+size:]) {
-					t.Fatal("write outside its range")
-				}
-			})
+	// Each size with CRC off and required, with both receive loops parking
+	// in the poller (busy poll 0) and spinning first (Config.BusyPoll, the
+	// low-latency mode of nvmetd and nvmeof).
+	for _, bp := range []time.Duration{0, 50 * time.Microsecond} {
+		for _, crc := range []CRCPolicy{CRCOff, CRCRequired} {
+			for _, size := range []int{0, 1, 4096, 65536, 1 << 20, 3<<20 + 5} {
+				t.Run(fmt.Sprintf("busypoll=%v/crc=%v/size=%d", bp, crc, size), func(t *testing.T) {
+					testWriteAndRead(t, pairOpts{serverCfg: &Config{CRC: crc, BusyPoll: bp}, clientCfg: &Config{CRC: crc, BusyPoll: bp},
+						serverRecvs: [][]byte{make([]byte, 8)}}, size)
+				})
+			}
 		}
+	}
+}
+
+// testWriteAndRead RDMA-Writes size bytes into the server's memory and
+// RDMA-Reads them back, checking the data and its bounds.
+func testWriteAndRead(t *testing.T, o pairOpts, size int) {
+	cli, srv := pair(t, o)
+	// Server memory, exposed for remote read and write.
+	remote := pattern(size+100, 9)
+	mr, err := srv.pd.RegisterMemory(remote, AccessRemoteRead|AccessRemoteWrite|AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := pattern(size, 42)
+	if err := cli.qp.PostSend(&SendWR{ID: 1, Opcode: WRWrite, Signaled: true, Local: [][]byte{src}, RemoteSTag: mr.STag(), RemoteTO: mr.IOVA() + 50}); err != nil {
+		t.Fatal(err)
+	}
+	waitOK(t, cli.cq)
+	// A Send behind the Write tells the server its data is placed
+	// (what the race detector can see; TCP ordering does it).
+	if err := cli.qp.PostSend(&SendWR{Opcode: WRSend}); err != nil {
+		t.Fatal(err)
+	}
+	waitOK(t, srv.rcq)
+	if !bytes.Equal(remote[50:50+size], src) {
+		t.Fatal("written data mismatch")
+	}
+	// Read it back.
+	sink := make([]byte, size+8)
+	smr, err := cli.pd.RegisterMemory(sink, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.qp.PostSend(&SendWR{ID: 2, Opcode: WRRead, Signaled: true, RemoteSTag: mr.STag(), RemoteTO: mr.IOVA() + 50, SinkMR: smr, SinkOffset: 8, Length: uint32(size)}); err != nil {
+		t.Fatal(err)
+	}
+	wc := waitOK(t, cli.cq)
+	if wc.ID != 2 || wc.Opcode != WCRead || wc.ByteLen != size {
+		t.Fatalf("read wc %+v", wc)
+	}
+	if !bytes.Equal(sink[8:], src) {
+		t.Fatal("data mismatch")
+	}
+	if !bytes.Equal(remote[:50], pattern(size+100, 9)[:50]) || !bytes.Equal(remote[50+size:], pattern(size+100, 9)[50+size:]) {
+		t.Fatal("write outside its range")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -235,6 +236,14 @@ func TestReadOnlyNamespace(t *testing.T) {
 // queues of several controllers at once, each queue with many commands
 // outstanding, against a file backend (workers) and a memory one (inline).
 func TestManyQueues(t *testing.T) {
+	// Also with busy polling on the target's receive loops: eight of them
+	// spinning on two CPUs must still serve every queue.
+	for _, bp := range []time.Duration{0, 50 * time.Microsecond} {
+		t.Run(fmt.Sprintf("busypoll=%v", bp), func(t *testing.T) { testManyQueues(t, bp) })
+	}
+}
+
+func testManyQueues(t *testing.T, busyPoll time.Duration) {
 	const (
 		hosts   = 2
 		queues  = 4
@@ -245,6 +254,7 @@ func TestManyQueues(t *testing.T) {
 	)
 	cfg := testConfig(t, memNS(1, "64MiB"), NamespaceConfig{NSID: 2, Backend: BackendConfig{Kind: "file", Path: filepath.Join(t.TempDir(), "f.img"), Size: "64MiB"}})
 	cfg.Tuning.IOWorkers = 8
+	cfg.Transport.BusyPoll = busyPoll
 	s := startServer(t, cfg)
 	var wg sync.WaitGroup
 	errs := make(chan error, hosts*queues)
