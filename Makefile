@@ -15,12 +15,13 @@ BENCHOUT   ?= bench.out
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build deps test vet fmt-check fuzz-smoke bench interop lab install clean
+.PHONY: help build deps alloc test vet fmt-check fuzz-smoke bench interop lab install clean
 
 help:
 	@echo 'make build       all ./cmd/... binaries into bin/ (static, CGO_ENABLED=0)'
 	@echo 'make deps        install the Debian packages the tests use (test/deps.sh; root)'
 	@echo 'make test        deps, go vet, gofmt check, go test -race ./... (boots the lab VM), fuzz-smoke: what CI runs'
+	@echo 'make alloc       the zero-allocation tests without -race (the race detector allocates)'
 	@echo 'make fuzz-smoke  every Fuzz target for FUZZTIME ($(FUZZTIME)) each'
 	@echo 'make bench       benchmarks of BENCH_PKGS, COUNT times, into BENCHOUT ($(BENCHOUT)); compare with benchstat'
 	@echo 'make interop     the interop tests against the Linux kernel in the lab VM (test/lab)'
@@ -36,7 +37,14 @@ build:
 # first test runs test/lab/setup.sh, which installs the apt packages it needs.
 test: deps vet fmt-check
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory alloc
 	$(MAKE) --no-print-directory fuzz-smoke
+
+# The zero-allocation tests once more without -race: the race detector
+# allocates, so some of them can only count allocations in a plain build.
+ALLOC_PKGS := ./backend/ ./iwarp/... ./nvmeof/... ./initiator/ ./target/
+alloc:
+	$(GO) test -count=1 -run 'Alloc' -v $(ALLOC_PKGS) | grep -E '^(=== RUN|--- |ok|FAIL|PASS)' 
 
 # The packages the tests use beyond Go (apt-get, as root).
 deps:

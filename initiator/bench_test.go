@@ -10,7 +10,7 @@ import (
 // caller's buffer used in place) and Submit with a reused Request.
 func TestNoAllocPerIO(t *testing.T) {
 	if testing.Short() {
-		t.Skip("allocation counts need a warmed-up run")
+		t.Skip("skipped in -short mode: allocation counts need a warmed-up run of hundreds of I/Os")
 	}
 	tg := startTarget(t, nil)
 	c := connect(t, testConfig(t, tg.Addr()))

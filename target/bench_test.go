@@ -140,7 +140,7 @@ func BenchmarkTargetIO(b *testing.B) {
 // the memory and null backends, counted across every goroutine.
 func TestIOAllocations(t *testing.T) {
 	if testing.Short() {
-		t.Skip("measures allocations over many commands")
+		t.Skip("skipped in -short mode: it measures allocations over thousands of commands")
 	}
 	for _, kind := range []string{"null", "memory"} {
 		for _, tc := range []struct {

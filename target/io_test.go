@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/nvmetd/nvmetd/backend/backendtest"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -345,58 +344,6 @@ func hammer(q *rdma.HostQueue, nsid uint32, base, nblocks uint64, n, depth, bloc
 // loopDevice attaches a loop device over a sparse file of size bytes for
 // the test.
 func loopDevice(t testing.TB, size int64, blockSize uint32) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("loop devices need root (CAP_SYS_ADMIN); running as uid %d", os.Geteuid())
-	}
-	backing := filepath.Join(t.TempDir(), "loop.img")
-	bf, err := os.OpenFile(backing, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bf.Close()
-	if err := bf.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := unix.Open("/dev/loop-control", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Skipf("cannot create loop devices: open /dev/loop-control: %v", err)
-	}
-	defer unix.Close(ctl)
-	for range 32 {
-		n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			t.Skipf("cannot create loop devices: LOOP_CTL_GET_FREE: %v", err)
-		}
-		dev := fmt.Sprintf("/dev/loop%d", n)
-		if _, err := os.Stat(dev); os.IsNotExist(err) {
-			if err := unix.Mknod(dev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil && err != unix.EEXIST {
-				t.Skipf("cannot create loop devices: mknod %s: %v", dev, err)
-			}
-		}
-		lfd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatalf("open %s: %v", dev, err)
-		}
-		lc := unix.LoopConfig{Fd: uint32(bf.Fd()), Size: blockSize}
-		copy(lc.Info.File_name[:], backing)
-		err = unix.IoctlLoopConfigure(lfd, &lc)
-		if err == unix.EBUSY {
-			unix.Close(lfd)
-			continue
-		}
-		if err != nil {
-			unix.Close(lfd)
-			t.Skipf("cannot create loop devices: LOOP_CONFIGURE on %s: %v", dev, err)
-		}
-		t.Cleanup(func() {
-			if err := unix.IoctlSetInt(lfd, unix.LOOP_CLR_FD, 0); err != nil {
-				t.Errorf("detach %s: %v", dev, err)
-			}
-			unix.Close(lfd)
-		})
-		return dev
-	}
-	t.Fatal("no free loop device after 32 attempts")
-	return ""
+	dev, _ := backendtest.LoopDevice(t, size, blockSize)
+	return dev
 }
