@@ -1329,14 +1329,8 @@ func Diff(old, new *Config) *ConfigDiff {
 	d := &ConfigDiff{}
 
 	// Ports, by ID.
-	oldPorts := map[uint16]*PortConfig{}
-	for i := range a.Ports {
-		oldPorts[a.Ports[i].ID] = &a.Ports[i]
-	}
-	newPorts := map[uint16]*PortConfig{}
-	for i := range b.Ports {
-		newPorts[b.Ports[i].ID] = &b.Ports[i]
-	}
+	oldPorts := indexBy(a.Ports, func(c *PortConfig) uint16 { return c.ID })
+	newPorts := indexBy(b.Ports, func(c *PortConfig) uint16 { return c.ID })
 	for _, id := range sortedKeys(oldPorts) {
 		o := oldPorts[id]
 		n, ok := newPorts[id]
@@ -1371,14 +1365,8 @@ func Diff(old, new *Config) *ConfigDiff {
 	}
 
 	// Subsystems, by NQN.
-	oldSubs := map[string]*SubsystemConfig{}
-	for i := range a.Subsystems {
-		oldSubs[a.Subsystems[i].NQN] = &a.Subsystems[i]
-	}
-	newSubs := map[string]*SubsystemConfig{}
-	for i := range b.Subsystems {
-		newSubs[b.Subsystems[i].NQN] = &b.Subsystems[i]
-	}
+	oldSubs := indexBy(a.Subsystems, func(c *SubsystemConfig) string { return c.NQN })
+	newSubs := indexBy(b.Subsystems, func(c *SubsystemConfig) string { return c.NQN })
 	for _, nqn := range sortedKeys(oldSubs) {
 		o := oldSubs[nqn]
 		n, ok := newSubs[nqn]
@@ -1397,14 +1385,8 @@ func Diff(old, new *Config) *ConfigDiff {
 	}
 
 	// Known hosts, by NQN.
-	oldHosts := map[string]*HostConfig{}
-	for i := range a.Hosts {
-		oldHosts[a.Hosts[i].NQN] = &a.Hosts[i]
-	}
-	newHosts := map[string]*HostConfig{}
-	for i := range b.Hosts {
-		newHosts[b.Hosts[i].NQN] = &b.Hosts[i]
-	}
+	oldHosts := indexBy(a.Hosts, func(c *HostConfig) string { return c.NQN })
+	newHosts := indexBy(b.Hosts, func(c *HostConfig) string { return c.NQN })
 	for _, nqn := range sortedKeys(oldHosts) {
 		n, ok := newHosts[nqn]
 		switch {
@@ -1438,14 +1420,8 @@ func diffSubsystem(o, n *SubsystemConfig) (SubsystemChange, bool) {
 		// A set: a reordering alone is no change.
 		sc.Fields = slices.DeleteFunc(sc.Fields, func(f string) bool { return f == "allowed_hosts" })
 	}
-	oldNS := map[uint32]*NamespaceConfig{}
-	for i := range o.Namespaces {
-		oldNS[o.Namespaces[i].NSID] = &o.Namespaces[i]
-	}
-	newNS := map[uint32]*NamespaceConfig{}
-	for i := range n.Namespaces {
-		newNS[n.Namespaces[i].NSID] = &n.Namespaces[i]
-	}
+	oldNS := indexBy(o.Namespaces, func(c *NamespaceConfig) uint32 { return c.NSID })
+	newNS := indexBy(n.Namespaces, func(c *NamespaceConfig) uint32 { return c.NSID })
 	for _, id := range sortedKeys(oldNS) {
 		on := oldNS[id]
 		nn, ok := newNS[id]
@@ -1515,6 +1491,15 @@ func setDiff[T comparable](a, b []T) (added, removed []T) {
 }
 
 // sortedKeys returns the keys of m in ascending order.
+// indexBy maps each element of list (by pointer) under its key.
+func indexBy[K comparable, T any](list []T, key func(*T) K) map[K]*T {
+	m := make(map[K]*T, len(list))
+	for i := range list {
+		m[key(&list[i])] = &list[i]
+	}
+	return m
+}
+
 func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
 	for k := range m {

@@ -102,23 +102,7 @@ func TestBinaryCheckConfig(t *testing.T) {
 func TestBinaryDefaultSignals(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	notifySock := filepath.Join(dir, "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifySock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	msgs := make(chan string, 100)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
+	notifySock, msgs := notifySocket(t, dir)
 
 	// A free port, so the test does not depend on 4420 being free.
 	l, err := net.Listen("tcp4", "127.0.0.1:0")

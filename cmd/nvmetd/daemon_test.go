@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -559,24 +558,7 @@ func TestRunInProcess(t *testing.T) {
 		return f, nil
 	}
 
-	notifySock := filepath.Join(dir, "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifySock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	msgs := make(chan string, 100)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
+	notifySock, msgs := notifySocket(t, dir)
 	waitMsg := func(prefix string) {
 		t.Helper()
 		timeout := time.After(20 * time.Second)

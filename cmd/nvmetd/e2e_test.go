@@ -34,23 +34,7 @@ func TestEndToEnd(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 
-	notifySock := filepath.Join(dir, "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifySock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	msgs := make(chan string, 100)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
+	notifySock, msgs := notifySocket(t, dir)
 	t.Setenv("NOTIFY_SOCKET", notifySock)
 
 	const (

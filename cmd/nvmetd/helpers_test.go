@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,4 +67,35 @@ func writeFile(t *testing.T, dir, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// notifySocket listens where a test points NOTIFY_SOCKET, as systemd does
+// for a Type=notify service, and returns the socket's path and the
+// messages (READY=1, RELOADING=1, ...) the daemon sends to it. It closes
+// when the test ends.
+func notifySocket(t *testing.T, dir string) (string, <-chan string) {
+	t.Helper()
+	path := filepath.Join(dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); conn.Close() })
+	msgs := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			select {
+			case msgs <- string(buf[:n]):
+			case <-done:
+				return
+			}
+		}
+	}()
+	return path, msgs
 }
