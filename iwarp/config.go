@@ -79,6 +79,10 @@ type Config struct {
 	// StallTimeout closes a connection whose peer stops in the middle of
 	// an FPDU for this long (default 30 s).
 	StallTimeout time.Duration
+	// WriteTimeout closes a connection whose peer takes no bytes for this
+	// long while there is something to send to it: a peer that stops
+	// reading its socket (default 30 s).
+	WriteTimeout time.Duration
 	// LingerTimeout bounds a graceful disconnect's wait for the peer to
 	// close its side (default 2 s).
 	LingerTimeout time.Duration
@@ -106,6 +110,7 @@ const (
 	defaultMaxIRDORD      = 128
 	defaultConnectTimeout = 10 * time.Second
 	defaultStallTimeout   = 30 * time.Second
+	defaultWriteTimeout   = 30 * time.Second
 	defaultLinger         = 2 * time.Second
 	defaultReadBuffer     = 256 << 10
 	defaultNudge          = 100 * time.Millisecond
@@ -137,6 +142,9 @@ func (c *Config) withDefaults() Config {
 	if d.StallTimeout == 0 {
 		d.StallTimeout = defaultStallTimeout
 	}
+	if d.WriteTimeout == 0 {
+		d.WriteTimeout = defaultWriteTimeout
+	}
 	if d.LingerTimeout == 0 {
 		d.LingerTimeout = defaultLinger
 	}
@@ -166,7 +174,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("iwarp: config MaxFPDU: %d, want %d..%d", d.MaxFPDU, minFPDU, maxFPDU)
 	case d.MaxIRDORD < 1 || d.MaxIRDORD > wire.MaxIRDORD:
 		return fmt.Errorf("iwarp: config MaxIRDORD: %d, want 1..%d", d.MaxIRDORD, wire.MaxIRDORD)
-	case d.ConnectTimeout < 0 || d.StallTimeout < 0 || d.LingerTimeout < 0 || d.BusyPoll < 0:
+	case d.ConnectTimeout < 0 || d.StallTimeout < 0 || d.WriteTimeout < 0 || d.LingerTimeout < 0 || d.BusyPoll < 0:
 		return fmt.Errorf("iwarp: config timeouts must not be negative")
 	case d.ReadBuffer < 4096:
 		return fmt.Errorf("iwarp: config ReadBuffer: %d, want at least 4096", d.ReadBuffer)

@@ -59,7 +59,7 @@ type QPAttr struct {
 	SendCQ *CQ // completions of send work requests
 	RecvCQ *CQ // completions of receive work requests (may equal SendCQ)
 	// SendDepth and RecvDepth bound the work requests outstanding on each
-	// queue (default 128).
+	// queue (default 128). Queue memory grows with use up to them.
 	SendDepth, RecvDepth int
 	// IRD is the number of the peer's RDMA Reads this side serves at once
 	// (responder resources); ORD the number of RDMA Reads it issues at once
@@ -75,92 +75,45 @@ const defaultIRDORD = 16
 var ErrPeerClosed = errors.New("iwarp: peer closed the connection")
 
 // QP is a reliable connected queue pair over one TCP connection.
+//
+// The protocol lives in a pure state machine (engine); the QP is its
+// driver: it owns the socket, feeds the engine what the socket brings and
+// what is posted, under one lock (mu), writes what the engine lays out,
+// delivers the completions it produces outside the lock, and ticks its
+// timers. Goroutines: a receive loop that owns the read side, and a send
+// goroutine that writes when a write has to wait for socket space (most
+// writes are made by whoever has work and finds no writer: see txClaim).
 type QP struct {
-	pd                *PD
-	scq, rcq          *CQ
-	wantIRD, wantORD  int
-	sqDepth, rqDepth  int
-	cfg               Config
-	log               *zap.Logger
-	logSet            bool // SetLogger was called: Config.Logger does not replace it
-	conn              *net.TCPConn
-	raw               syscall.RawConn
-	neg               negotiated
-	responder         bool
-	maxFPDU           int
-	peerPrivateData   []byte
-	localAddr, remote net.Addr
+	pd               *PD
+	scq, rcq         *CQ
+	wantIRD, wantORD int
+	cfg              Config
+	log              *zap.Logger
+	logSet           bool // SetLogger was called: Config.Logger does not replace it
+	conn             *net.TCPConn
+	raw              syscall.RawConn
+	neg              negotiated
+	responder        bool
+	maxFPDU          int
+	peerPrivateData  []byte
+	localAddr        net.Addr
+	remote           net.Addr
+	epoch            time.Time // the engine's clock counts from here
 
-	state atomic.Int32
+	state atomic.Int32 // mirrors e.state, for State without the lock
 
-	mu        sync.Mutex
-	sq        ring[sqEntry]
-	rq        ring[RecvWR]
-	orq       ring[orqEntry] // our RDMA Reads awaiting their responses
-	irq       ring[irqEntry] // the peer's RDMA Reads awaiting our responses
-	err       error
-	term      *wire.TermError
-	termHdr   []byte // offending DDP header for the Terminate
-	peerSpoke bool   // the peer's first FPDU arrived (responder may send)
+	mu      sync.Mutex
+	e       *engine
+	loops   int  // driver loops still running
+	started bool // start ran (or the QP ended idle)
+	flushed bool
+	timer   *time.Timer
 
-	kick    chan struct{}
-	txMu    sync.Mutex // owner of tx: the send goroutine or an inline sender
-	done    chan struct{}
-	loops   atomic.Int32
-	started bool
+	kick chan struct{} // wakes the send goroutine
+	done chan struct{}
 
-	// rxDefer is set while the receive loop processes what one read
-	// brought; posts then leave the sending to it (see readv).
-	rxDefer atomic.Bool
-	// lastPost is when the last send work request was posted (ns).
-	lastPost atomic.Int64
-
-	// stall detection
-	rxMid        atomic.Bool
-	rxProgress   atomic.Uint64
-	lastProgress uint64
-	stallTimer   *time.Timer
-	lingerTimer  *time.Timer
-	nudgeTimer   *time.Timer
-	nudges       int
-	rxSeen       atomic.Bool // an FPDU has arrived
-
-	rx rxState
-	tx txState
-}
-
-// sqEntry is a posted send work request.
-type sqEntry struct {
-	wr    SendWR
-	sge   [MaxSGE][]byte
-	nsge  int
-	total int
-	sent  int    // payload bytes emitted
-	msn   uint32 // MSN of an untagged message once started
-	// RDMA Read: the resolved local sink and how the request names it.
-	sink     []byte
-	sinkSTag uint32
-	sinkTO   uint64
-}
-
-// orqEntry is an outstanding outbound RDMA Read.
-type orqEntry struct {
-	id       uint64
-	signaled bool
-	internal bool // the peer-to-peer RTR read: no completion
-	sinkSTag uint32
-	sinkTO   uint64
-	sink     []byte
-	got      int
-}
-
-// irqEntry is an inbound RDMA Read Request to answer.
-type irqEntry struct {
-	sinkSTag uint32
-	sinkTO   uint64
-	src      []byte
-	sge      [1][]byte // src as a gather list
-	sent     int
+	rx rxDriver // the receive loop's
+	tx txDriver // the writer's (whoever holds engine.tx.owner)
 }
 
 // NewQP creates an idle queue pair. Post receives on it before it connects
@@ -173,19 +126,18 @@ func NewQP(attr QPAttr) (*QP, error) {
 		pd:      attr.PD,
 		scq:     attr.SendCQ,
 		rcq:     attr.RecvCQ,
-		sqDepth: attr.SendDepth,
-		rqDepth: attr.RecvDepth,
 		wantIRD: attr.IRD,
 		wantORD: attr.ORD,
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		log:     zap.NewNop(),
 	}
-	if qp.sqDepth <= 0 {
-		qp.sqDepth = defaultDepth
+	sq, rq := attr.SendDepth, attr.RecvDepth
+	if sq <= 0 {
+		sq = defaultDepth
 	}
-	if qp.rqDepth <= 0 {
-		qp.rqDepth = defaultDepth
+	if rq <= 0 {
+		rq = defaultDepth
 	}
 	if qp.wantIRD <= 0 {
 		qp.wantIRD = defaultIRDORD
@@ -196,8 +148,7 @@ func NewQP(attr QPAttr) (*QP, error) {
 	if qp.wantIRD > wire.MaxIRDORD || qp.wantORD > wire.MaxIRDORD {
 		return nil, fmt.Errorf("iwarp: new QP: IRD %d / ORD %d exceed %d", qp.wantIRD, qp.wantORD, wire.MaxIRDORD)
 	}
-	qp.sq = newRing[sqEntry](qp.sqDepth)
-	qp.rq = newRing[RecvWR](qp.rqDepth)
+	qp.e = newEngine(qp, qp.pd, sq, rq)
 	return qp, nil
 }
 
@@ -212,11 +163,12 @@ func (qp *QP) PD() *PD { return qp.pd }
 func (qp *QP) Done() <-chan struct{} { return qp.done }
 
 // Err is the reason the QP ended: nil after a clean disconnect (or while it
-// runs), ErrPeerClosed, a *TerminateError, ErrStalled or a socket error.
+// runs), ErrPeerClosed, a *TerminateError, ErrStalled, ErrWriteStalled or a
+// socket error.
 func (qp *QP) Err() error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	return qp.err
+	return qp.e.err
 }
 
 // IRD and ORD are the negotiated inbound and outbound RDMA Read depths.
@@ -241,16 +193,60 @@ func (qp *QP) LocalAddr() net.Addr { return qp.localAddr }
 // RemoteAddr is the peer's TCP address.
 func (qp *QP) RemoteAddr() net.Addr { return qp.remote }
 
-// SetLogger sets the logger for connection events.
+// SetLogger sets the logger for connection events. The QP adds no fields of
+// its own: name the connection in l.
 func (qp *QP) SetLogger(l *zap.Logger) {
 	if l != nil {
 		qp.log, qp.logSet = l, true
 	}
 }
 
+// Stats returns the engine's counters.
+func (qp *QP) Stats() EngineStats {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.e.stats
+}
+
+// SendRoom is how many more send work requests the send queue takes now.
+func (qp *QP) SendRoom() int {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.e.sendRoom()
+}
+
 // PostSend queues a send work request. It is safe for concurrent use and
 // never blocks.
 func (qp *QP) PostSend(wr *SendWR) error {
+	var ent [1]sqEntry
+	if err := qp.prepare(wr, &ent[0]); err != nil {
+		return err
+	}
+	return qp.post(ent[:])
+}
+
+// PostSendChain queues a chain of send work requests at once, all or none
+// (as ibv_post_send with a linked list): with an RDMA Write and the Send
+// that follows it, a response can never be posted in half. wrs must hold at
+// most MaxChain requests.
+func (qp *QP) PostSendChain(wrs []SendWR) error {
+	if len(wrs) > MaxChain {
+		return fmt.Errorf("%w: chain of %d, at most %d", ErrInvalidWR, len(wrs), MaxChain)
+	}
+	var ent [MaxChain]sqEntry
+	for i := range wrs {
+		if err := qp.prepare(&wrs[i], &ent[i]); err != nil {
+			return err
+		}
+	}
+	return qp.post(ent[:len(wrs)])
+}
+
+// MaxChain is the longest chain PostSendChain takes.
+const MaxChain = 4
+
+// prepare checks a send work request and resolves it into a queue entry.
+func (qp *QP) prepare(wr *SendWR, e *sqEntry) error {
 	if wr.Opcode >= wrOpcodeCount {
 		return fmt.Errorf("%w: opcode %d", ErrInvalidWR, wr.Opcode)
 	}
@@ -261,94 +257,137 @@ func (qp *QP) PostSend(wr *SendWR) error {
 	for _, b := range wr.Local {
 		total += len(b)
 	}
-	var sink []byte
-	var sinkSTag uint32
-	var sinkTO uint64
-	if wr.Opcode == WRRead {
-		if wr.SinkMR == nil {
-			return fmt.Errorf("%w: RDMA Read without SinkMR", ErrInvalidWR)
-		}
-		if wr.SinkMR.pd != qp.pd {
-			return fmt.Errorf("%w: RDMA Read sink in another PD", ErrInvalidWR)
-		}
-		r := region{}
-		wr.SinkMR.mu.Lock()
-		r.stag, r.buf, r.iova = wr.SinkMR.stag, wr.SinkMR.buf, wr.SinkMR.iova
-		sinkSTag, sinkTO = r.stag, r.iova+wr.SinkOffset
-		ok := wr.SinkMR.valid && wr.SinkMR.access&AccessLocalWrite != 0
-		wr.SinkMR.mu.Unlock()
-		if !ok {
-			return fmt.Errorf("%w: RDMA Read sink not valid for local write", ErrInvalidWR)
-		}
-		var fits bool
-		sink, fits = r.slice(r.iova+wr.SinkOffset, uint64(wr.Length))
-		if !fits {
-			return fmt.Errorf("%w: RDMA Read of %d bytes at sink offset %d beyond the %d-byte region", ErrInvalidWR, wr.Length, wr.SinkOffset, len(r.buf))
-		}
-		if len(wr.Local) != 0 {
-			return fmt.Errorf("%w: RDMA Read with a gather list", ErrInvalidWR)
-		}
-	} else if uint64(total) > 1<<32-1 {
-		return fmt.Errorf("%w: message of %d bytes", ErrInvalidWR, total)
-	}
-	qp.mu.Lock()
-	st := qp.State()
-	if st != QPStateIdle && st != QPStateRTS {
-		qp.mu.Unlock()
-		return fmt.Errorf("%w (%v)", ErrQPState, st)
-	}
-	if qp.sq.full() {
-		qp.mu.Unlock()
-		return ErrQueueFull
-	}
-	e := qp.sq.push()
 	e.wr = *wr
 	e.wr.Local = nil
 	e.nsge = copy(e.sge[:], wr.Local)
 	e.total = total
-	e.sink = sink
-	if wr.Opcode == WRRead {
-		e.total = int(wr.Length)
-		e.wr.SinkMR = nil
-		e.sinkSTag, e.sinkTO = sinkSTag, sinkTO
-	}
-	qp.mu.Unlock()
-	if st != QPStateRTS {
+	if wr.Opcode != WRRead {
+		if uint64(total) > 1<<32-1 {
+			return fmt.Errorf("%w: message of %d bytes", ErrInvalidWR, total)
+		}
 		return nil
 	}
-	// While the receive loop works through FPDUs it already read, it sends
-	// what is posted meanwhile when it is done (batching the answers to a
-	// burst of requests in one write). Otherwise a post after a quiet
-	// spell is written at once by the poster (no goroutine switch), and a
-	// post right behind another is left to the send goroutine, which
-	// batches the burst.
-	now := time.Now().UnixNano()
-	last := qp.lastPost.Swap(now)
-	switch {
-	case qp.rxDefer.Load():
-	case now-last >= int64(txQuiet):
-		qp.txInline()
-	default:
-		qp.wake()
+	if wr.SinkMR == nil {
+		return fmt.Errorf("%w: RDMA Read without SinkMR", ErrInvalidWR)
 	}
+	if wr.SinkMR.pd != qp.pd {
+		return fmt.Errorf("%w: RDMA Read sink in another PD", ErrInvalidWR)
+	}
+	if len(wr.Local) != 0 {
+		return fmt.Errorf("%w: RDMA Read with a gather list", ErrInvalidWR)
+	}
+	r := region{}
+	wr.SinkMR.mu.Lock()
+	r.stag, r.buf, r.iova = wr.SinkMR.stag, wr.SinkMR.buf, wr.SinkMR.iova
+	ok := wr.SinkMR.valid && wr.SinkMR.access&AccessLocalWrite != 0
+	wr.SinkMR.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: RDMA Read sink not valid for local write", ErrInvalidWR)
+	}
+	sink, fits := r.slice(r.iova+wr.SinkOffset, uint64(wr.Length))
+	if !fits {
+		return fmt.Errorf("%w: RDMA Read of %d bytes at sink offset %d beyond the %d-byte region", ErrInvalidWR, wr.Length, wr.SinkOffset, len(r.buf))
+	}
+	e.sink, e.sinkSTag, e.sinkTO = sink, r.stag, r.iova+wr.SinkOffset
+	e.total = int(wr.Length)
+	e.wr.SinkMR = nil
+	return nil
+}
+
+// post hands prepared entries to the engine and, per the send policy,
+// writes them from this goroutine.
+func (qp *QP) post(ent []sqEntry) error {
+	qp.mu.Lock()
+	err := qp.e.postSend(ent)
+	if err != nil {
+		qp.mu.Unlock()
+		return err
+	}
+	claimed := qp.e.txClaim(writerPoster)
+	a := qp.takeActions()
+	qp.mu.Unlock()
+	if claimed {
+		qp.write(writerPoster)
+		return nil
+	}
+	qp.apply(a, writerPoster)
 	return nil
 }
 
 // PostRecv queues a receive buffer for one incoming Send.
 func (qp *QP) PostRecv(wr *RecvWR) error {
 	qp.mu.Lock()
-	st := qp.State()
-	if st != QPStateIdle && st != QPStateRTS && st != QPStateClosing {
-		qp.mu.Unlock()
-		return fmt.Errorf("%w (%v)", ErrQPState, st)
+	defer qp.mu.Unlock()
+	return qp.e.postRecv(wr)
+}
+
+// syncState mirrors the engine's state for State. The caller holds mu.
+func (qp *QP) syncState() { qp.state.Store(int32(qp.e.state)) }
+
+// takeActions returns the engine's pending actions and mirrors its state.
+// The caller holds mu.
+func (qp *QP) takeActions() actions {
+	qp.syncState()
+	return qp.e.takeActions()
+}
+
+// apply carries out the engine's actions after the lock is released. who
+// is the caller, for the send policy.
+func (qp *QP) apply(a actions, who writer) {
+	if a == 0 {
+		return
 	}
-	if qp.rq.full() {
+	if a&(actClose|actTerminate) != 0 {
+		qp.mu.Lock()
+		qp.syncState()
+		err := qp.e.err
 		qp.mu.Unlock()
-		return ErrQueueFull
+		qp.logEnd(err)
 	}
-	*qp.rq.push() = *wr
-	qp.mu.Unlock()
-	return nil
+	if a&actClose != 0 && qp.conn != nil {
+		_ = qp.conn.Close()
+		qp.wake()
+	}
+	if a&actTerminate != 0 {
+		// Bound the Terminate's send and the drain that follows.
+		_ = qp.conn.SetWriteDeadline(time.Now().Add(qp.cfg.LingerTimeout))
+		qp.wake()
+	}
+	if a&actFIN != 0 {
+		qp.wake() // the send goroutine sends the FIN
+	}
+	if a&actTx != 0 {
+		if who == writerTx {
+			return // the send goroutine loops on its own
+		}
+		qp.mu.Lock()
+		claimed := qp.e.txClaim(who)
+		more := qp.takeActions()
+		qp.mu.Unlock()
+		if claimed {
+			qp.write(who)
+			return
+		}
+		if more&actTx != 0 {
+			qp.wake()
+		}
+		if more&^actTx != 0 {
+			qp.apply(more&^actTx, who)
+		}
+	}
+}
+
+// logEnd logs why the QP ends (once per error kind; the ULP logs the rest).
+func (qp *QP) logEnd(err error) {
+	if err == nil || errors.Is(err, ErrPeerClosed) {
+		return
+	}
+	var te *wire.TermError
+	if errors.As(err, &te) {
+		qp.log.Debug("iwarp: protocol error, sending terminate", zap.Error(err))
+		return
+	}
+	qp.log.Debug("iwarp: connection failed", zap.Error(err))
 }
 
 func (qp *QP) wake() {
@@ -365,37 +404,68 @@ func (qp *QP) start(conn *net.TCPConn, cfg *Config, neg negotiated, responder bo
 		return err
 	}
 	qp.mu.Lock()
-	if qp.started || qp.State() != QPStateIdle {
+	if qp.started || qp.e.state != QPStateIdle {
 		qp.mu.Unlock()
 		return fmt.Errorf("%w: QP already used", ErrQPState)
 	}
 	qp.started = true
 	qp.cfg = *cfg
 	if cfg.Logger != nil && !qp.logSet {
-		qp.log = cfg.Logger
+		qp.log = cfg.Logger.With(zap.Stringer("remote", conn.RemoteAddr()))
 	}
 	qp.conn, qp.raw, qp.neg, qp.responder = conn, raw, neg, responder
 	qp.peerPrivateData = peerPD
 	qp.localAddr, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.maxFPDU = fpduSize(cfg.MaxFPDU, raw)
-	qp.orq = newRing[orqEntry](max(neg.ord, 1))
-	qp.irq = newRing[irqEntry](max(neg.ird, 1))
-	qp.peerSpoke = !responder
-	qp.initRx()
-	qp.initTx()
-	qp.state.Store(int32(QPStateRTS))
-	if qp.cfg.StallTimeout > 0 {
-		qp.stallTimer = time.AfterFunc(qp.cfg.StallTimeout/2, qp.checkStall)
-	}
+	qp.epoch = time.Now()
+	lim := engineLimits{stall: qp.cfg.StallTimeout, write: qp.cfg.WriteTimeout, linger: qp.cfg.LingerTimeout, maxNudges: maxNudges}
 	if !responder && qp.cfg.Nudge > 0 {
-		qp.nudgeTimer = time.AfterFunc(qp.cfg.Nudge, qp.nudge)
+		lim.nudge = qp.cfg.Nudge
 	}
+	qp.e.start(neg, responder, qp.maxFPDU, lim, 0)
+	qp.syncState()
+	qp.rx.init(qp)
+	qp.tx.init(qp)
+	qp.loops = 2
+	if next := qp.e.nextTick(); next > 0 {
+		qp.timer = time.AfterFunc(next, qp.onTick)
+	}
+	a := qp.takeActions()
 	qp.mu.Unlock()
-	qp.loops.Store(2)
 	go qp.rxLoop()
 	go qp.txLoop()
-	qp.wake()
+	if a&actTx != 0 {
+		qp.wake()
+	}
 	return nil
+}
+
+// onTick runs the engine's timers.
+func (qp *QP) onTick() {
+	qp.mu.Lock()
+	nudges := qp.e.clock.nudges
+	next := qp.e.tick(time.Since(qp.epoch))
+	if qp.e.clock.nudges != nudges {
+		qp.log.Debug("iwarp: responder silent after our first FPDU; nudging", zap.Int("nudge", qp.e.clock.nudges))
+	}
+	a := qp.takeActions()
+	if next > 0 && qp.timer != nil && !qp.flushed {
+		qp.timer.Reset(next - qp.e.clock.now)
+	}
+	qp.mu.Unlock()
+	if a&(actClose|actTerminate) != 0 {
+		qp.mu.Lock()
+		err := qp.e.err
+		qp.mu.Unlock()
+		if errors.Is(err, ErrStalled) || errors.Is(err, ErrWriteStalled) {
+			qp.log.Info("iwarp: closing a stalled connection", zap.Error(err))
+		}
+	}
+	if a&actTx != 0 {
+		qp.wake() // the nudge goes out from the send goroutine
+		a &^= actTx
+	}
+	qp.apply(a, writerTx)
 }
 
 // fpduSize picks the largest FPDU to send: the configured size, or the
@@ -415,70 +485,34 @@ func fpduSize(configured int, raw syscall.RawConn) int {
 	return n &^ 7
 }
 
-// checkStall closes the connection if the receive loop has waited in the
-// middle of an FPDU without progress for a whole check interval.
-func (qp *QP) checkStall() {
-	select {
-	case <-qp.done:
-		return
-	default:
-	}
-	p := qp.rxProgress.Load()
-	if qp.rxMid.Load() && p == qp.lastProgress {
-		qp.log.Warn("iwarp: peer stalled mid-FPDU", zap.Stringer("remote", qp.remote))
-		qp.fail(ErrStalled)
-		return
-	}
-	qp.lastProgress = p
-	qp.mu.Lock()
-	qp.stallTimer.Reset(qp.cfg.StallTimeout / 2)
-	qp.mu.Unlock()
-}
-
-// nudge sends a zero-length RDMA Write if the responder has not sent
-// anything since our first FPDU (see Config.Nudge).
-func (qp *QP) nudge() {
-	if qp.rxSeen.Load() || qp.State() != QPStateRTS {
-		return
-	}
-	qp.txMu.Lock()
-	sent := qp.tx.sentFPDU
-	if sent {
-		qp.tx.nudgePending = true
-	}
-	qp.txMu.Unlock()
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	if sent {
-		qp.nudges++
-		qp.log.Debug("iwarp: responder silent after our first FPDU; nudging", zap.Stringer("remote", qp.remote), zap.Int("nudge", qp.nudges))
-		qp.wake()
-	}
-	if qp.nudges < maxNudges {
-		qp.nudgeTimer.Reset(qp.cfg.Nudge << qp.nudges)
-	}
-}
-
 // Disconnect starts a graceful disconnect: work requests already posted are
 // sent, then the TCP connection is closed with a FIN (as rdma_disconnect).
 // Done is closed when the peer has closed its side or after the linger
 // timeout. Posting new send work requests fails from now on.
 func (qp *QP) Disconnect() {
 	qp.mu.Lock()
-	switch qp.State() {
-	case QPStateIdle:
-		qp.state.Store(int32(QPStateError))
+	if !qp.started {
+		qp.started = true
+		qp.e.disconnect(0)
+		qp.syncState()
 		qp.mu.Unlock()
 		qp.finish()
 		return
-	case QPStateRTS:
-		qp.state.Store(int32(QPStateClosing))
-		qp.lingerTimer = time.AfterFunc(qp.cfg.LingerTimeout, func() {
-			qp.fail(fmt.Errorf("iwarp: disconnect: peer did not close within %v", qp.cfg.LingerTimeout))
-		})
 	}
+	qp.e.disconnect(time.Since(qp.epoch))
+	qp.syncState()
+	if qp.timer != nil && !qp.flushed {
+		if next := qp.e.nextTick(); next > 0 {
+			qp.timer.Reset(next - qp.e.clock.now)
+		}
+	}
+	a := qp.takeActions()
 	qp.mu.Unlock()
-	qp.wake()
+	if a&actTx != 0 {
+		qp.wake()
+		a &^= actTx
+	}
+	qp.apply(a, writerTx)
 }
 
 // Close disconnects gracefully and waits until the QP is done.
@@ -488,104 +522,83 @@ func (qp *QP) Close() error {
 	return nil
 }
 
-// fail moves the QP towards the error state. A locally detected protocol
-// violation (*wire.TermError) first sends a Terminate; anything else closes
-// the connection at once. The first error is kept.
+// fail moves the QP towards the error state (see engine.fail).
 func (qp *QP) fail(err error) {
 	qp.mu.Lock()
-	st := qp.State()
-	if st == QPStateError || st == QPStateTerminate {
-		qp.mu.Unlock()
-		return
-	}
-	if qp.err == nil {
-		qp.err = err
-	}
-	var te *wire.TermError
-	if errors.As(err, &te) && qp.conn != nil {
-		qp.term = te
-		qp.state.Store(int32(QPStateTerminate))
-		qp.mu.Unlock()
-		qp.log.Warn("iwarp: protocol error, sending terminate", zap.Stringer("remote", qp.remote), zap.Error(err))
-		// Bound the Terminate's send and the drain that follows.
-		_ = qp.conn.SetWriteDeadline(time.Now().Add(qp.cfg.LingerTimeout))
-		qp.wake()
-		return
-	}
-	qp.state.Store(int32(QPStateError))
+	qp.e.fail(err)
+	qp.syncState()
+	a := qp.takeActions()
 	qp.mu.Unlock()
-	if err != nil && !errors.Is(err, ErrPeerClosed) {
-		qp.log.Info("iwarp: connection failed", zap.Stringer("remote", qp.remote), zap.Error(err))
-	}
-	if qp.conn != nil {
-		_ = qp.conn.Close()
-	}
-	qp.wake()
+	qp.apply(a&^actTx, writerTx)
 }
 
-// loopDone is called by each of the two loops as it exits; the last one
-// finishes the QP.
+// loopDone is called by each driver loop as it exits; the QP finishes when
+// both have and nobody writes.
 func (qp *QP) loopDone() {
-	if qp.loops.Add(-1) == 0 {
-		qp.finish()
+	qp.mu.Lock()
+	qp.loops--
+	qp.mu.Unlock()
+	qp.maybeFinish()
+}
+
+// maybeFinish flushes and ends the QP once the connection is gone: both
+// loops have exited and no goroutine holds the send side.
+func (qp *QP) maybeFinish() {
+	qp.mu.Lock()
+	if qp.loops > 0 || qp.e.tx.owner || qp.flushed {
+		qp.mu.Unlock()
+		return
 	}
+	qp.mu.Unlock()
+	qp.finish()
 }
 
 // finish closes the socket, flushes every outstanding work request and
 // closes Done.
 func (qp *QP) finish() {
 	qp.mu.Lock()
-	qp.state.Store(int32(QPStateError))
+	if qp.flushed {
+		qp.mu.Unlock()
+		return
+	}
+	qp.flushed = true
+	if qp.timer != nil {
+		qp.timer.Stop()
+	}
+	qp.e.flush()
+	qp.syncState()
+	wcs := qp.e.out
+	qp.e.out = nil
+	err := qp.e.err
+	qp.mu.Unlock()
 	if qp.conn != nil {
 		_ = qp.conn.Close()
 	}
-	if qp.stallTimer != nil {
-		qp.stallTimer.Stop()
-	}
-	if qp.lingerTimer != nil {
-		qp.lingerTimer.Stop()
-	}
-	if qp.nudgeTimer != nil {
-		qp.nudgeTimer.Stop()
-	}
-	var swcs, rwcs []WC
-	for qp.sq.len() > 0 {
-		e := qp.sq.at(0)
-		swcs = append(swcs, WC{ID: e.wr.ID, QP: qp, Status: WCFlushErr, Opcode: wcOpFor(e.wr.Opcode)})
-		qp.sq.pop()
-	}
-	for qp.orq.len() > 0 {
-		e := qp.orq.at(0)
-		if !e.internal {
-			swcs = append(swcs, WC{ID: e.id, QP: qp, Status: WCFlushErr, Opcode: WCRead})
-		}
-		qp.orq.pop()
-	}
-	for qp.irq.len() > 0 {
-		qp.irq.pop()
-	}
-	if qp.rx.send.active {
-		rwcs = append(rwcs, WC{ID: qp.rx.send.wr.ID, QP: qp, Status: qp.rx.send.status, Opcode: WCRecv})
-		qp.rx.send.active = false
-	}
-	for qp.rq.len() > 0 {
-		rwcs = append(rwcs, WC{ID: qp.rq.at(0).ID, QP: qp, Status: WCFlushErr, Opcode: WCRecv})
-		qp.rq.pop()
-	}
-	err := qp.err
-	qp.mu.Unlock()
-	for i := range rwcs {
-		qp.rcq.push(&rwcs[i])
-	}
-	for i := range swcs {
-		qp.scq.push(&swcs[i])
-	}
-	if qp.conn != nil {
-		if err == nil || errors.Is(err, ErrPeerClosed) {
-			qp.log.Debug("iwarp: disconnected", zap.Stringer("remote", qp.remote), zap.Error(err))
-		}
+	qp.deliver(wcs)
+	if qp.conn != nil && (err == nil || errors.Is(err, ErrPeerClosed)) {
+		qp.log.Debug("iwarp: disconnected", zap.Error(err))
 	}
 	close(qp.done)
+}
+
+// deliver hands completions to their CQs, in order.
+func (qp *QP) deliver(wcs []WC) {
+	for i := range wcs {
+		if wcs[i].Opcode == WCRecv {
+			qp.rcq.push(&wcs[i])
+		} else {
+			qp.scq.push(&wcs[i])
+		}
+	}
+}
+
+// takeOut moves the engine's completions into buf (reused) and returns it.
+// The caller holds mu.
+func (qp *QP) takeOut(buf []WC) []WC {
+	buf = append(buf[:0], qp.e.out...)
+	clear(qp.e.out)
+	qp.e.out = qp.e.out[:0]
+	return buf
 }
 
 // isClosedErr reports errors that mean our own side closed the socket.
