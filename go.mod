@@ -16,9 +16,11 @@ require (
 )
 
 require (
+	github.com/cockroachdb/datadriven v1.0.3 // indirect
 	github.com/dswarbrick/go-nvme v0.0.0-20221105200149-f4470ea4e016 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/sagikazarmark/locafero v0.11.0 // indirect
 	github.com/sourcegraph/conc v0.3.1-0.20240121214520-5f936abd7ae8 // indirect
 	github.com/spf13/afero v1.15.0 // indirect

@@ -263,19 +263,21 @@ func (e *engine) closed() {
 func (e *engine) flush() {
 	qp := e.qp
 	e.state = QPStateError
-	for e.sq.len() > 0 {
-		s := e.sq.at(0)
-		if !s.inORQ {
-			e.out = append(e.out, WC{ID: s.wr.ID, QP: qp, Status: WCFlushErr, Opcode: wcOpFor(s.wr.Opcode)})
-		}
-		e.sq.pop()
-	}
+	// In posting order: every Read in the ORQ was posted before every
+	// request still owned by the send queue.
 	for e.orq.len() > 0 {
 		o := e.orq.at(0)
 		if !o.internal {
 			e.out = append(e.out, WC{ID: o.id, QP: qp, Status: WCFlushErr, Opcode: WCRead})
 		}
 		e.orq.pop()
+	}
+	for e.sq.len() > 0 {
+		s := e.sq.at(0)
+		if !s.inORQ {
+			e.out = append(e.out, WC{ID: s.wr.ID, QP: qp, Status: WCFlushErr, Opcode: wcOpFor(s.wr.Opcode)})
+		}
+		e.sq.pop()
 	}
 	for e.irq.len() > 0 {
 		e.irq.pop()
