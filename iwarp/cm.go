@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -18,15 +19,28 @@ import (
 
 // Listener accepts iWARP connections: it takes TCP connections, reads and
 // checks their MPA requests, and hands them out as connection requests (as
-// RDMA_CM_EVENT_CONNECT_REQUEST).
+// RDMA_CM_EVENT_CONNECT_REQUEST). With Config.Admission it caps what
+// peers can make it hold (see Admission).
 type Listener struct {
 	ln     *net.TCPListener
 	cfg    Config
+	adm    *Admission
 	reqs   chan *ConnRequest
 	closed chan struct{}
+	failed chan struct{} // closed when the accept loop died
+	ferr   error         // why (set before failed is closed)
 	once   sync.Once
 	wg     sync.WaitGroup
+	// spare is a file descriptor held in reserve: when accept fails for
+	// lack of descriptors, it is given up to accept and close the waiting
+	// connection, so that a full table does not leave peers hanging in
+	// the backlog (libevent's and nginx's technique).
+	spare *os.File
 }
+
+// ErrListenerFailed means the listener's accept loop stopped on an
+// unexpected error; the error wraps the cause.
+var ErrListenerFailed = errors.New("iwarp: listener failed")
 
 // Listen listens on a TCP address ("tcp", "tcp4" or "tcp6").
 func Listen(network, address string, cfg *Config) (*Listener, error) {
@@ -43,7 +57,10 @@ func Listen(network, address string, cfg *Config) (*Listener, error) {
 		cfg:    cfg.withDefaults(),
 		reqs:   make(chan *ConnRequest, 64),
 		closed: make(chan struct{}),
+		failed: make(chan struct{}),
 	}
+	ln.adm = ln.cfg.Admission
+	ln.spare, _ = os.Open(os.DevNull)
 	ln.wg.Add(1)
 	go ln.acceptLoop()
 	return ln, nil
@@ -60,23 +77,31 @@ func (l *Listener) Close() error {
 		err = l.ln.Close()
 	})
 	l.wg.Wait()
+	if l.spare != nil {
+		l.spare.Close()
+		l.spare = nil
+	}
 	for {
 		select {
 		case r := <-l.reqs:
-			r.conn.Close()
+			r.drop()
 		default:
 			return err
 		}
 	}
 }
 
-// Accept waits for the next connection request.
+// Accept waits for the next connection request. It fails with ErrClosed
+// after Close, and with an error wrapping ErrListenerFailed if the accept
+// loop died (the caller may listen again).
 func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 	select {
 	case r := <-l.reqs:
 		return r, nil
 	case <-l.closed:
 		return nil, ErrClosed
+	case <-l.failed:
+		return nil, fmt.Errorf("%w: %w", ErrListenerFailed, l.ferr)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -93,30 +118,63 @@ func (l *Listener) acceptLoop() {
 				return
 			default:
 			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				l.shed()
+			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				l.cfg.Logger.Warn("iwarp: accept", zap.Error(err), zap.Duration("retry", delay))
-				time.Sleep(delay)
+				select {
+				case <-time.After(delay):
+				case <-l.closed:
+					return
+				}
 				continue
 			}
-			l.cfg.Logger.Error("iwarp: accept", zap.Error(err))
+			l.cfg.Logger.Error("iwarp: accept loop stopped", zap.Stringer("address", l.ln.Addr()), zap.Error(err))
+			l.ferr = err
+			close(l.failed)
 			return
 		}
 		delay = 0
+		var ent *admEntry
+		if l.adm != nil {
+			if ent = l.adm.enter(c, time.Now()); ent == nil {
+				c.Close()
+				continue
+			}
+		}
 		l.wg.Add(1)
-		go l.handshake(c)
+		go l.handshake(c, ent)
 	}
 }
 
+// shed uses the spare descriptor to take one waiting connection off the
+// backlog and close it, when accept failed for lack of descriptors.
+func (l *Listener) shed() {
+	if l.spare == nil {
+		return
+	}
+	l.spare.Close()
+	l.spare = nil
+	if c, err := l.ln.AcceptTCP(); err == nil {
+		_ = c.SetLinger(0)
+		c.Close()
+		if l.adm != nil {
+			l.adm.note("refused", "connection refused: out of file descriptors", c.RemoteAddr().String())
+		}
+	}
+	l.spare, _ = os.Open(os.DevNull)
+}
+
 // handshake reads the MPA request of a new connection.
-func (l *Listener) handshake(c *net.TCPConn) {
+func (l *Listener) handshake(c *net.TCPConn, ent *admEntry) {
 	defer l.wg.Done()
 	_ = c.SetNoDelay(true)
 	deadline := time.Now().Add(l.cfg.ConnectTimeout)
 	_ = c.SetDeadline(deadline)
-	req, buf, err := readMPAFrame(c, l.cfg.MaxPrivateData)
-	log := l.cfg.Logger.With(zap.Stringer("remote", c.RemoteAddr()))
+	req, err := readMPAFrame(c, l.cfg.MaxPrivateData)
 	if err == nil {
 		err = checkRequest(&req)
 	}
@@ -129,8 +187,9 @@ func (l *Listener) handshake(c *net.TCPConn) {
 			rep := rejectReply(&req, nil)
 			_, _ = c.Write(rep.Append(nil))
 		}
-		log.Info("iwarp: MPA request refused", zap.Error(err))
+		l.cfg.Logger.Debug("iwarp: MPA request refused", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
 		c.Close()
+		ent.release()
 		return
 	}
 	r := &ConnRequest{
@@ -147,42 +206,44 @@ func (l *Listener) handshake(c *net.TCPConn) {
 		conn:        c,
 		req:         req,
 		cfg:         &l.cfg,
+		adm:         ent,
 	}
-	_ = buf
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
 	select {
 	case l.reqs <- r:
 	case <-l.closed:
-		c.Close()
-	case <-time.After(time.Until(deadline)):
-		log.Warn("iwarp: connection request not taken in time")
-		c.Close()
+		r.drop()
+	case <-t.C:
+		l.cfg.Logger.Debug("iwarp: connection request not taken in time", zap.Stringer("remote", c.RemoteAddr()))
+		r.drop()
 	}
 }
 
 // readMPAFrame reads exactly one MPA frame (RFC 5044 §7.1) and no byte
 // more: siw's peer may not send anything behind it.
-func readMPAFrame(c net.Conn, maxPD int) (wire.MPAFrame, []byte, error) {
+func readMPAFrame(c net.Conn, maxPD int) (wire.MPAFrame, error) {
 	var hdr wire.MPAHeader
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return wire.MPAFrame{}, nil, fmt.Errorf("mpa: reading frame header from %s: %w", c.RemoteAddr(), err)
+		return wire.MPAFrame{}, fmt.Errorf("mpa: reading frame header from %s: %w", c.RemoteAddr(), err)
 	}
 	if !hdr.IsRequest() && !hdr.IsReply() {
-		return wire.MPAFrame{}, nil, &mpaError{msg: fmt.Sprintf("bad key %q from %s", hdr[:16], c.RemoteAddr()), cause: wire.CauseLLPInvalidRequest, term: true}
+		return wire.MPAFrame{}, &mpaError{msg: fmt.Sprintf("bad key %q from %s", hdr[:16], c.RemoteAddr()), cause: wire.CauseLLPInvalidRequest, term: true}
 	}
 	n := hdr.PrivateDataLen()
 	if n > maxPD {
-		return wire.MPAFrame{}, nil, &mpaError{msg: fmt.Sprintf("private data of %d bytes from %s, limit %d", n, c.RemoteAddr(), maxPD), cause: wire.CauseLLPInvalidRequest, term: true}
+		return wire.MPAFrame{}, &mpaError{msg: fmt.Sprintf("private data of %d bytes from %s, limit %d", n, c.RemoteAddr(), maxPD), cause: wire.CauseLLPInvalidRequest, term: true}
 	}
 	buf := make([]byte, wire.MPAHeaderLen+n)
 	copy(buf, hdr[:])
 	if _, err := io.ReadFull(c, buf[wire.MPAHeaderLen:]); err != nil {
-		return wire.MPAFrame{}, nil, fmt.Errorf("mpa: reading %d bytes of private data from %s: %w", n, c.RemoteAddr(), err)
+		return wire.MPAFrame{}, fmt.Errorf("mpa: reading %d bytes of private data from %s: %w", n, c.RemoteAddr(), err)
 	}
 	f, _, err := wire.ParseMPAFrame(buf, maxPD)
 	if err != nil {
-		return f, nil, &mpaError{msg: fmt.Sprintf("from %s: %v", c.RemoteAddr(), err), cause: wire.CauseLLPInvalidRequest, term: true}
+		return f, &mpaError{msg: fmt.Sprintf("from %s: %v", c.RemoteAddr(), err), cause: wire.CauseLLPInvalidRequest, term: true}
 	}
-	return f, buf, nil
+	return f, nil
 }
 
 // noTrailingBytes fails if the peer already sent bytes behind its MPA frame
@@ -232,8 +293,17 @@ type ConnRequest struct {
 	conn *net.TCPConn
 	req  wire.MPAFrame
 	cfg  *Config
+	adm  *admEntry
 	mu   sync.Mutex
 	done bool
+}
+
+// drop closes a request nobody answered.
+func (r *ConnRequest) drop() {
+	if r.take() == nil {
+		r.conn.Close()
+		r.adm.release()
+	}
 }
 
 func (r *ConnRequest) take() error {
@@ -252,23 +322,28 @@ func (r *ConnRequest) Accept(qp *QP, privateData []byte) error {
 	if err := r.take(); err != nil {
 		return err
 	}
+	fail := func(err error) error {
+		r.conn.Close()
+		r.adm.release()
+		return err
+	}
 	rep, neg := respond(r.cfg, &r.req, qp.wantIRD, qp.wantORD, r.cfg.MaxIRDORD, privateData)
 	if err := rep.Validate(); err != nil {
-		r.conn.Close()
-		return err
+		return fail(err)
 	}
 	if rep.PrivateDataLen() > r.cfg.MaxPrivateData {
-		r.conn.Close()
-		return fmt.Errorf("iwarp: accept: %d bytes of private data, limit %d", rep.PrivateDataLen(), r.cfg.MaxPrivateData)
+		return fail(fmt.Errorf("iwarp: accept: %d bytes of private data, limit %d", rep.PrivateDataLen(), r.cfg.MaxPrivateData))
 	}
+	// The reply goes out with the connection's MPA deadline still set.
 	if _, err := r.conn.Write(rep.Append(nil)); err != nil {
-		r.conn.Close()
-		return fmt.Errorf("mpa: reply to %s: %w", r.RemoteAddr, err)
+		return fail(fmt.Errorf("mpa: reply to %s: %w", r.RemoteAddr, err))
 	}
 	_ = r.conn.SetDeadline(time.Time{})
+	// The QP owns the admission entry from here (it releases it when it
+	// ends); an eviction now fails the QP.
+	r.adm.attach(qp)
 	if err := qp.start(r.conn, r.cfg, neg, true, r.PrivateData); err != nil {
-		r.conn.Close()
-		return err
+		return fail(err)
 	}
 	r.cfg.Logger.Debug("iwarp: accepted", zap.Stringer("remote", r.RemoteAddr), zap.Int("ird", neg.ird), zap.Int("ord", neg.ord), zap.Bool("crc", neg.crc), zap.Bool("p2p", neg.p2p))
 	return nil
@@ -280,6 +355,7 @@ func (r *ConnRequest) Reject(privateData []byte) error {
 	if err := r.take(); err != nil {
 		return err
 	}
+	defer r.adm.release()
 	defer r.conn.Close()
 	rep := rejectReply(&r.req, privateData)
 	if rep.PrivateDataLen() > r.cfg.MaxPrivateData {
@@ -333,7 +409,7 @@ func Dial(ctx context.Context, network, address string, qp *QP, privateData []by
 	if _, err := conn.Write(req.Append(nil)); err != nil {
 		return fail(fmt.Errorf("mpa: sending request: %w", err))
 	}
-	rep, _, err := readMPAFrame(conn, c.MaxPrivateData)
+	rep, err := readMPAFrame(conn, c.MaxPrivateData)
 	if err != nil {
 		return fail(err)
 	}

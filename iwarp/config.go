@@ -102,6 +102,10 @@ type Config struct {
 	// ReadBuffer is the size of the receive read-ahead buffer that small
 	// FPDUs are parsed from (default 256 KiB).
 	ReadBuffer int
+	// Admission, when set, caps the connections a Listener holds and closes
+	// those that the ULP does not admit (QP.Admit) in time; one Admission
+	// may serve several listeners. Nil: no caps (Dial ignores it).
+	Admission *Admission
 	// Logger receives connection events (default: none).
 	Logger *zap.Logger
 }

@@ -67,7 +67,7 @@ func dialRaw(t testing.TB, addr string, req wire.MPAFrame) (*rawPeer, wire.MPAFr
 	if _, err := c.Write(req.Append(nil)); err != nil {
 		return nil, wire.MPAFrame{}, err
 	}
-	rep, _, err := readMPAFrame(c, wire.MPAMaxPrivateData)
+	rep, err := readMPAFrame(c, wire.MPAMaxPrivateData)
 	p := &rawPeer{t: t, c: c, crc: rep.CRC, msn: [3]uint32{1, 1, 1}}
 	return p, rep, err
 }
@@ -680,7 +680,7 @@ func TestNudgeSilentResponder(t *testing.T) {
 			return
 		}
 		srvConn <- c
-		if _, _, err := readMPAFrame(c, 512); err != nil {
+		if _, err := readMPAFrame(c, 512); err != nil {
 			return
 		}
 		rep := wire.MPAFrame{Reply: true, Revision: 2, Enhanced: true, IRD: 4, ORD: 4}

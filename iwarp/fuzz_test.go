@@ -63,7 +63,7 @@ func FuzzRxStream(f *testing.F) {
 		if err := cr.Accept(s.qp, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := readMPAFrame(c, 512); err != nil {
+		if _, err := readMPAFrame(c, 512); err != nil {
 			t.Fatal(err)
 		}
 		go func() { _, _ = c.Write(in[1:]); c.(*net.TCPConn).CloseWrite() }()

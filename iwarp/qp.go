@@ -104,6 +104,7 @@ type QP struct {
 
 	mu      sync.Mutex
 	e       *engine
+	adm     *admEntry // the connection's place in its Admission (responders)
 	loops   int  // driver loops still running
 	started bool // start ran (or the QP ended idle)
 	flushed bool
@@ -199,6 +200,17 @@ func (qp *QP) SetLogger(l *zap.Logger) {
 	if l != nil {
 		qp.log, qp.logSet = l, true
 	}
+}
+
+// Admit tells the listener's Admission that the ULP has logged the peer in
+// (for NVMe/RDMA: a successful Fabrics Connect): the connection no longer
+// counts as pending and its connect timeout no longer runs. A QP that was
+// not accepted through an Admission ignores it.
+func (qp *QP) Admit() {
+	qp.mu.Lock()
+	e := qp.adm
+	qp.mu.Unlock()
+	e.admit()
 }
 
 // Stats returns the engine's counters.
@@ -570,10 +582,12 @@ func (qp *QP) finish() {
 	wcs := qp.e.out
 	qp.e.out = nil
 	err := qp.e.err
+	adm := qp.adm
 	qp.mu.Unlock()
 	if qp.conn != nil {
 		_ = qp.conn.Close()
 	}
+	adm.release()
 	qp.deliver(wcs)
 	if qp.conn != nil && (err == nil || errors.Is(err, ErrPeerClosed)) {
 		qp.log.Debug("iwarp: disconnected", zap.Error(err))
