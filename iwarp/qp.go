@@ -105,8 +105,8 @@ type QP struct {
 	mu      sync.Mutex
 	e       *engine
 	adm     *admEntry // the connection's place in its Admission (responders)
-	loops   int  // driver loops still running
-	started bool // start ran (or the QP ended idle)
+	loops   int       // driver loops still running
+	started bool      // start ran (or the QP ended idle)
 	flushed bool
 	timer   *time.Timer
 
