@@ -58,13 +58,13 @@ func (c *Config) Check() error {
 		for _, m := range mems {
 			if backend.MemoryFootprint(m.size) > limit {
 				v.add(m.field, "%s is more than %s, three quarters of this machine's physical memory (%s), which a memory namespace may take once hosts write it",
-					backend.FormatSize(m.size), backend.FormatSize(limit), backend.FormatSize(phys))
+					backend.FormatSize(m.size), humanSize(limit), humanSize(phys))
 				memTotal = 0 // reported; the total adds nothing
 			}
 		}
 		if memTotal > limit {
 			v.add(mems[len(mems)-1].field, "the memory namespaces together take %s, more than %s, three quarters of this machine's physical memory (%s)",
-				backend.FormatSize(memTotal), backend.FormatSize(limit), backend.FormatSize(phys))
+				humanSize(memTotal), humanSize(limit), humanSize(phys))
 		}
 	}
 	if len(v.problems) == 0 {
@@ -93,4 +93,19 @@ func (n *NamespaceConfig) check() *FieldError {
 		return &FieldError{Field: "backend", Reason: err.Error(), Err: err}
 	}
 	return nil
+}
+
+// humanSize formats a byte count with one decimal in the largest binary
+// unit: "17.6GiB".
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
