@@ -56,6 +56,13 @@ type Block struct {
 
 	driveDB  string
 	healthMu sync.Mutex // one device query at a time
+
+	// deferredExcl is set when Open deferred O_EXCL (Config.DeferClaim);
+	// claimFD is the O_EXCL descriptor Claim opened, closed with the
+	// backend.
+	claimMu      sync.Mutex
+	deferredExcl bool
+	claimFD      int
 }
 
 var _ Backend = (*Block)(nil)
@@ -288,4 +295,32 @@ func (b *Block) Info() Info { return b.info }
 func (b *Block) Stats() Stats { return b.io.stats() }
 
 // Close closes the device after calls in progress.
-func (b *Block) Close() error { return b.io.close() }
+func (b *Block) Close() error {
+	b.claimMu.Lock()
+	if b.claimFD > 0 {
+		unix.Close(b.claimFD)
+		b.claimFD = 0
+	}
+	b.claimMu.Unlock()
+	return b.io.close()
+}
+
+// Claim takes the exclusive claim that Open deferred (Config.DeferClaim
+// with Exclusive): an O_EXCL descriptor of the device, held until Close.
+// See [Claimer].
+func (b *Block) Claim() error {
+	b.claimMu.Lock()
+	defer b.claimMu.Unlock()
+	if !b.deferredExcl || b.claimFD > 0 {
+		return nil
+	}
+	fd, err := unix.Open(b.info.Path, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	switch {
+	case err == unix.EBUSY:
+		return fmt.Errorf("backend block %s: open exclusively: mounted or in use (%v): %w", b.info.Path, err, ErrBusy)
+	case err != nil:
+		return fmt.Errorf("backend block %s: open exclusively: %w", b.info.Path, err)
+	}
+	b.claimFD = fd
+	return nil
+}

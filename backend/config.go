@@ -59,6 +59,21 @@ type Config struct {
 	// Pattern is the byte pattern reads return, repeated from offset 0
 	// (kind null only). Empty means zeroes.
 	Pattern []byte
+
+	// DeferClaim opens the storage without its claim (the flock of a file
+	// unless NoLock, the O_EXCL of a block device with Exclusive); the
+	// backend then implements [Claimer] and takes the claim when Claim is
+	// called. A reload uses it to open a namespace's new backend while the
+	// old one, on the same storage, still holds the claim.
+	DeferClaim bool
+}
+
+// Claimer is a backend opened with Config.DeferClaim.
+type Claimer interface {
+	// Claim takes the claim Open deferred: the file's flock, or an O_EXCL
+	// open of the block device held until Close. It fails with ErrBusy if
+	// another opener holds it. Claiming twice is a no-op.
+	Claim() error
 }
 
 // ConfigError is an invalid configuration value.
@@ -173,16 +188,18 @@ func Open(cfg Config) (Backend, error) {
 		var f *File
 		if f, err = OpenFile(cfg.Path, FileOptions{
 			Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Direct: cfg.Direct,
-			CreateDirs: cfg.CreateDirs, MustExist: cfg.MustExist, NoLock: cfg.NoLock,
+			CreateDirs: cfg.CreateDirs, MustExist: cfg.MustExist, NoLock: cfg.NoLock || cfg.DeferClaim,
 		}); err == nil {
+			f.deferredLock = cfg.DeferClaim && !cfg.NoLock
 			b = f
 		}
 	case KindBlock:
 		var d *Block
 		if d, err = OpenBlock(cfg.Path, BlockOptions{
 			Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly,
-			Exclusive: cfg.Exclusive, DriveDB: cfg.DriveDB,
+			Exclusive: cfg.Exclusive && !cfg.DeferClaim, DriveDB: cfg.DriveDB,
 		}); err == nil {
+			d.deferredExcl = cfg.DeferClaim && cfg.Exclusive
 			b = d
 		}
 	case KindNull:

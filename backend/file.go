@@ -50,6 +50,9 @@ type File struct {
 
 	noPunch     atomic.Bool // FALLOC_FL_PUNCH_HOLE refused
 	noZeroRange atomic.Bool // FALLOC_FL_ZERO_RANGE refused
+
+	// deferredLock is set when Open deferred the flock (Config.DeferClaim).
+	deferredLock bool
 }
 
 var _ Backend = (*File)(nil)
@@ -345,3 +348,27 @@ func (f *File) Stats() Stats { return f.io.stats() }
 
 // Close closes the file (releasing its lock) after calls in progress.
 func (f *File) Close() error { return f.io.close() }
+
+// Claim takes the flock that Open deferred (Config.DeferClaim): exclusive,
+// or shared when read-only. See [Claimer].
+func (f *File) Claim() error {
+	if !f.deferredLock {
+		return nil
+	}
+	if err := f.io.acquire(); err != nil {
+		return err
+	}
+	defer f.io.release()
+	how := unix.LOCK_EX
+	if f.io.ro {
+		how = unix.LOCK_SH
+	}
+	if err := unix.Flock(f.io.fd, how|unix.LOCK_NB); err != nil {
+		if err == unix.EWOULDBLOCK {
+			return fmt.Errorf("backend file %s: locked by another opener (flock): %w", f.info.Path, ErrBusy)
+		}
+		return fmt.Errorf("backend file %s: flock: %w", f.info.Path, err)
+	}
+	f.deferredLock = false
+	return nil
+}

@@ -57,6 +57,14 @@ func OpenMemory(opts MemoryOptions) (*Memory, error) {
 		return nil, err
 	}
 	n := (opts.Size + MemoryChunkSize - 1) / MemoryChunkSize
+	// Refuse a chunk table this machine could not hold, rather than die in
+	// its allocation (a fatal error, not a panic). The chunks themselves
+	// are allocated as hosts write: the target's configuration check
+	// bounds the whole size by the physical memory.
+	if phys := PhysicalMemory(); phys > 0 && n*memoryChunkOverhead > phys/4 {
+		return nil, cfgErr("size", "%s needs a chunk table of %s, more than a quarter of this machine's physical memory (%s)",
+			FormatSize(opts.Size), FormatSize(n*memoryChunkOverhead), FormatSize(phys))
+	}
 	return &Memory{
 		size:   opts.Size,
 		bs:     bs,

@@ -117,7 +117,7 @@ if [ -z "$binary" ]; then
 	else
 		version=$(git -C "$src" describe --tags --always --dirty 2>/dev/null || echo dev)
 		echo "building nvmetd $version with $GO build"
-		(cd "$src" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-X main.version=$version" -o "$tmp/nvmetd" ./cmd/nvmetd)
+		(cd "$src" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-X github.com/nvmetd/nvmetd/internal/version.version=$version" -o "$tmp/nvmetd" ./cmd/nvmetd)
 		binary=$tmp/nvmetd
 	fi
 fi

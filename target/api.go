@@ -65,10 +65,17 @@ func (t *Target) Start(ctx context.Context) error {
 // Attribute Changed notices and discovery log change notices as nvmet
 // sends them); hosts that are no longer allowed lose their controllers.
 // Transport and tuning changes apply to new connections and controllers.
-// On a validation error nothing changes. If applying part of the change
-// fails (a port cannot listen, a backend cannot open) Reload applies the
-// rest, returns an error describing each failure, and Status shows the
-// state; the configuration of record is then cfg.
+// Reload plans, then applies: the whole configuration is validated, and
+// every new or changed namespace's storage checked and opened and every new
+// listen address probed, before anything live changes. If any of that
+// fails, nothing changes and the error (a *ValidationError inside) names
+// each field. Namespaces that had failed to open are retried; one that
+// still fails stays failed without refusing the reload. A replaced or
+// removed namespace's commands in flight drain for at most DrainTimeout
+// (or until Shutdown begins, which never waits for a Reload's drains).
+// What fails after the swap (a port that cannot listen after all, a
+// namespace that does not drain in time) is returned as an error, and
+// the configuration of record is then cfg.
 func (t *Target) Reload(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("target: nil config")
@@ -188,8 +195,11 @@ type NamespaceStatus struct {
 	Enabled bool   `json:"enabled"`
 	// State is one of the Namespace* constants.
 	State string `json:"state"`
-	// Error says why the namespace failed.
+	// Error says why the namespace failed, and Field which configuration
+	// field that is about ("subsystems[0].namespaces[1].backend.path").
+	// A failed namespace is retried on every reload.
 	Error   string        `json:"error,omitempty"`
+	Field   string        `json:"field,omitempty"`
 	Backend BackendStatus `json:"backend"`
 	// NGUID, UUID and EUI64 are the identifiers in effect (configured or
 	// derived), in the configuration's textual forms.

@@ -5,7 +5,7 @@
 // commands against the namespaces' storage backends.
 //
 // The daemon uses New, Start, Reload, Shutdown, Status, Healthy and
-// HealthReport (api.go) with the configuration model of config.go.
+// HealthReport (api.go) with the configuration model of config_*.go.
 //
 // # Behaviour
 //

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -25,6 +26,9 @@ type namespace struct {
 	cfg   NamespaceConfig
 	state string // NamespaceOnline, NamespaceDisabled or NamespaceFailed
 	err   string // why it failed
+	// field is the configuration field a failure is about
+	// ("subsystems[0].namespaces[1].backend.path").
+	field string
 
 	be       backend.Backend // nil unless online
 	info     backend.Info
@@ -101,21 +105,34 @@ func (ns *namespace) retire() <-chan struct{} {
 // online reports whether hosts see the namespace.
 func (ns *namespace) online() bool { return ns.state == NamespaceOnline }
 
-// openNamespace opens the backend of a configured namespace. A namespace
-// that cannot open is returned in state failed, never as an error: it stays
-// invisible to hosts and Status says why.
-func (s *server) openNamespace(nqn string, cfg NamespaceConfig) *namespace {
-	ns := &namespace{nsid: cfg.NSID, nqn: nqn, cfg: cfg, drained: make(chan struct{})}
+// openNamespace opens the backend of a configured namespace; field is its
+// configuration path ("subsystems[0].namespaces[1]"). The storage is
+// checked first (backend.Config.Check), so that a failure names the field
+// it is about. deferClaim opens it without its claim (a reload replacing a
+// namespace on the same storage). A namespace that cannot open is returned
+// in state failed, never as an error: it stays invisible to hosts and
+// Status says why.
+func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClaim bool) *namespace {
+	ns := &namespace{nsid: cfg.NSID, nqn: nqn, cfg: cfg, drained: make(chan struct{}), field: field}
 	if !cfg.IsEnabled() {
 		ns.state = NamespaceDisabled
 		return ns
 	}
+	if fe := cfg.check(); fe != nil {
+		ns.state, ns.err, ns.field = NamespaceFailed, fe.Reason, field+"."+fe.Field
+		return ns
+	}
 	bc, err := cfg.BackendConfig()
 	if err == nil {
+		bc.DeferClaim = deferClaim
 		ns.be, err = backend.Open(bc)
 	}
 	if err != nil {
-		ns.state, ns.err = NamespaceFailed, err.Error()
+		ns.state, ns.err, ns.field = NamespaceFailed, err.Error(), field+".backend"
+		var ce *backend.ConfigError
+		if errors.As(err, &ce) {
+			ns.err, ns.field = ce.Reason, field+".backend."+ce.Field
+		}
 		return ns
 	}
 	ns.info = ns.be.Info()
@@ -123,7 +140,7 @@ func (s *server) openNamespace(nqn string, cfg NamespaceConfig) *namespace {
 	if bs < 512 || bs&(bs-1) != 0 || ns.be.Size() < int64(bs) {
 		_ = ns.be.Close()
 		ns.be = nil
-		ns.state, ns.err = NamespaceFailed, fmt.Sprintf("backend block size %d or size %d unusable", bs, ns.info.Size)
+		ns.state, ns.err, ns.field = NamespaceFailed, fmt.Sprintf("backend block size %d or size %d unusable", bs, ns.info.Size), field+".backend"
 		return ns
 	}
 	ns.lbaShift = uint8(bits.TrailingZeros32(bs))

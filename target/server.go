@@ -55,6 +55,13 @@ type server struct {
 	bg       sync.WaitGroup // background goroutines (housekeeping, flushes)
 	hkCancel context.CancelFunc
 
+	// quit is closed when Shutdown begins, before it takes opMu: a reload
+	// waiting for namespaces to drain gives up at once, so Shutdown never
+	// waits behind it. drainTimeout bounds a reload's drains (DrainTimeout).
+	quit         chan struct{}
+	quitOnce     sync.Once
+	drainTimeout time.Duration
+
 	lastCompleted atomic.Uint64
 	lastCheck     atomic.Int64
 }
@@ -72,6 +79,7 @@ func newServer(cfg *Config, log *zap.Logger) *server {
 	return &server{
 		log: log, firmware: DefaultFirmwareRevision, cfg: cfg,
 		ports: map[uint16]*port{}, subsystems: map[string]*subsystem{}, disc: newDiscoverySubsystem(),
+		quit: make(chan struct{}), drainTimeout: DrainTimeout,
 	}
 }
 
@@ -89,7 +97,7 @@ func (s *server) start(ctx context.Context) error {
 	for i := range cfg.Subsystems {
 		sc := &cfg.Subsystems[i]
 		sub := newSubsystem(sc)
-		sub.ns.Store(newNSTable(s.openNamespaces(sc.NQN, sc.Namespaces)))
+		sub.ns.Store(newNSTable(s.openNamespaces(cfg, sc.NQN, sc.Namespaces, nil)))
 		s.subsystems[sc.NQN] = sub
 	}
 	var errs []error
@@ -126,15 +134,18 @@ func (s *server) start(ctx context.Context) error {
 	return nil
 }
 
-// openNamespaces opens the backends of a subsystem's namespaces.
-func (s *server) openNamespaces(nqn string, list []NamespaceConfig) []*namespace {
+// openNamespaces opens the backends of a subsystem's namespaces, as
+// configured in cfg; deferClaim lists the NSIDs to open without their
+// claim (backend.Config.DeferClaim).
+func (s *server) openNamespaces(cfg *Config, nqn string, list []NamespaceConfig, deferClaim map[uint32]bool) []*namespace {
 	out := make([]*namespace, 0, len(list))
 	for _, nc := range list {
-		ns := s.openNamespace(nqn, nc)
+		ns := s.openNamespace(namespaceField(cfg, nqn, nc.NSID), nqn, nc, deferClaim[nc.NSID])
 		lf := []zap.Field{zap.String("subsystem", nqn), zap.Uint32("nsid", nc.NSID), zap.String("backend", nc.Backend.Kind), zap.String("path", nc.Backend.Path)}
 		switch ns.state {
 		case NamespaceFailed:
-			s.log.Error("namespace failed to open; hosts will not see it", append(lf, zap.String("error", ns.err))...)
+			s.log.Warn(ns.field+": "+ns.err+": namespace failed to open; hosts do not see it (retried on every reload)",
+				append(lf, zap.String("field", ns.field), zap.String("error", ns.err))...)
 		case NamespaceOnline:
 			s.log.Info("namespace online", append(lf, zap.Int64("size", ns.be.Size()), zap.Uint32("block_size", ns.be.BlockSize()), zap.Bool("read_only", ns.readOnly))...)
 		}
@@ -262,6 +273,7 @@ func (s *server) allControllers() []*controller {
 
 // shutdown stops the target gracefully (see Target.Shutdown).
 func (s *server) shutdown(ctx context.Context) error {
+	s.quitOnce.Do(func() { close(s.quit) })
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if !s.started || s.stopped {
@@ -358,7 +370,18 @@ func (s *server) closeAll(deadline <-chan struct{}) error {
 	if s.hkCancel != nil {
 		s.hkCancel()
 	}
-	s.bg.Wait()
+	// Background work (flushes after a controller shutdown, retired
+	// namespaces closing) ends within the deadline too.
+	bgDone := make(chan struct{})
+	go func() {
+		s.bg.Wait()
+		close(bgDone)
+	}()
+	select {
+	case <-bgDone:
+	case <-deadline:
+		errs = append(errs, errors.New("target: background flushes or closes still running at the deadline"))
+	}
 	if s.shared != nil {
 		s.shared.close()
 	}
@@ -483,6 +506,9 @@ func (s *server) status() Status {
 			if tab != nil {
 				if rt := tab.byID[nc.NSID]; rt != nil {
 					ns.State, ns.Error = rt.state, rt.err
+					if rt.state == NamespaceFailed {
+						ns.Field = rt.field
+					}
 					ns.IO = rt.ioCounters()
 					if rt.online() {
 						ns.NGUID, ns.UUID, ns.EUI64 = idStrings(rt.ids)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
 // benchParams describe a load (fio's names).
@@ -37,6 +38,37 @@ type benchParams struct {
 	// PrefillOnly writes the pattern of Seed over the region in pieces
 	// of BS and stops.
 	PrefillOnly bool `json:"prefill_only,omitempty"`
+	// Force runs on a namespace that is in use (mounted, on a loop
+	// device, its file open).
+	Force bool `json:"force,omitempty"`
+}
+
+// MarshalJSON writes Runtime as a Go duration string ("10s").
+func (p benchParams) MarshalJSON() ([]byte, error) {
+	type plain benchParams
+	return json.Marshal(struct {
+		plain
+		Runtime string `json:"runtime"`
+	}{plain(p), p.Runtime.String()})
+}
+
+// UnmarshalJSON reads Runtime as a Go duration string.
+func (p *benchParams) UnmarshalJSON(b []byte) error {
+	type plain benchParams
+	var x struct {
+		*plain
+		Runtime string `json:"runtime"`
+	}
+	x.plain = (*plain)(p)
+	if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(x.Runtime)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	p.Runtime = d
+	return nil
 }
 
 // opStats are the figures of one direction.
@@ -534,6 +566,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&p.Seed, "seed", 0, "pattern and random seed (default: time)")
 	fs.BoolVar(&p.PrefillOnly, "prefill-only", false, "write the verification pattern of --seed over the region in --bs pieces, then stop")
 	fs.BoolVar(&p.Prefilled, "prefilled", false, "with --verify: the region already holds the pattern of --seed (skip writing it)")
+	fs.BoolVar(&p.Force, "force", false, "run even on a namespace in use on this host (mounted, on a loop device, its device file open): a write load destroys its data")
 	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
@@ -600,6 +633,19 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		if ns == nil {
 			return fail(stderr, "bench", fmt.Errorf("no namespace %d", p.NSID))
+		}
+		if !p.Force {
+			ids := ns.Identifiers()
+			n := nsState{NSID: ns.NSID()}
+			if ids.HasNGUID {
+				n.NGUID = fmt.Sprintf("%x", ids.NGUID)
+			}
+			if ids.HasUUID {
+				n.UUID = nvmeof.FormatUUID(ids.UUID)
+			}
+			if err := attachedElsewhere("", []nsState{n}); err != nil {
+				return fail(stderr, "bench", fmt.Errorf("%w; a benchmark would write under it (--force to run anyway)", err))
+			}
 		}
 		header(stdout, *output, p, cfg.SubNQN+" at "+cfg.Address)
 		if res, err = runBenchmark(ctx, ns, p, progress); err != nil {

@@ -1,19 +1,51 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// Disconnect bounds. The daemon's own teardown is bounded step by step
+// (each tool toolTimeout, the FUSE unmount fuseUnmountRetry+2*fuseServeEnd,
+// the flush and close 30 s); the client waits disconnectAnswer for its
+// answer and exitWait for it to exit. With --force a daemon still there is
+// killed and what it leaves is cleaned here, so disconnect --force always
+// finishes, within disconnectAnswer+exitWait+cleanup tools.
+const (
+	disconnectAnswer = 3 * time.Minute
+	exitWait         = 30 * time.Second
+)
+
+// disconnectResult is one controller's disconnect.
+type disconnectResult struct {
+	Device string `json:"device"`
+	SubNQN string `json:"subsysnqn,omitempty"`
+	// OK: disconnected, nothing left behind.
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Killed: the daemon did not finish and was killed (--force).
+	Killed bool `json:"killed,omitempty"`
+	// Cleaned lists what was taken down after the daemon was killed;
+	// LeftBehind what is still there.
+	Cleaned    []string `json:"cleaned,omitempty"`
+	LeftBehind []string `json:"left_behind,omitempty"`
+}
 
 func runDisconnect(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("disconnect", stderr)
 	nqn := fs.StringP("nqn", "n", "", "disconnect every controller of this subsystem NQN")
 	device := fs.StringP("device", "d", "", "disconnect this controller (nvme0, or several: nvme0,nvme1)")
-	force := fs.Bool("force", false, "go on when the filesystem is busy (lazy unmount)")
+	force := fs.Bool("force", false, "always finish: unmount lazily when busy; kill a daemon that does not finish and clean up after it")
+	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
@@ -22,85 +54,171 @@ func runDisconnect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "disconnect: need either -n NQN or -d DEVICE\n")
 		return exitUsage
 	}
+	var devs []string
 	if *device != "" {
-		code := exitOK
 		for _, d := range strings.Split(*device, ",") {
-			d = strings.TrimPrefix(strings.TrimSpace(d), "/dev/")
-			if err := disconnectDevice(d, *force); err != nil {
-				fmt.Fprintf(stderr, "disconnect: %v\n", err)
-				code = exitFailure
+			devs = append(devs, strings.TrimPrefix(strings.TrimSpace(d), "/dev/"))
+		}
+	} else {
+		for _, dev := range instances() {
+			if st, err := readState(dev); err == nil && st.SubNQN == *nqn {
+				devs = append(devs, dev)
 			}
 		}
-		return code
 	}
-	n, code := 0, exitOK
-	for _, dev := range instances() {
-		st, err := readState(dev)
-		if err != nil || st.SubNQN != *nqn {
-			continue
-		}
-		if err := disconnectDevice(dev, *force); err != nil {
-			fmt.Fprintf(stderr, "disconnect: %v\n", err)
-			code = exitFailure
-			continue
-		}
-		n++
-	}
-	fmt.Fprintf(stdout, "NQN:%s disconnected %d controller(s)\n", *nqn, n)
-	return code
+	return reportDisconnects(stdout, stderr, "disconnect", *output, *nqn, devs, *force)
 }
 
 func runDisconnectAll(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("disconnect-all", stderr)
-	force := fs.Bool("force", false, "go on when a filesystem is busy (lazy unmount)")
+	force := fs.Bool("force", false, "always finish: unmount lazily when busy; kill a daemon that does not finish and clean up after it")
+	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
+	return reportDisconnects(stdout, stderr, "disconnect-all", *output, "", instances(), *force)
+}
+
+// reportDisconnects disconnects devs and prints the outcome: nvme-cli's
+// "NQN:... disconnected N controller(s)" for -n, one line per controller
+// otherwise, or JSON.
+func reportDisconnects(stdout, stderr io.Writer, cmd, output, nqn string, devs []string, force bool) int {
 	code := exitOK
-	for _, dev := range instances() {
-		if err := disconnectDevice(dev, *force); err != nil {
-			fmt.Fprintf(stderr, "disconnect-all: %v\n", err)
+	results := []disconnectResult{}
+	n := 0
+	for _, dev := range devs {
+		r := disconnectDevice(dev, force)
+		results = append(results, r)
+		if !r.OK {
 			code = exitFailure
 		}
+		if r.Error == "" {
+			n++
+		}
+	}
+	if output == "json" {
+		b, _ := json.MarshalIndent(map[string]any{"disconnected": n, "controllers": results}, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return code
+	}
+	for _, r := range results {
+		if r.Error != "" {
+			fmt.Fprintf(stderr, "%s: %s: %s\n", cmd, r.Device, r.Error)
+		}
+		if r.Killed {
+			fmt.Fprintf(stderr, "%s: %s: the daemon did not finish; killed it\n", cmd, r.Device)
+		}
+		for _, c := range r.Cleaned {
+			fmt.Fprintf(stderr, "%s: %s: cleaned up %s\n", cmd, r.Device, c)
+		}
+		for _, l := range r.LeftBehind {
+			fmt.Fprintf(stderr, "%s: %s: left behind: %s\n", cmd, r.Device, l)
+		}
+		if nqn == "" && r.Error == "" {
+			fmt.Fprintf(stdout, "%s: disconnected\n", r.Device)
+		}
+	}
+	if nqn != "" {
+		fmt.Fprintf(stdout, "NQN:%s disconnected %d controller(s)\n", nqn, n)
 	}
 	return code
 }
 
 // disconnectDevice asks dev's daemon to tear down (unmount, detach,
-// flush, close) and waits for it to exit. A daemon that is gone leaves a
-// directory that is removed.
-func disconnectDevice(dev string, force bool) error {
+// flush, close) and waits for it to exit, each step bounded. A daemon that
+// is gone leaves a directory that is removed; with force, a daemon that
+// does not finish is killed and its mounts, loop devices and FUSE mount
+// are taken down here.
+func disconnectDevice(dev string, force bool) disconnectResult {
+	res := disconnectResult{Device: dev}
 	if _, err := os.Stat(instanceDir(dev)); err != nil {
-		return fmt.Errorf("%s: no such controller", dev)
+		res.Error = "no such controller"
+		return res
 	}
 	st, _ := readState(dev)
-	r, err := ctlCall(dev, ctlRequest{Op: "disconnect", Force: force}, 2*time.Minute, nil)
-	if err != nil {
-		if st != nil && !processAlive(st.PID) {
-			return removeInstance(dev) // the daemon died: clean up after it
-		}
-		if st != nil && processAlive(st.PID) {
-			// Not answering: ask it by signal (it tears down on SIGTERM).
-			_ = syscall.Kill(st.PID, syscall.SIGTERM)
-			return waitExit(dev, st.PID)
-		}
-		return err
-	}
-	if !r.OK {
-		return fmt.Errorf("%s: %s", dev, r.Error)
-	}
 	if st != nil {
-		return waitExit(dev, st.PID)
+		res.SubNQN = st.SubNQN
 	}
-	return nil
+	finish := func(err error) disconnectResult {
+		if err != nil {
+			res.Error = err.Error()
+		}
+		if st != nil {
+			res.LeftBehind = append(res.LeftBehind, leftovers(st.Namespaces)...)
+		}
+		res.OK = res.Error == "" && len(res.LeftBehind) == 0
+		return res
+	}
+	r, err := ctlCall(dev, ctlRequest{Op: "disconnect", Force: force}, disconnectAnswer, nil)
+	switch {
+	case err != nil && (st == nil || !processAlive(st.PID)):
+		if st == nil {
+			return finish(err)
+		}
+		// The daemon died: clean up after it.
+		res.Cleaned = cleanupInstance(dev, st)
+		return finish(nil)
+	case err != nil:
+		// Not answering: ask it by signal (it tears down on SIGTERM).
+		_ = syscall.Kill(st.PID, syscall.SIGTERM)
+	case !r.OK && strings.HasPrefix(r.Error, "disconnected, but left behind"):
+		// Torn down; what is left is reported below.
+	case !r.OK:
+		if !force {
+			return finish(errors.New(r.Error))
+		}
+		_ = syscall.Kill(st.PID, syscall.SIGTERM)
+	}
+	if st == nil {
+		return finish(nil)
+	}
+	if waitExit(st.PID, exitWait) {
+		return finish(nil)
+	}
+	if !force {
+		return finish(fmt.Errorf("daemon %d did not exit within %s (disconnect --force kills it and cleans up)", st.PID, exitWait))
+	}
+	_ = syscall.Kill(st.PID, syscall.SIGKILL)
+	res.Killed = true
+	waitExit(st.PID, 5*time.Second)
+	res.Cleaned = cleanupInstance(dev, st)
+	return finish(nil)
 }
 
-func waitExit(dev string, pid int) error {
-	for deadline := time.Now().Add(time.Minute); processAlive(pid); time.Sleep(20 * time.Millisecond) {
+// waitExit waits up to d for pid to exit.
+func waitExit(pid int, d time.Duration) bool {
+	for deadline := time.Now().Add(d); processAlive(pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: daemon %d did not exit", dev, pid)
+			return false
 		}
 	}
-	return nil
+	return true
+}
+
+// cleanupInstance takes down what a dead daemon left: its mounts (lazily),
+// loop devices and FUSE mount, then its directory. It returns what it
+// took down.
+func cleanupInstance(dev string, st *ctrlState) []string {
+	var done []string
+	for _, n := range st.Namespaces {
+		if n.Mount != "" && isMounted(n.Mount) && (n.Loop == "" || mountSource(n.Mount) == n.Loop) {
+			if _, err := runTool("umount", "-l", n.Mount); err == nil {
+				done = append(done, "mount "+n.Mount)
+			}
+		}
+		if n.Loop != "" && loopBacking(n.Loop) == n.File {
+			if err := detachLoop(n.Loop); err == nil {
+				done = append(done, "loop device "+n.Loop)
+			}
+		}
+	}
+	fuseDir := filepath.Join(instanceDir(dev), "dev")
+	if isMounted(fuseDir) {
+		if err := unix.Unmount(fuseDir, unix.MNT_DETACH); err == nil {
+			done = append(done, "FUSE mount "+fuseDir)
+		}
+	}
+	_ = removeInstance(dev)
+	return done
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,9 @@ type nsFile struct {
 	// rmw serialises the read-modify-write of unaligned writes against
 	// every other write.
 	rmw sync.RWMutex
+	// opens counts the file's open handles (a loop device, a program):
+	// bench refuses a namespace whose file is open.
+	opens atomic.Int32
 }
 
 var (
@@ -53,6 +57,7 @@ var (
 	_ = (fs.NodeWriter)((*nsFile)(nil))
 	_ = (fs.NodeFsyncer)((*nsFile)(nil))
 	_ = (fs.NodeFlusher)((*nsFile)(nil))
+	_ = (fs.NodeReleaser)((*nsFile)(nil))
 )
 
 func nsName(nsid uint32) string { return "n" + strconv.FormatUint(uint64(nsid), 10) }
@@ -80,7 +85,26 @@ func (f *nsFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32,
 	if f.directIO {
 		out = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
 	}
+	f.opens.Add(1)
 	return nil, out, 0
+}
+
+// Release is the last close of an open handle.
+func (f *nsFile) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	f.opens.Add(-1)
+	return 0
+}
+
+// openCount returns how many handles of namespace nsid's file are open.
+func (r *devRoot) openCount(nsid uint32) int {
+	ch := r.GetChild(nsName(nsid))
+	if ch == nil {
+		return 0
+	}
+	if f, ok := ch.Operations().(*nsFile); ok {
+		return int(f.opens.Load())
+	}
+	return 0
 }
 
 // Getattr reports the namespace's size.
@@ -246,7 +270,8 @@ const (
 // for srv to end, never forever. losetup --detach only marks a busy loop
 // device for autoclear: it keeps the namespace file open until its last
 // opener (a udev probe, a late writeback) lets go, and until then umount
-// fails with EBUSY. The unmount is retried for fuseUnmountRetry, then done
+// fails with EBUSY. The unmount is retried for fuseUnmountRetry (the whole
+// of srv.Unmount, which also waits for the server's loops), then done
 // lazily (MNT_DETACH); if the server has still not ended fuseServeEnd
 // later, the FUSE connection is aborted through fusectl
 // (/sys/fs/fuse/connections/N/abort), which fails whatever still holds the
@@ -259,23 +284,39 @@ func unmountFUSE(srv *fuse.Server, dir string, log *zap.Logger) {
 	if unix.Stat(dir, &st) == nil {
 		conn = int(unix.Minor(st.Dev))
 	}
+	// srv.Unmount unmounts, then waits for the server's loops to end; they
+	// do not while a copy of the mount lives in another mount namespace
+	// (a process started with unshare or ip netns exec took one), so it is
+	// run aside and never waited for beyond the bounds.
 	start := time.Now()
-	for {
-		err := srv.Unmount()
-		if err == nil {
-			if time.Since(start) > time.Second {
-				log.Info("FUSE unmounted after retries", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+	unmounted := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(unmounted)
+		for {
+			err := srv.Unmount()
+			if err == nil {
+				return
 			}
-			break
-		}
-		if time.Since(start) > fuseUnmountRetry {
-			log.Warn("FUSE unmount still refused: detaching it lazily", zap.String("dir", dir), zap.Error(err))
-			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-				log.Warn("lazy FUSE unmount", zap.Error(err))
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
 			}
-			break
 		}
-		time.Sleep(100 * time.Millisecond)
+	}()
+	select {
+	case <-unmounted:
+		if time.Since(start) > time.Second {
+			log.Info("FUSE unmounted after retries", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+		}
+		return
+	case <-time.After(fuseUnmountRetry):
+		close(stop)
+	}
+	log.Warn("FUSE unmount did not complete: detaching it lazily", zap.String("dir", dir))
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		log.Warn("lazy FUSE unmount", zap.Error(err))
 	}
 	ended := make(chan struct{})
 	go func() { srv.Wait(); close(ended) }()
@@ -284,7 +325,7 @@ func unmountFUSE(srv *fuse.Server, dir string, log *zap.Logger) {
 		return
 	case <-time.After(fuseServeEnd):
 	}
-	log.Warn("FUSE connection still in use: aborting it", zap.Int("fusectl_connection", conn))
+	log.Warn("FUSE connection still in use (another mount namespace may hold the mount): aborting it", zap.Int("fusectl_connection", conn))
 	if conn >= 0 {
 		if err := abortFUSEConnection(conn); err != nil {
 			log.Warn("abort FUSE connection", zap.Error(err))

@@ -185,7 +185,9 @@ func (e *env) must(args ...string) string {
 // list returns the controllers nvmeof list -o json reports.
 func (e *env) list() []ctrlState {
 	e.t.Helper()
-	var l struct{ Controllers []ctrlState }
+	var l struct {
+		Controllers []ctrlState `json:"controllers"`
+	}
 	if err := json.Unmarshal([]byte(e.must("list", "-o", "json")), &l); err != nil {
 		e.t.Fatal(err)
 	}

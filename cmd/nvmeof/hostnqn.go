@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -26,12 +27,18 @@ func runGenHostNQN(args []string, stdout, stderr io.Writer) int {
 // (nvme show-hostnqn, plus the ID and where they come from).
 func runShowHostNQN(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("show-hostnqn", stderr)
+	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
 	id, err := nvmeof.HostIdentity()
 	if err != nil {
 		return fail(stderr, "show-hostnqn", err)
+	}
+	if *output == "json" {
+		b, _ := json.MarshalIndent(map[string]string{"hostnqn": id.NQN, "hostid": nvmeof.FormatUUID(id.ID), "source": id.Source}, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return exitOK
 	}
 	fmt.Fprintln(stdout, id.NQN)
 	fmt.Fprintf(stdout, "hostid: %s (%s)\n", nvmeof.FormatUUID(id.ID), id.Source)

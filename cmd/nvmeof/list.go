@@ -27,7 +27,7 @@ func runList(args []string, stdout, stderr io.Writer) int {
 		if all == nil {
 			all = []*ctrlState{}
 		}
-		b, _ := json.MarshalIndent(map[string]any{"Controllers": all}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"controllers": all}, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 		return exitOK
 	}

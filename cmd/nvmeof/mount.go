@@ -2,17 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// toolTimeout bounds one run of a system tool (losetup, mount, umount,
+// mkfs): a teardown step never waits forever on one.
+const toolTimeout = 30 * time.Second
 
 // run runs a system tool and returns its trimmed stdout, or an error with
 // its stderr.
 func runTool(name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), toolTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.WaitDelay = time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -72,6 +81,9 @@ func mountFS(fstype, dev, dir, opts string) error {
 		args = append(args, "-o", opts)
 	}
 	_, err := runTool("mount", append(args, dev, dir)...)
+	if err != nil && (strings.Contains(err.Error(), "wrong fs type") || strings.Contains(err.Error(), "bad superblock")) {
+		return fmt.Errorf("%w\n(no %s filesystem on the namespace yet? add --mkfs to make one: it erases the namespace)", err, fstype)
+	}
 	return err
 }
 

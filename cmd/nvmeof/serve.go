@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -87,7 +88,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		d.log.Error("connect failed", zap.Error(err))
 		msg.Error = err.Error()
-		d.stop(true)
+		_, _ = d.stop(true)
 	} else {
 		msg.State = d.state()
 	}
@@ -152,6 +153,19 @@ func (d *daemon) start() error {
 		return fmt.Errorf("FUSE mount on %s: %w", devDir, err)
 	}
 	d.refreshNamespaces()
+	unlock, err := attachLock()
+	if err != nil {
+		return fmt.Errorf("attach lock: %w", err)
+	}
+	defer unlock()
+	if err := attachedElsewhere(d.dev, d.state().Namespaces); err != nil {
+		return err
+	}
+	// Publish the namespaces (under the lock) before anything else may
+	// check against them.
+	if err := d.saveState(); err != nil {
+		return err
+	}
 	if d.opts.mount != "" || d.opts.loop {
 		if err := d.mountNamespace(); err != nil {
 			return err
@@ -238,9 +252,18 @@ func (d *daemon) refreshNamespaces() {
 		}
 		d.st.Namespaces = append(d.st.Namespaces, n)
 	}
-	for nsid := range old {
-		if !seen[nsid] && d.root != nil {
+	for nsid, o := range old {
+		if seen[nsid] {
+			continue
+		}
+		if d.root != nil && !o.Gone {
 			d.root.removeNamespace(nsid)
+		}
+		// The target removed it, but its loop device and mount are still
+		// here: keep them on record so that disconnect takes them down.
+		if o.Loop != "" || o.Mount != "" {
+			o.Gone = true
+			d.st.Namespaces = append(d.st.Namespaces, o)
 		}
 	}
 }
@@ -327,6 +350,11 @@ func (d *daemon) handle(c net.Conn) {
 			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("no namespace %d", req.Bench.NSID)})
 			return
 		}
+		if why := d.inUse(req.Bench.NSID); why != "" && !req.Bench.Force {
+			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("%sn%d is in use (%s): a benchmark would read and write under it, and a write load destroys its filesystem; "+
+				"unmount or disconnect it first, or give --force", d.dev, req.Bench.NSID, why)})
+			return
+		}
 		res, err := runBenchmark(context.Background(), ns, *req.Bench, func(s string) {
 			_ = enc.Encode(ctlResponse{OK: true, Progress: s})
 		})
@@ -351,16 +379,22 @@ func (d *daemon) teardown(force bool) error {
 	if d.stopped {
 		return nil
 	}
-	if err := d.stop(force); err != nil {
+	left, err := d.stop(force)
+	if err != nil {
 		return err
 	}
 	d.stopped = true
 	close(d.shutdown)
+	if len(left) > 0 {
+		return fmt.Errorf("disconnected, but left behind: %s", strings.Join(left, "; "))
+	}
 	return nil
 }
 
-// stop undoes start; with force it goes on past a busy mount.
-func (d *daemon) stop(force bool) error {
+// stop undoes start; with force it goes on past a busy mount. It returns
+// what it could not take down (a mount, a loop device), after trying;
+// an error means nothing was torn down (a busy mount without force).
+func (d *daemon) stop(force bool) ([]string, error) {
 	d.mu.Lock()
 	nss := append([]nsState(nil), d.st.Namespaces...)
 	d.mu.Unlock()
@@ -380,7 +414,7 @@ func (d *daemon) stop(force bool) error {
 			}
 		} else if n.Mount != "" {
 			if err := unmountFS(n.Mount); err != nil {
-				return fmt.Errorf("cannot unmount %s (nothing disconnected; --force unmounts lazily): %w", n.Mount, err)
+				return nil, fmt.Errorf("cannot unmount %s (nothing disconnected; --force unmounts lazily): %w", n.Mount, err)
 			}
 			nss[i].Mount = ""
 			d.log.Info("unmounted", zap.String("dir", n.Mount))
@@ -415,5 +449,144 @@ func (d *daemon) stop(force bool) error {
 	if len(errs) > 0 {
 		d.log.Warn("disconnect", zap.Error(errors.Join(errs...)))
 	}
+	left := leftovers(nss)
+	for _, l := range left {
+		d.log.Error("left behind by disconnect", zap.String("what", l))
+	}
+	return left, nil
+}
+
+// leftovers lists the mounts and loop devices of nss that are still
+// there.
+func leftovers(nss []nsState) []string {
+	var left []string
+	for _, n := range nss {
+		if n.Mount != "" && isMounted(n.Mount) && mountSource(n.Mount) == n.Loop {
+			left = append(left, fmt.Sprintf("%s still mounted (umount -l %s)", n.Mount, n.Mount))
+		}
+		if n.Loop != "" && loopBacking(n.Loop) == n.File {
+			left = append(left, fmt.Sprintf("%s still attached to %s (losetup -d %s)", n.Loop, n.File, n.Loop))
+		}
+	}
+	return left
+}
+
+// mountSource returns the device mounted on dir, or "".
+func mountSource(dir string) string {
+	b, _ := os.ReadFile("/proc/self/mounts")
+	src := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == dir {
+			src = f[0] // the last one is on top
+		}
+	}
+	return src
+}
+
+// loopBacking returns the file a loop device is attached to, or "".
+func loopBacking(dev string) string {
+	b, err := os.ReadFile("/sys/block/" + strings.TrimPrefix(dev, "/dev/") + "/loop/backing_file")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// inUse says why namespace nsid is in use on this host, or "": mounted or
+// on a loop device by us, its loop device mounted by someone, or its
+// device file open (a loop device attached by hand, a program).
+func (d *daemon) inUse(nsid uint32) string {
+	d.mu.Lock()
+	var n *nsState
+	for i := range d.st.Namespaces {
+		if d.st.Namespaces[i].NSID == nsid {
+			c := d.st.Namespaces[i]
+			n = &c
+		}
+	}
+	d.mu.Unlock()
+	var why []string
+	if n != nil && n.Mount != "" {
+		why = append(why, "mounted on "+n.Mount)
+	}
+	if n != nil && n.Loop != "" {
+		why = append(why, "attached to "+n.Loop)
+		if m := mountOf(n.Loop); m != "" && (n.Mount == "" || m != n.Mount) {
+			why = append(why, n.Loop+" mounted on "+m)
+		}
+	}
+	if d.root != nil {
+		open := d.root.openCount(nsid)
+		if n != nil && n.Loop != "" {
+			open-- // the loop device's own handle
+		}
+		if open > 0 {
+			why = append(why, fmt.Sprintf("its device file is open %d times", open))
+		}
+	}
+	return strings.Join(why, ", ")
+}
+
+// mountOf returns where dev (a loop device) is mounted, or "".
+func mountOf(dev string) string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == dev {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+// attachedElsewhere returns an error naming the controller through which
+// one of nss is already attached on this host (same NGUID or UUID): two
+// controllers reaching one namespace (two ports of one subsystem) must not
+// both expose it, since two filesystems mounted on one namespace destroy
+// each other. Multipath is not supported yet.
+func attachedElsewhere(self string, nss []nsState) error {
+	for _, dev := range instances() {
+		if dev == self {
+			continue
+		}
+		st, err := readState(dev)
+		if err != nil || !processAlive(st.PID) {
+			continue
+		}
+		for _, o := range st.Namespaces {
+			for _, n := range nss {
+				same := (n.NGUID != "" && n.NGUID == o.NGUID) || (n.UUID != "" && n.UUID == o.UUID)
+				if !same {
+					continue
+				}
+				id := "nguid " + n.NGUID
+				if n.NGUID == "" || n.NGUID != o.NGUID {
+					id = "uuid " + n.UUID
+				}
+				return fmt.Errorf("namespace %d (%s) is already attached on this host as %sn%d through %s (%s); "+
+					"one namespace is attached once per host (multipath is not supported): use %s, or disconnect it first",
+					n.NSID, id, dev, o.NSID, st.Address, st.SubNQN, dev)
+			}
+		}
+	}
 	return nil
+}
+
+// attachLock serializes the attach check of concurrent connects: an
+// exclusive flock on RUNDIR/.attach.lock, released by the returned func.
+func attachLock() (func(), error) {
+	if err := os.MkdirAll(stateDir(), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(stateDir(), ".attach.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
 }

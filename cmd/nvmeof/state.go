@@ -51,6 +51,9 @@ type nsState struct {
 	Loop      string `json:"loop,omitempty"`
 	Mount     string `json:"mount,omitempty"`
 	FSType    string `json:"fstype,omitempty"`
+	// Gone marks a namespace the target removed whose loop device or
+	// mount is still here (disconnect takes them down).
+	Gone bool `json:"removed,omitempty"`
 }
 
 // ctrlState is a controller as list shows it.

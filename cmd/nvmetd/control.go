@@ -34,6 +34,12 @@ type daemonStatus struct {
 	ConfigFile string `json:"config_file,omitempty"`
 	// State is starting, running, reloading or stopping.
 	State string `json:"state"`
+	// Health is "ok", or "degraded" when part of the configuration is not
+	// served: Problems says what (a namespace that failed to open, with
+	// its configuration field; a port not listening; an unhealthy target).
+	// `nvmetd status` exits 3 when degraded.
+	Health   string   `json:"health"`
+	Problems []string `json:"problems,omitempty"`
 	// HealthError is what target Healthy returned, if not nil.
 	HealthError string      `json:"health_error,omitempty"`
 	LastReload  *reloadInfo `json:"last_reload,omitempty"`

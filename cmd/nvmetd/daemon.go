@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -203,14 +204,16 @@ func (d *daemon) statusLine() string {
 	return fmt.Sprintf("serving %d subsystems on %d ports", len(cfg.Target.Subsystems), len(cfg.Target.Ports))
 }
 
-// logReady logs what is served, with a connect hint.
+// logReady logs what is served, with how to connect: nvmetd's host tool and
+// a Linux host (siw) both; then a warning if part of the configuration is
+// not served.
 func (d *daemon) logReady(cfg *loadedConfig) {
 	src := cfg.File
 	if src == "" {
 		src = "built-in default"
 	}
-	d.log.Info("nvmetd ready", zap.String("version", programVersion()), zap.String("config", src),
-		zap.String("control_socket", cfg.Daemon.ControlSocket))
+	fields := []zap.Field{zap.String("version", programVersion()), zap.String("config", src),
+		zap.String("control_socket", cfg.Daemon.ControlSocket)}
 	// The target logs each port and namespace as it opens them.
 	if len(cfg.Target.Ports) > 0 && len(cfg.Target.Ports[0].Subsystems) > 0 {
 		p := cfg.Target.Ports[0]
@@ -218,7 +221,14 @@ func (d *daemon) logReady(cfg *loadedConfig) {
 		if p.IsWildcard() {
 			addr = "<this host's address>"
 		}
-		d.log.Info(fmt.Sprintf("connect from a Linux host with: nvme connect -t rdma -a %s -s %d -n %s", addr, p.ServiceID, p.Subsystems[0]))
+		fields = append(fields,
+			zap.String("connect_nvmeof", fmt.Sprintf("nvmeof connect -t rdma -a %s -s %d -n %s --mount /mnt/nvme --mkfs (--mkfs formats: first time only)", addr, p.ServiceID, p.Subsystems[0])),
+			zap.String("connect_linux", fmt.Sprintf("modprobe siw nvme-rdma; rdma link add siw0 type siw netdev IFACE; nvme connect -t rdma -a %s -s %d -n %s", addr, p.ServiceID, p.Subsystems[0])))
+	}
+	d.log.Info("nvmetd ready", fields...)
+	st := d.t.Status()
+	if problems := degradation(&st, ""); len(problems) > 0 {
+		d.log.Warn(fmt.Sprintf("degraded: %d parts of the configuration are not served (nvmetd status):\n  %s", len(problems), strings.Join(problems, "\n  ")))
 	}
 }
 
@@ -250,7 +260,6 @@ func (d *daemon) reload() {
 		d.log.Error("reload: cannot create the default namespace, keeping the running configuration", zap.Error(err))
 		return
 	}
-	d.applyDaemonChanges(&old.Daemon, &nc.Daemon)
 	for _, w := range nc.Warnings {
 		d.log.Warn("configuration: " + w)
 	}
@@ -260,6 +269,17 @@ func (d *daemon) reload() {
 		d.log.Info("reload: " + c)
 	}
 	err = d.t.Reload(nc.Target.Clone())
+	if !errors.Is(err, target.ErrReloadRefused) {
+		d.applyDaemonChanges(&old.Daemon, &nc.Daemon)
+	}
+	if errors.Is(err, target.ErrReloadRefused) {
+		// Nothing changed: the running configuration stays the one of
+		// record.
+		info.Error = err.Error()
+		info.Changes = nil
+		d.log.Error("reload: refused, keeping the running configuration:\n  " + indent(err.Error()))
+		return
+	}
 	// The target's configuration of record is the new one even if parts
 	// of it failed to apply (target.Target.Reload).
 	d.mu.Lock()
@@ -436,6 +456,39 @@ func (d *daemon) checkHealth(prev map[string]target.HealthStatus, all bool) {
 	}
 }
 
+// Values of daemonStatus.Health.
+const (
+	healthOK       = "ok"
+	healthDegraded = "degraded"
+)
+
+// degradation lists what of the configuration is not served: namespaces
+// that failed (with their configuration field; they are retried on every
+// reload), ports that do not listen, and an unhealthy target.
+func degradation(st *target.Status, healthErr string) []string {
+	var p []string
+	if healthErr != "" {
+		p = append(p, healthErr)
+	}
+	for _, pt := range st.Ports {
+		if !pt.Listening && pt.Error != "not started" {
+			p = append(p, fmt.Sprintf("port %d (%s) is not listening: %s", pt.ID, pt.Address, pt.Error))
+		}
+	}
+	for _, s := range st.Subsystems {
+		for _, n := range s.Namespaces {
+			if n.State == target.NamespaceFailed {
+				field := n.Field
+				if field == "" {
+					field = fmt.Sprintf("subsystem %s namespace %d", s.NQN, n.NSID)
+				}
+				p = append(p, fmt.Sprintf("%s: %s (namespace %d of %s failed to open; retried on every reload)", field, n.Error, n.NSID, s.NQN))
+			}
+		}
+	}
+	return p
+}
+
 // snapshot answers the control socket.
 func (d *daemon) snapshot(reports bool) daemonStatus {
 	d.mu.Lock()
@@ -452,6 +505,11 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 	st.Target = d.t.Status()
 	if err := d.t.Healthy(); err != nil {
 		st.HealthError = err.Error()
+	}
+	st.Problems = degradation(&st.Target, st.HealthError)
+	st.Health = healthOK
+	if len(st.Problems) > 0 {
+		st.Health = healthDegraded
 	}
 	if reports {
 		for _, s := range st.Target.Subsystems {

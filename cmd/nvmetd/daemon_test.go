@@ -290,7 +290,10 @@ func TestDaemonLifecycle(t *testing.T) {
 	if err != nil || st.State != stateRunning || len(st.Target.Ports) != 1 || !st.Target.Ports[0].Listening || st.LastReload != nil {
 		t.Fatalf("status: %+v %v", st, err)
 	}
-	if !hasLog(td.logs, zapcore.InfoLevel, "nvmetd ready") || !hasLog(td.logs, zapcore.InfoLevel, "nvme connect -t rdma -a 127.0.0.1 -s 4420 -n nqn.2014-08.org.example:a") {
+	// The ready line names both ways to connect.
+	readyLine := td.logs.FilterMessage("nvmetd ready").All()
+	if len(readyLine) != 1 || !strings.Contains(fmt.Sprint(readyLine[0].ContextMap()["connect_linux"]), "nvme connect -t rdma -a 127.0.0.1 -s 4420 -n nqn.2014-08.org.example:a") ||
+		!strings.Contains(fmt.Sprint(readyLine[0].ContextMap()["connect_nvmeof"]), "nvmeof connect -t rdma -a 127.0.0.1 -s 4420 -n nqn.2014-08.org.example:a --mount") {
 		t.Errorf("logs: %v", logMessages(td.logs))
 	}
 

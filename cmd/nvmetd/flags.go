@@ -16,9 +16,12 @@ import (
 // Exit codes.
 const (
 	exitOK      = 0
-	exitFailure = 1  // the daemon failed, or --check-config found the configuration invalid
-	exitUsage   = 2  // bad command line
-	exitConfig  = 78 // EX_CONFIG: the daemon's configuration is invalid (the unit does not restart on it)
+	exitFailure = 1 // the daemon failed, or --check-config found the configuration invalid
+	exitUsage   = 2 // bad command line
+	// exitDegraded is `nvmetd status` of a daemon that runs degraded: a
+	// namespace failed to open, a port does not listen.
+	exitDegraded = 3
+	exitConfig   = 78 // EX_CONFIG: the daemon's configuration is invalid (the unit does not restart on it)
 )
 
 // Default paths.
@@ -41,6 +44,8 @@ type options struct {
 	// listen is --listen (or NVMETD_LISTEN): listen addresses replacing the
 	// configured ports' addresses.
 	listen []string
+	// output is --output: normal or json (for --check-config).
+	output string
 	// defaultSize is --default-size (or NVMETD_DEFAULT_SIZE): the size of
 	// the default namespace when there is no configuration file.
 	defaultSize string
@@ -62,12 +67,14 @@ func newFlagSet(o *options, stderr io.Writer) *pflag.FlagSet {
 	fs.Duration("health-log-interval", time.Hour, "how often backend health is logged (changes of a critical warning are logged at once)")
 	fs.StringSliceVar(&o.listen, "listen", nil, "listen on these `host:port` addresses (comma-separated) instead of the configured ports' addresses")
 	fs.StringVar(&o.defaultSize, "default-size", defaultNamespaceSize, "size of the default namespace when there is no configuration file")
-	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration, print the effective configuration and exit (0 valid, 1 invalid)")
+	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and what it opens (paths, devices, sizes), print the effective configuration and exit (0 valid, 1 invalid)")
+	fs.StringVarP(&o.output, "output", "o", "normal", "output format of --check-config: normal or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `usage:
-  nvmetd [flags]                 run the NVMe-oF target
-  nvmetd status [-o text|json]   show the running daemon's status
+  nvmetd [flags]                   run the NVMe-oF target
+  nvmetd --check-config [-o json]  check the configuration, print the effective one
+  nvmetd status [-o normal|json]   show the running daemon's status (exit 3 if degraded)
 
 flags:
 %s
@@ -88,6 +95,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, *pflag.FlagSet, erro
 	}
 	if fs.NArg() > 0 {
 		return nil, nil, fmt.Errorf("unexpected argument %q (the only command is status)", fs.Arg(0))
+	}
+	if err := checkDaemonFlags(func(name string) (string, bool) {
+		if f := fs.Lookup(name); f != nil && f.Changed {
+			return f.Value.String(), true
+		}
+		return "", false
+	}); err != nil {
+		return nil, nil, err
+	}
+	if o.output != "normal" && o.output != "json" {
+		return nil, nil, fmt.Errorf("--output %q is not normal or json", o.output)
 	}
 	o.configExplicit = fs.Changed("config")
 	if !o.configExplicit {

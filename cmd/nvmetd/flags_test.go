@@ -97,7 +97,7 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"--help"}, exitOK, "", "NVMETD_TRANSPORT_CRC"},
 		{[]string{"--bogus"}, exitUsage, "", "unknown flag: --bogus"},
 		{[]string{"status", "--bogus"}, exitUsage, "", "unknown flag: --bogus"},
-		{[]string{"status", "-o", "yaml"}, exitUsage, "", `--output "yaml" is not text or json`},
+		{[]string{"status", "-o", "yaml"}, exitUsage, "", `--output "yaml" is not normal or json`},
 		{[]string{"status", "--help"}, exitOK, "", "usage: nvmetd status"},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -168,9 +169,12 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 	where := "configuration"
 	if file != "" {
 		where = "config file " + file
-		v.SetConfigFile(file)
-		if err := v.ReadInConfig(); err != nil {
+		doc, err := readConfigFile(file)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if err := v.ReadConfig(bytes.NewReader(doc)); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, yamlError(doc, err))
 		}
 	}
 	var fc fileConfig
@@ -209,7 +213,7 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 		return nil, fmt.Errorf("%s:\n%w", where, err)
 	}
 	lc.Target = &cfg
-	lc.Warnings = cfg.Warnings()
+	lc.Warnings = append(cfg.Warnings(), unknownEnv(os.Environ())...)
 	return lc, nil
 }
 

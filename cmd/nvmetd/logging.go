@@ -62,6 +62,8 @@ func newLogger(level zap.AtomicLevel, format string, out logOutput, w zapcore.Wr
 		ec := zap.NewProductionEncoderConfig()
 		ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 		ec.TimeKey = "ts"
+		// Durations as Go duration strings ("30s"), never a bare number.
+		ec.EncodeDuration = zapcore.StringDurationEncoder
 		enc = zapcore.NewJSONEncoder(ec)
 	}
 	if out.journal {

@@ -4,8 +4,8 @@
 // using soft-iWARP and nvme-rdma).
 //
 //	nvmetd [--config FILE] [flags]   run the target
-//	nvmetd --check-config            validate and print the effective configuration
-//	nvmetd status [-o json]          ask the running daemon for its status
+//	nvmetd --check-config [-o json]  validate, check what it opens, print the effective configuration
+//	nvmetd status [-o normal|json]   ask the running daemon for its status
 //
 // Without a configuration file it serves one subsystem with a 1 GiB sparse
 // file namespace on 127.0.0.1:4420. Configuration comes from a YAML file
@@ -61,20 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	target.DefaultFirmwareRevision = firmwareRevision(programVersion())
 
 	if o.checkConfig {
-		lc, err := loadConfig(o, fs, false)
-		if err != nil {
-			fmt.Fprintf(stderr, "nvmetd: %s\n", indent(err.Error()))
-			return exitFailure
-		}
-		if err := writeEffective(stdout, lc); err != nil {
-			fmt.Fprintf(stderr, "nvmetd: %v\n", err)
-			return exitFailure
-		}
-		for _, w := range lc.Warnings {
-			fmt.Fprintf(stderr, "nvmetd: warning: %s\n", w)
-		}
-		fmt.Fprintf(stderr, "nvmetd: the configuration is valid\n")
-		return exitOK
+		return runCheckConfig(o, fs, stdout, stderr)
 	}
 
 	// Catch signals before anything else: an early SIGHUP must not kill

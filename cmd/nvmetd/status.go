@@ -23,13 +23,13 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("nvmetd status", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
-	output := fs.StringP("output", "o", "text", "output format: text or json")
+	output := fs.StringP("output", "o", "normal", "output format: normal or json")
 	socket := fs.String("socket", "", "control socket (default: $NVMETD_CONTROL_SOCKET, else daemon.control_socket of the configuration file, else "+rootControlSocket+" as root or $XDG_RUNTIME_DIR/"+controlSocketName+")")
 	config := fs.String("config", "", "configuration file to take daemon.control_socket from (default "+defaultConfigFile+" if it exists)")
 	reports := fs.Bool("health-report", false, "include the device health reports (SMART) of block namespaces")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the daemon")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: nvmetd status [flags]\n\nflags:\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, "usage: nvmetd status [flags]\n\nexit status: 0 healthy, 1 no answer, 2 usage, 3 degraded (a namespace failed, a port down)\n\nflags:\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {
@@ -42,8 +42,11 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nvmetd status: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "nvmetd status: --output %q is not text or json\n", *output)
+	if *output == "text" { // the name before 0.1
+		*output = "normal"
+	}
+	if *output != "normal" && *output != "json" {
+		fmt.Fprintf(stderr, "nvmetd status: --output %q is not normal or json\n", *output)
 		return exitUsage
 	}
 	path, err := statusSocket(*socket, *config, fs.Changed("config"))
@@ -65,9 +68,12 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "nvmetd status:", err)
 			return exitFailure
 		}
-		return exitOK
+	} else {
+		renderStatus(stdout, st, time.Now())
 	}
-	renderStatus(stdout, st, time.Now())
+	if st.Health == healthDegraded {
+		return exitDegraded
+	}
 	return exitOK
 }
 
@@ -119,9 +125,15 @@ func renderStatus(w io.Writer, st *daemonStatus, now time.Time) {
 		fmt.Fprintf(w, " since %s (%s)", st.StartedAt.Local().Format("2006-01-02 15:04:05"), now.Sub(st.StartedAt).Round(time.Second))
 	}
 	fmt.Fprintf(w, "\nconfiguration: %s\n", cfg)
-	if st.HealthError != "" {
+	switch {
+	case st.Health == healthDegraded || len(st.Problems) > 0:
+		fmt.Fprintf(w, "health: DEGRADED\n")
+		for _, p := range st.Problems {
+			fmt.Fprintf(w, "  - %s\n", p)
+		}
+	case st.HealthError != "":
 		fmt.Fprintf(w, "health: UNHEALTHY: %s\n", st.HealthError)
-	} else {
+	default:
 		fmt.Fprintf(w, "health: ok\n")
 	}
 	if r := st.LastReload; r != nil {
