@@ -118,7 +118,20 @@ func NewAdmission(cfg AdmissionConfig, log *zap.Logger) *Admission {
 }
 
 // Config returns the caps in effect.
-func (a *Admission) Config() AdmissionConfig { return a.cfg }
+func (a *Admission) Config() AdmissionConfig {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg
+}
+
+// SetConfig changes the caps; they apply to connections accepted from now
+// on (and the pending timeout to those accepted from now on).
+func (a *Admission) SetConfig(cfg AdmissionConfig) {
+	n := NewAdmission(cfg, a.log) // defaults
+	a.mu.Lock()
+	a.cfg = n.cfg
+	a.mu.Unlock()
+}
 
 // Stats returns the counters.
 func (a *Admission) Stats() AdmissionStats {
@@ -173,13 +186,14 @@ func (a *Admission) enter(c net.Conn, now time.Time) *admEntry {
 		a.mu.Unlock()
 		return nil
 	}
+	cfg := a.cfg
 	// Room among all connections: evict the oldest pending one if full.
 	if a.conns >= a.cfg.MaxConns {
 		v := a.oldestLocked(func(*admEntry) bool { return true })
 		if v == nil {
 			a.stats.Refused++
 			a.mu.Unlock()
-			a.note("refused", "connection refused: connection limit reached", c.RemoteAddr().String(), zap.Int("max_connections", a.cfg.MaxConns))
+			a.note("refused", "connection refused: connection limit reached", c.RemoteAddr().String(), zap.Int("max_connections", cfg.MaxConns))
 			return nil
 		}
 		victims = append(victims, v)
@@ -209,7 +223,7 @@ func (a *Admission) enter(c net.Conn, now time.Time) *admEntry {
 	}
 	a.mu.Unlock()
 	for _, v := range victims {
-		a.note("evicted", "pending connection closed to make room", v.remote, zap.Int("max_pending", a.cfg.MaxPending), zap.Int("max_pending_per_address", a.cfg.MaxPendingPerAddr))
+		a.note("evicted", "pending connection closed to make room", v.remote, zap.Int("max_pending", cfg.MaxPending), zap.Int("max_pending_per_address", cfg.MaxPendingPerAddr))
 		v.kill(ErrEvicted)
 	}
 	return e
@@ -270,9 +284,10 @@ func (a *Admission) expire() {
 	}
 	a.stats.TimedOut += uint64(len(victims))
 	a.armLocked(now)
+	timeout := a.cfg.PendingTimeout
 	a.mu.Unlock()
 	for _, v := range victims {
-		a.note("timeout", "connection closed: no login within the connect timeout", v.remote, zap.Duration("connect_timeout", a.cfg.PendingTimeout))
+		a.note("timeout", "connection closed: no login within the connect timeout", v.remote, zap.Duration("connect_timeout", timeout))
 		v.kill(ErrNotAdmitted)
 	}
 	a.flushLog(false)

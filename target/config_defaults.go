@@ -1,6 +1,8 @@
 package target
 
 import (
+	"github.com/nvmetd/nvmetd/iwarp"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
@@ -70,6 +72,15 @@ const (
 	// DefaultStallTimeout closes a connection whose peer stops in the middle
 	// of an FPDU.
 	DefaultStallTimeout = 30 * time.Second
+	// DefaultWriteTimeout closes a connection whose host stops reading.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultMaxPending, DefaultMaxPendingPerAddress,
+	// DefaultMaxControllersPerHost and DefaultMaxQueuesPerHost are the
+	// defaults of LimitsConfig.
+	DefaultMaxPending            = 128
+	DefaultMaxPendingPerAddress  = 16
+	DefaultMaxControllersPerHost = 64
+	DefaultMaxQueuesPerHost      = 1024
 
 	// DefaultMaxTransferSize is the MDTS: 1 MiB as nvmet-rdma (2^8 pages).
 	DefaultMaxTransferSize = "1MiB"
@@ -176,6 +187,25 @@ func (c *Config) ApplyDefaults() {
 	}
 	if t.StallTimeout == 0 {
 		t.StallTimeout = DefaultStallTimeout
+	}
+	if t.WriteTimeout == 0 {
+		t.WriteTimeout = DefaultWriteTimeout
+	}
+	l := &c.Limits
+	if l.MaxPending == 0 {
+		l.MaxPending = DefaultMaxPending
+	}
+	if l.MaxPendingPerAddress == 0 {
+		l.MaxPendingPerAddress = DefaultMaxPendingPerAddress
+	}
+	if l.MaxConnections == 0 {
+		l.MaxConnections = iwarp.DefaultMaxConns()
+	}
+	if l.MaxControllersPerHost == 0 {
+		l.MaxControllersPerHost = DefaultMaxControllersPerHost
+	}
+	if l.MaxQueuesPerHost == 0 {
+		l.MaxQueuesPerHost = DefaultMaxQueuesPerHost
 	}
 	u := &c.Tuning
 	if u.IOWorkers == 0 {

@@ -41,6 +41,8 @@ type ConfigDiff struct {
 	// connections and controllers; existing ones keep what they negotiated.
 	TransportChanged []string
 	TuningChanged    []string
+	// LimitsChanged names the limits that changed; they apply at once.
+	LimitsChanged []string
 }
 
 // PortChange is a port present in both configurations with different
@@ -194,6 +196,7 @@ func Diff(old, new *Config) *ConfigDiff {
 
 	d.TransportChanged = changedFields("transport.", reflect.ValueOf(a.Transport), reflect.ValueOf(b.Transport))
 	d.TuningChanged = changedFields("tuning.", reflect.ValueOf(a.Tuning), reflect.ValueOf(b.Tuning))
+	d.LimitsChanged = changedFields("limits.", reflect.ValueOf(a.Limits), reflect.ValueOf(b.Limits))
 	return d
 }
 
@@ -357,6 +360,9 @@ func (d *ConfigDiff) Summary() []string {
 	}
 	if len(d.TransportChanged) > 0 {
 		s = append(s, "transport changed: "+strings.Join(d.TransportChanged, ", "))
+	}
+	if len(d.LimitsChanged) > 0 {
+		s = append(s, "limits changed: "+strings.Join(d.LimitsChanged, ", "))
 	}
 	if len(d.TuningChanged) > 0 {
 		s = append(s, "tuning changed: "+strings.Join(d.TuningChanged, ", "))

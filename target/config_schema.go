@@ -54,6 +54,9 @@ type Config struct {
 	Transport TransportConfig `mapstructure:"transport"`
 	// Tuning holds limits and resource settings of the target.
 	Tuning TuningConfig `mapstructure:"tuning"`
+	// Limits caps what hosts (and anything that reaches a port) can make
+	// the target hold.
+	Limits LimitsConfig `mapstructure:"limits"`
 }
 
 // PortConfig is a listener: one TCP address serving a set of subsystems and
@@ -217,9 +220,38 @@ type TransportConfig struct {
 	// StallTimeout closes a connection whose peer stops in the middle of an
 	// FPDU; default 30s.
 	StallTimeout time.Duration `mapstructure:"stall_timeout"`
+	// WriteTimeout closes a connection whose host takes no bytes for this
+	// long while the target has something to send it (a host that stopped
+	// reading its socket); default 30s.
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
 	// BusyPoll makes receive loops spin for up to this long before parking:
 	// lower latency for a busy core; default 0 (off).
 	BusyPoll time.Duration `mapstructure:"busy_poll"`
+}
+
+// LimitsConfig caps the resources a peer can make the target hold. A
+// connection is pending from its TCP accept until a successful Fabrics
+// Connect, which must come within transport.connect_timeout; pending
+// connections are capped in all and per remote address, and when a cap is
+// reached the oldest pending connection is closed to make room, so that a
+// flood of connections that never log in cannot keep a legitimate host out.
+type LimitsConfig struct {
+	// MaxPending caps connections not yet past a successful Fabrics
+	// Connect, over all ports; default 128.
+	MaxPending int `mapstructure:"max_pending"`
+	// MaxPendingPerAddress caps the pending connections of one remote IP
+	// address; default 16.
+	MaxPendingPerAddress int `mapstructure:"max_pending_per_address"`
+	// MaxConnections caps all connections (queues) of the target; default
+	// the open file limit (LimitNOFILE) less 64 kept for files and
+	// listeners.
+	MaxConnections int `mapstructure:"max_connections"`
+	// MaxControllersPerHost caps the controllers of one host NQN over all
+	// subsystems, discovery included; default 64.
+	MaxControllersPerHost int `mapstructure:"max_controllers_per_host"`
+	// MaxQueuesPerHost caps the queues (admin and I/O) of one host NQN;
+	// default 1024.
+	MaxQueuesPerHost int `mapstructure:"max_queues_per_host"`
 }
 
 // TuningConfig holds limits and resources of the target.
@@ -522,6 +554,7 @@ func (t *TransportConfig) IWARP() (iwarp.Config, error) {
 	cfg.MaxFPDU = t.MaxFPDU
 	cfg.ConnectTimeout = t.ConnectTimeout
 	cfg.StallTimeout = t.StallTimeout
+	cfg.WriteTimeout = t.WriteTimeout
 	cfg.BusyPoll = t.BusyPoll
 	return cfg, nil
 }

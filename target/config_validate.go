@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 	d.validateHosts(&v)
 	d.Transport.validate(&v, "transport")
 	d.Tuning.validate(&v, "tuning")
+	d.Limits.validate(&v, "limits")
 	if len(v.problems) == 0 {
 		return nil
 	}
@@ -408,13 +409,36 @@ func (t *TransportConfig) validate(v *validator, tp string) {
 	for _, d := range []struct {
 		name string
 		val  time.Duration
-	}{{"connect_timeout", t.ConnectTimeout}, {"stall_timeout", t.StallTimeout}, {"busy_poll", t.BusyPoll}} {
+	}{{"connect_timeout", t.ConnectTimeout}, {"stall_timeout", t.StallTimeout}, {"write_timeout", t.WriteTimeout}, {"busy_poll", t.BusyPoll}} {
 		if d.val < 0 {
 			v.add(tp+"."+d.name, "%s is negative", d.val)
 		}
 	}
 	if t.BusyPoll > time.Second {
 		v.add(tp+".busy_poll", "%s is longer than 1s (it is how long a receive loop spins before sleeping)", t.BusyPoll)
+	}
+}
+
+func (l *LimitsConfig) validate(v *validator, tp string) {
+	for _, f := range []struct {
+		name     string
+		val, max int
+	}{
+		{"max_pending", l.MaxPending, 1 << 20},
+		{"max_pending_per_address", l.MaxPendingPerAddress, 1 << 20},
+		{"max_connections", l.MaxConnections, 1 << 24},
+		{"max_controllers_per_host", l.MaxControllersPerHost, 0xFFEF},
+		{"max_queues_per_host", l.MaxQueuesPerHost, 1 << 24},
+	} {
+		if f.val < 1 || f.val > f.max {
+			v.add(tp+"."+f.name, "%d is out of range (1..%d)", f.val, f.max)
+		}
+	}
+	if l.MaxPendingPerAddress > l.MaxPending {
+		v.add(tp+".max_pending_per_address", "%d is above max_pending %d", l.MaxPendingPerAddress, l.MaxPending)
+	}
+	if l.MaxPending > l.MaxConnections {
+		v.add(tp+".max_pending", "%d is above max_connections %d", l.MaxPending, l.MaxConnections)
 	}
 }
 

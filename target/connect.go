@@ -39,6 +39,20 @@ func (q *queue) connectData(r *rdma.Request) {
 		return
 	}
 	if cmd.QID() == 0 {
+		// A new association must not write before the commands of the
+		// host's previous one (gone, but still running at a backend)
+		// have finished: their writes would land after the new ones.
+		if chans := q.s.drains.pending(d.HostNQN(), d.SubNQN()); len(chans) > 0 {
+			timeout := q.s.connectTimeout()
+			go func() {
+				if !waitDrained(chans, timeout) {
+					q.connectFailed(r, "the host's previous association still has commands running at a backend", nvmeof.StatusConnectControllerBusy, 0, d.HostNQN())
+					return
+				}
+				q.adminConnect(r, cmd, d)
+			}()
+			return
+		}
 		q.adminConnect(r, cmd, d)
 	} else {
 		q.ioConnect(r, cmd, d)
@@ -110,9 +124,14 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		return
 	}
 	tun := s.cfg.Tuning
+	if err := s.hostUse.take(host, 1, 1, &s.cfg.Limits); err != nil {
+		q.connectFailed(r, err.Error(), nvmeof.StatusConnectControllerBusy, 0, host)
+		return
+	}
 	c := &controller{
 		s: s, sub: sub, hostNQN: host, hostID: d.HostID(), port: q.port,
 		inline: pc.InlineDataSize, maxQueue: pc.MaxQueueSize, created: time.Now(),
+		io: newIORef(),
 	}
 	if cq := q.cq.Load(); cq != nil && cq.MaxTransferSize() >= 4096 {
 		c.mdts = uint8(bits.TrailingZeros(uint(cq.MaxTransferSize())) - 12)
@@ -134,9 +153,11 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		// enables the controller is cleaned up too.
 		c.ka = newKeepAlive(kato, c.expired)
 	}) {
+		s.hostUse.give(host, 1, 1)
 		q.connectFailed(r, "no free controller ID", nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR, 0, host)
 		return
 	}
+	q.host = host
 	q.ctrl.Store(c)
 	lf := []zap.Field{zap.Uint16("port_id", q.port.id), zap.Bool("discovery", sub.disc),
 		zap.Duration("kato", kato), zap.Uint32("requested_kato_ms", cmd.KATO())}
@@ -170,6 +191,13 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 		return
 	}
 	qid := cmd.QID()
+	s.regMu.RLock()
+	lim := s.cfg.Limits
+	s.regMu.RUnlock()
+	if err := s.hostUse.take(host, 0, 1, &lim); err != nil {
+		q.connectFailed(r, err.Error(), nvmeof.StatusConnectControllerBusy, 0, host)
+		return
+	}
 	c.mu.Lock()
 	var st nvmeof.Status
 	var result uint32
@@ -193,12 +221,14 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 	}
 	c.mu.Unlock()
 	if st != nvmeof.StatusSuccess {
+		s.hostUse.give(host, 0, 1)
 		if st.Code() == nvmeof.StatusCommandSequenceError {
 			result = uint32(c.cntlid) // nvmet passes back the CNTLID
 		}
 		q.connectFailed(r, why, st, result, host)
 		return
 	}
+	q.host = host
 	q.ctrl.Store(c)
 	if q.isClosed() {
 		c.queueClosed(q)

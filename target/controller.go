@@ -53,6 +53,8 @@ type controller struct {
 	created  time.Time
 	log      *zap.Logger
 	ka       *keepAlive
+	// io counts the commands running at a backend (see ioRef).
+	io *ioRef
 
 	// csts mirrors CSTS for the lock-free ready check of every command.
 	csts atomic.Uint32
@@ -198,16 +200,14 @@ func (c *controller) startLocked() nvmeof.CSTS {
 
 // keepAliveTimeout turns a KATO in milliseconds into the timeout applied
 // (nvmet_alloc_ctrl, nvmet_set_feat_kato): rounded up to whole seconds and
-// clamped to the configured range. KATO 0 disables keep alive on an I/O
-// controller (the host then sends no Keep Alive); a discovery controller
-// gets the configured default instead (nvmet: 120 s), so that stale
-// discovery sessions go away.
+// clamped to the configured range. KATO 0 gets the configured default
+// (tuning.keep_alive, 120 s; nvmet does this for discovery controllers):
+// nvmet lets KATO 0 disable keep alive on an I/O controller, which would
+// let any host leave a controller behind forever, so here every controller
+// has a keep-alive timer.
 func keepAliveTimeout(kato uint32, tun *TuningConfig, disc bool) time.Duration {
 	d := time.Duration((uint64(kato)+999)/1000) * time.Second
 	if d == 0 {
-		if !disc {
-			return 0
-		}
 		d = tun.KeepAlive
 	}
 	return min(max(d, tun.KeepAliveMin), tun.KeepAliveMax)
@@ -230,6 +230,10 @@ func (c *controller) teardown(reason string) {
 	}
 	c.ka.stop()
 	c.sub.removeController(c)
+	// Commands not yet at a backend are dropped from now on; a new
+	// association of the host waits for those that are.
+	c.s.drains.add(c, c.io.close())
+	c.s.hostUse.give(c.hostNQN, 1, 0)
 	c.mu.Lock()
 	queues := slices.Clone(c.queues)
 	aers := c.aers

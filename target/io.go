@@ -117,9 +117,22 @@ func (ns *namespace) submit(s *server, r *rdma.Request) {
 // execIO runs a command's backend work and completes it. r.Ctx is the
 // namespace (with a reference held) or, for a Flush of every namespace,
 // the subsystem.
+//
+// A command whose connection has ended, or whose controller is gone, is
+// not executed: nobody would get its answer, and a write that ran after
+// the host's next association had written the same blocks would overwrite
+// newer data (see ioRef).
 func (s *server) execIO(r *rdma.Request) {
 	q := r.Queue().Ctx.(*queue)
 	sqe := r.SQE()
+	c := q.ctrl.Load()
+	if c == nil || !r.Queue().Live() || !c.io.get() {
+		if ns, ok := r.Ctx.(*namespace); ok {
+			ns.put()
+		}
+		q.finish(r, nvmeof.StatusAbortSQDeleted)
+		return
+	}
 	var st nvmeof.Status
 	switch ctx := r.Ctx.(type) {
 	case *subsystem:
@@ -130,6 +143,7 @@ func (s *server) execIO(r *rdma.Request) {
 	default:
 		st = nvmeof.StatusInternalError | nvmeof.StatusDNR
 	}
+	c.io.put()
 	q.finish(r, st)
 }
 

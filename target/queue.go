@@ -32,6 +32,10 @@ type queue struct {
 	// (held AERs and parked commands excluded), for a graceful shutdown.
 	inflight atomic.Int64
 
+	// host is the host NQN whose queue count includes this queue (set by
+	// a successful Connect; see hostUsage).
+	host string
+
 	mu         sync.Mutex
 	connecting bool
 	closed     bool
@@ -144,6 +148,9 @@ func (q *queue) QueueClosed(cq *rdma.ControllerQueue, err error) {
 	if c != nil {
 		c.queueClosed(q)
 	}
+	if q.host != "" {
+		q.s.hostUse.give(q.host, 0, 1)
+	}
 	q.port.removeQueue(q)
 }
 
@@ -245,6 +252,14 @@ func (q *queue) handleUnconnected(r *rdma.Request) {
 // connectDone completes a Connect; a failed one lets the host try again on
 // the same queue.
 func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
+	if st == nvmeof.StatusSuccess {
+		// The host is in: the queue gets its full resources and leaves
+		// the listener's pending set (connect_timeout no longer runs).
+		if err := r.Queue().Admit(); err != nil {
+			q.s.log.Warn("queue resources unavailable", append(q.fields(), zap.Error(err))...)
+			st = nvmeof.StatusInternalError
+		}
+	}
 	if st != nvmeof.StatusSuccess {
 		q.mu.Lock()
 		q.connecting = false

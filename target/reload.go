@@ -337,6 +337,9 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 	if p.resizeWorkers {
 		s.shared.resize(nc.Tuning.IOWorkers)
 	}
+	if s.adm != nil {
+		s.adm.SetConfig(admissionConfig(nc))
+	}
 
 	// The configuration view Connect and the discovery log read, and the
 	// namespace tables the I/O path reads: one swap.

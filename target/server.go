@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -51,6 +52,14 @@ type server struct {
 
 	shared   *workerPool
 	stopping atomic.Bool
+
+	// adm caps the connections of every port (LimitsConfig); hostUse the
+	// controllers and queues of each host; drains remembers controllers
+	// gone with commands still running (a new association of their host
+	// waits for them).
+	adm     *iwarp.Admission
+	hostUse hostUsage
+	drains  drainRegistry
 
 	bg       sync.WaitGroup // background goroutines (housekeeping, flushes)
 	hkCancel context.CancelFunc
@@ -92,6 +101,7 @@ func (s *server) start(ctx context.Context) error {
 	}
 	cfg := s.cfg
 	s.shared = newWorkerPool(cfg.Tuning.IOWorkers, s.execIO)
+	s.adm = iwarp.NewAdmission(admissionConfig(cfg), s.log)
 	s.startedAt = time.Now()
 	s.genctr.Store(1)
 	for i := range cfg.Subsystems {
@@ -161,6 +171,7 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (rdma.ControllerC
 		return rdma.ControllerConfig{}, err
 	}
 	eng.Logger = s.log
+	eng.Admission = s.adm
 	tun := &cfg.Tuning
 	return rdma.ControllerConfig{
 		Engine:          eng,
@@ -178,6 +189,13 @@ func (s *server) keepAliveTimeout(kato uint32, disc bool) time.Duration {
 	tun := s.cfg.Tuning
 	s.regMu.RUnlock()
 	return keepAliveTimeout(kato, &tun, disc)
+}
+
+// connectTimeout is transport.connect_timeout.
+func (s *server) connectTimeout() time.Duration {
+	s.regMu.RLock()
+	defer s.regMu.RUnlock()
+	return s.cfg.Transport.ConnectTimeout
 }
 
 // goFlush flushes a subsystem's namespaces in the background, then calls
@@ -384,6 +402,9 @@ func (s *server) closeAll(deadline <-chan struct{}) error {
 	}
 	if s.shared != nil {
 		s.shared.close()
+	}
+	if s.adm != nil {
+		s.adm.Close()
 	}
 	return errors.Join(errs...)
 }

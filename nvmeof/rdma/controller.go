@@ -58,8 +58,13 @@ type ControllerConfig struct {
 	// of two ≥ 4 KiB (default DefaultMaxTransferSize; report it as MDTS).
 	MaxTransferSize int
 	// IOPoolSize and AdminPoolSize are the registered buffer arenas per
-	// queue (defaults DefaultIOPoolSize, DefaultAdminPoolSize).
+	// queue (defaults DefaultIOPoolSize, DefaultAdminPoolSize), allocated
+	// when the queue is admitted.
 	IOPoolSize, AdminPoolSize int
+	// AdmitOnAccept admits every queue as it is accepted: for controller
+	// logic without a login (tests of the binding); a real controller
+	// admits after a successful Fabrics Connect (ControllerQueue.Admit).
+	AdmitOnAccept bool
 	// Logger receives queue events.
 	Logger *zap.Logger
 }
@@ -195,8 +200,10 @@ type Handler interface {
 }
 
 // Accept opens the queue: checks the sizes against what nvmet accepts,
-// posts HSQSIZE+1 command receive buffers, sets up the registered data
-// buffer pool and answers the host.
+// and answers the host. Until the controller logic admits the queue (Admit,
+// after a successful Fabrics Connect) it holds the resources of one command
+// only, so that a connection that never logs in costs little; Admit posts
+// the other receive buffers and sets up the registered data buffer pool.
 func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 	cfg := r.cfg
 	size := r.Size()
@@ -210,51 +217,96 @@ func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 	case r.CM.HRQSize == 0:
 		_ = r.Reject(CMRejectInvalidHRQSize)
 		return nil, &CMRejectError{Status: CMRejectInvalidHRQSize, Msg: "HRQSIZE 0"}
+	case r.cr.Enhanced && r.PeerIRD == 0:
+		// The host's IRD bounds our RDMA Reads of its write data: with 0,
+		// no keyed write could ever complete (protocol.md §12.2).
+		_ = r.Reject(CMRejectInvalidIRD)
+		return nil, &CMRejectError{Status: CMRejectInvalidIRD, Msg: "host IRD 0: its write data could never be fetched"}
 	}
 	q, err := newControllerQueue(r, h)
 	if err != nil {
 		_ = r.Reject(CMRejectNoResources)
 		return nil, err
 	}
+	if cfg.AdmitOnAccept {
+		// Resources first: the host may send at once.
+		if err := q.grow(); err != nil {
+			_ = r.Reject(CMRejectNoResources)
+			return nil, err
+		}
+	}
 	acc := CMAccept{CRQSize: uint16(size)}
 	if err := r.cr.Accept(q.qp, acc.Append(nil)); err != nil {
 		return nil, err
+	}
+	if cfg.AdmitOnAccept {
+		q.qp.Admit()
 	}
 	go q.watch()
 	return q, nil
 }
 
 // ControllerQueue is the controller side of one NVMe queue.
+//
+// Bounds: a host has at most size commands outstanding (the receive
+// buffers); a command holds a request context and a reservation of send
+// queue room for its whole response (RDMA Read, RDMA Write and Send, as
+// nvmet-rdma's sq_wr_avail) from its arrival until its response Send has
+// gone out. Commands that find no context or room wait, in order, holding
+// their receive buffer; so contexts never exceed 2×size and the posts of a
+// response never fail for lack of room, whatever the host does (a host that
+// stops reading fills the room and then the queue's write timeout ends it).
 type ControllerQueue struct {
 	qid       uint16
 	size      int
 	hrqSize   int
 	inline    int
 	maxXfer   int
+	poolSize  int
 	h         Handler
 	log       *zap.Logger
 	pd        *iwarp.PD
 	qp        *iwarp.QP
-	pool      *bufferPool
-	poolMR    *iwarp.MR
-	recvBufs  [][]byte
-	recvWRs   []iwarp.RecvWR
 	remote    net.Addr
 	local     net.Addr
 	sqHead    atomic.Uint32 // SQ head pointer reported in completions
-	closeOnce sync.Once
 	ended     chan struct{} // closed after the handler's QueueClosed returned
+	admitted  atomic.Bool
 
-	mu      sync.Mutex
-	reqs    []*Request // every request context, by index
-	free    []int32
-	waiting []*Request // commands waiting for a data buffer, in order, from wHead
-	wHead   int
-	grown   int
+	mu       sync.Mutex
+	pool     *bufferPool // data buffers (a small one until Admit)
+	poolMR   *iwarp.MR
+	recvBufs [][]byte
+	recvWRs  []iwarp.RecvWR
+	reqs     []*Request // every request context, by index
+	free     []int32
+	sqAvail  int       // send queue entries not reserved
+	backlog  []capsule // commands waiting for a context and send queue room, from bHead
+	bHead    int
+	waiting  []*Request // commands waiting for a data buffer, in order, from wHead
+	wHead    int
+	closed   bool
+	stats    Stats
 
 	// Ctx is for the controller logic: the queue's controller, etc.
 	Ctx any
 }
+
+// capsule is a received command waiting for resources.
+type capsule struct{ slot, n int }
+
+// Resources per command and of a queue before it is admitted.
+const (
+	// sqPerCommand is the send queue room a command's response may need:
+	// an RDMA Read of its data, an RDMA Write of read data, the Send.
+	sqPerCommand = 3
+	// preAdmitRecvs receive buffers are posted before Admit: the Fabrics
+	// Connect, and one more for a host that sends a second command at
+	// once (it is answered, not dropped).
+	preAdmitRecvs = 2
+	// preAdmitPool is the data buffer pool before Admit: Connect data.
+	preAdmitPool = 4096
+)
 
 func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 	cfg := r.cfg
@@ -272,49 +324,101 @@ func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 		pd:      iwarp.NewPD(),
 	}
 	q.log = cfg.Logger.With(zap.Stringer("remote", r.RemoteAddr), zap.Uint16("qid", q.qid))
-	poolSize := cfg.IOPoolSize
+	q.poolSize = cfg.IOPoolSize
 	if q.qid == 0 {
-		poolSize = cfg.AdminPoolSize
+		q.poolSize = cfg.AdminPoolSize
 	}
 	var err error
-	if q.pool, err = newBufferPool(poolSize, min(cfg.MaxTransferSize, poolSize)); err != nil {
+	if q.pool, err = newBufferPool(preAdmitPool, preAdmitPool); err != nil {
 		return nil, err
 	}
 	if q.poolMR, err = q.pd.RegisterMemory(q.pool.arena, iwarp.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	cq := iwarp.NewCQHandler(q.onWC)
-	// Per command at most: RDMA Read, or RDMA Write + Send; sends of
-	// completed commands may still be queued when new ones arrive.
-	q.qp, err = iwarp.NewQP(iwarp.QPAttr{PD: q.pd, SendCQ: cq, RecvCQ: cq, SendDepth: 4 * size, RecvDepth: size, IRD: 1, ORD: controllerORD})
+	// Request contexts: a command's context lives until its response Send
+	// has gone out, which can be after the host already sent the next
+	// command; twice the queue size covers that.
+	nctx := 2 * size
+	q.sqAvail = sqPerCommand * nctx
+	q.qp, err = iwarp.NewQP(iwarp.QPAttr{PD: q.pd, SendCQ: cq, RecvCQ: cq, SendDepth: q.sqAvail, RecvDepth: size, IRD: 1, ORD: controllerORD})
 	if err != nil {
 		return nil, err
 	}
 	q.qp.SetLogger(q.log)
-	// Receive buffers: one SQE plus in-capsule data each, from one slab.
-	rb := q.inline + nvmeof.SQESize
-	slab := make([]byte, size*rb)
 	q.recvBufs = make([][]byte, size)
 	q.recvWRs = make([]iwarp.RecvWR, size)
-	for i := range q.recvBufs {
-		q.recvBufs[i] = slab[i*rb : (i+1)*rb : (i+1)*rb]
+	if err := q.postRecvs(0, min(preAdmitRecvs, size)); err != nil {
+		return nil, err
+	}
+	q.reqs = make([]*Request, 0, nctx)
+	q.free = make([]int32, 0, nctx)
+	q.addContexts(preAdmitRecvs)
+	return q, nil
+}
+
+// postRecvs posts receive buffers [from, to), one SQE plus in-capsule data
+// each, from one slab.
+func (q *ControllerQueue) postRecvs(from, to int) error {
+	rb := q.inline + nvmeof.SQESize
+	slab := make([]byte, (to-from)*rb)
+	for i := from; i < to; i++ {
+		k := i - from
+		q.recvBufs[i] = slab[k*rb : (k+1)*rb : (k+1)*rb]
 		q.recvWRs[i] = iwarp.RecvWR{ID: uint64(i), Buf: q.recvBufs[i]}
 		if err := q.qp.PostRecv(&q.recvWRs[i]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	// Request contexts: a command's context lives until its response Send
-	// has gone out, which can be after the host already sent the next
-	// command; twice the queue size covers that, and more are made if not.
-	n := 2 * size
-	q.reqs = make([]*Request, n)
-	q.free = make([]int32, 0, n)
-	for i := n - 1; i >= 0; i-- {
-		q.reqs[i] = &Request{q: q, index: int32(i)}
+	return nil
+}
+
+// addContexts grows the request contexts to n. The caller holds mu (or
+// owns q).
+func (q *ControllerQueue) addContexts(n int) {
+	for i := len(q.reqs); i < n; i++ {
+		q.reqs = append(q.reqs, &Request{q: q, index: int32(i)})
 		q.free = append(q.free, int32(i))
 	}
-	q.waiting = make([]*Request, 0, size)
-	return q, nil
+}
+
+// Admit gives the queue its full resources once the controller logic has
+// accepted the host (a successful Fabrics Connect; call it before the
+// Connect's response is completed): the rest of the receive buffers, the
+// data buffer pool and the request contexts. The connection then no longer
+// counts as pending for the listener's connection limits.
+func (q *ControllerQueue) Admit() error {
+	if err := q.grow(); err != nil {
+		return err
+	}
+	q.qp.Admit()
+	q.drain()
+	return nil
+}
+
+// grow gives the queue its full resources (once).
+func (q *ControllerQueue) grow() error {
+	if q.admitted.Swap(true) {
+		return nil
+	}
+	pool, err := newBufferPool(q.poolSize, min(q.maxXfer, q.poolSize))
+	if err != nil {
+		return err
+	}
+	mr, err := q.pd.RegisterMemory(pool.arena, iwarp.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	q.pool, q.poolMR = pool, mr
+	q.addContexts(2 * q.size)
+	q.mu.Unlock()
+	if n := min(preAdmitRecvs, q.size); n < q.size {
+		if err := q.postRecvs(n, q.size); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // QID is the queue identifier (0 = admin).
@@ -351,15 +455,26 @@ func (q *ControllerQueue) Close() { q.qp.Disconnect() }
 // CRC reports whether MPA CRCs are in use on the connection.
 func (q *ControllerQueue) CRC() bool { return q.qp.CRC() }
 
+// Live reports whether the connection is up and answers can still be
+// sent (one atomic load).
+func (q *ControllerQueue) Live() bool { return q.qp.State() == iwarp.QPStateRTS }
+
 func (q *ControllerQueue) watch() {
 	defer close(q.ended)
 	<-q.qp.Done()
+	q.mu.Lock()
+	q.closed = true
+	// Commands that never started are dropped: the host gets no answer
+	// for them anyway, and none was acknowledged.
+	clear(q.backlog)
+	q.backlog, q.bHead = q.backlog[:0], 0
+	q.mu.Unlock()
 	q.h.QueueClosed(q, q.qp.Err())
 }
 
 // fail ends the queue after a transport protocol error of the host.
 func (q *ControllerQueue) fail(err error) {
-	q.log.Warn("nvme-rdma: host protocol error, closing queue", zap.Error(err))
+	q.log.Debug("nvme-rdma: host protocol error, closing queue", zap.Error(err))
 	q.qp.Disconnect()
 }
 
@@ -369,27 +484,35 @@ func (q *ControllerQueue) fail(err error) {
 type Request struct {
 	q        *ControllerQueue
 	index    int32
+	gen      uint32 // bumped at every reuse: completions carry it
 	recvSlot int
 	sqe      *nvmeof.SQE
 	capsule  []byte
 	data     []byte
 	dataOff  int
-	pooled   bool
+	pool     *bufferPool // where data came from (nil: not pooled)
+	mr       *iwarp.MR
 	inCap    bool
 	key      uint32
 	addr     uint64
 	inval    bool
 	result   uint64
 	cqe      nvmeof.CQE
-	wr       iwarp.SendWR
+	wrs      [2]iwarp.SendWR
 	sge      [1][]byte
+	csge     [1][]byte
 	active   bool
-	want     int // data buffer size while waiting for one
+	answered bool // Complete ran
+	want     int  // data buffer size while waiting for one
 
 	// Ctx is for the controller logic (for example the namespace a command
 	// targets); it is cleared when the request is released.
 	Ctx any
 }
+
+// token is the work request ID of the request's current use: its index and
+// generation, so that a completion for an earlier use is recognised.
+func (r *Request) token() uint64 { return uint64(r.gen)<<32 | uint64(uint32(r.index)) }
 
 // SQE is the command.
 func (r *Request) SQE() *nvmeof.SQE { return r.sqe }
@@ -419,8 +542,8 @@ func (r *Request) FetchData() {
 		r.q.h.DataReady(r, nil)
 		return
 	}
-	r.wr = iwarp.SendWR{ID: uint64(r.index), Opcode: iwarp.WRRead, Signaled: true, RemoteSTag: r.key, RemoteTO: r.addr, SinkMR: r.q.poolMR, SinkOffset: uint64(r.dataOff), Length: uint32(len(r.data))}
-	if err := r.q.qp.PostSend(&r.wr); err != nil {
+	r.wrs[0] = iwarp.SendWR{ID: r.token(), Opcode: iwarp.WRRead, Signaled: true, RemoteSTag: r.key, RemoteTO: r.addr, SinkMR: r.mr, SinkOffset: uint64(r.dataOff), Length: uint32(len(r.data))}
+	if err := r.q.qp.PostSend(&r.wrs[0]); err != nil {
 		r.q.h.DataReady(r, fmt.Errorf("nvme-rdma: RDMA Read of %d bytes: %w", len(r.data), err))
 	}
 }
@@ -428,10 +551,16 @@ func (r *Request) FetchData() {
 // Complete finishes the command with a status: for a successful
 // controller-to-host command with data, an RDMA Write of Data() to the
 // host's buffer, then the response capsule (a Send, or a Send with
-// Invalidate of the host's key when it asked for one). It may be called
-// from any goroutine.
+// Invalidate of the host's key when it asked for one), posted together so
+// that they leave in one write and never in half. It may be called from any
+// goroutine, once.
 func (r *Request) Complete(st nvmeof.Status) {
 	q := r.q
+	if r.answered {
+		q.countStale()
+		return
+	}
+	r.answered = true
 	// As nvmet_update_sq_head: the SQ head advances when a command
 	// completes, so SQHD grows in completion order.
 	var sqhd uint32
@@ -451,25 +580,28 @@ func (r *Request) Complete(st nvmeof.Status) {
 		q.release(r)
 		return
 	}
+	n := 0
 	if st == nvmeof.StatusSuccess && dir == nvmeof.DirControllerToHost && len(r.data) > 0 && !r.inCap {
 		r.sge[0] = r.data
-		w := iwarp.SendWR{Opcode: iwarp.WRWrite, Local: r.sge[:], RemoteSTag: r.key, RemoteTO: r.addr}
-		if err := q.qp.PostSend(&w); err != nil {
-			q.release(r)
-			return
-		}
+		r.wrs[0] = iwarp.SendWR{ID: r.token(), Opcode: iwarp.WRWrite, Local: r.sge[:], RemoteSTag: r.key, RemoteTO: r.addr}
+		n++
 	}
-	r.sge[0] = r.cqe[:]
-	r.wr = iwarp.SendWR{ID: uint64(r.index), Opcode: iwarp.WRSend, Signaled: true, Local: r.sge[:]}
+	r.csge[0] = r.cqe[:]
+	r.wrs[n] = iwarp.SendWR{ID: r.token(), Opcode: iwarp.WRSend, Signaled: true, Local: r.csge[:]}
 	if r.inval && r.key != 0 {
-		r.wr.Opcode, r.wr.InvalidateSTag = iwarp.WRSendInv, r.key
+		r.wrs[n].Opcode, r.wrs[n].InvalidateSTag = iwarp.WRSendInv, r.key
 	}
-	if err := q.qp.PostSend(&r.wr); err != nil {
+	n++
+	// The room was reserved when the command arrived: this fails only on
+	// a queue that is ending, and then nothing of the response was posted.
+	if err := q.qp.PostSendChain(r.wrs[:n]); err != nil {
 		q.release(r)
 	}
 }
 
-// onWC handles completions on the engine goroutines.
+// onWC handles completions on the engine goroutines. A completion names
+// its request by index and generation; one for a request that is no longer
+// in that use is dropped and counted, never acted on.
 func (q *ControllerQueue) onWC(wc *iwarp.WC) {
 	switch wc.Opcode {
 	case iwarp.WCRecv:
@@ -478,24 +610,81 @@ func (q *ControllerQueue) onWC(wc *iwarp.WC) {
 		}
 		q.onCapsule(int(wc.ID), wc.ByteLen)
 	case iwarp.WCRead:
-		r := q.reqs[wc.ID]
+		r := q.live(wc.ID)
+		if r == nil {
+			return
+		}
 		var err error
 		if wc.Status != iwarp.WCSuccess {
 			err = fmt.Errorf("nvme-rdma: RDMA Read: %v", wc.Status)
 		}
 		q.h.DataReady(r, err)
 	case iwarp.WCSend:
-		q.release(q.reqs[wc.ID])
+		if r := q.live(wc.ID); r != nil {
+			q.release(r)
+		}
 	}
+	// RDMA Writes are unsignaled: a WCWrite is only ever a flush, and the
+	// Send behind it flushes too.
 }
 
-// onCapsule starts a command that arrived in receive buffer slot.
+// live returns the request a completion names if it is still in that use.
+func (q *ControllerQueue) live(id uint64) *Request {
+	idx, gen := int(uint32(id)), uint32(id>>32)
+	q.mu.Lock()
+	var r *Request
+	if idx < len(q.reqs) {
+		r = q.reqs[idx]
+	}
+	if r == nil || !r.active || r.gen != gen {
+		q.stats.StaleCompletions++
+		q.mu.Unlock()
+		return nil
+	}
+	q.mu.Unlock()
+	return r
+}
+
+func (q *ControllerQueue) countStale() {
+	q.mu.Lock()
+	q.stats.StaleCompletions++
+	q.mu.Unlock()
+}
+
+// onCapsule takes a command that arrived in receive buffer slot: it starts
+// at once if a context and send queue room are free, else it waits.
 func (q *ControllerQueue) onCapsule(slot, n int) {
 	if n < nvmeof.SQESize {
 		q.fail(fmt.Errorf("command capsule of %d bytes", n))
 		return
 	}
-	r := q.alloc()
+	q.mu.Lock()
+	if q.bHead == len(q.backlog) {
+		if r := q.allocLocked(); r != nil {
+			q.mu.Unlock()
+			q.start(r, slot, n)
+			return
+		}
+	}
+	q.backlog = append(q.backlog, capsule{slot, n})
+	q.stats.Backlogged++
+	q.mu.Unlock()
+}
+
+// allocLocked takes a free context and its send queue room, or returns nil.
+func (q *ControllerQueue) allocLocked() *Request {
+	if len(q.free) == 0 || q.sqAvail < sqPerCommand || q.closed {
+		return nil
+	}
+	r := q.reqs[q.free[len(q.free)-1]]
+	q.free = q.free[:len(q.free)-1]
+	q.sqAvail -= sqPerCommand
+	r.active, r.answered = true, false
+	return r
+}
+
+// start decodes a command's SGL and hands it to the controller logic.
+func (q *ControllerQueue) start(r *Request, slot, n int) {
 	r.recvSlot = slot
 	r.capsule = q.recvBufs[slot][:n]
 	r.sqe = (*nvmeof.SQE)(r.capsule[:nvmeof.SQESize])
@@ -540,10 +729,17 @@ func (q *ControllerQueue) onCapsule(slot, n int) {
 // handler, or queues it until a buffer is free (in arrival order).
 func (q *ControllerQueue) withBuffer(r *Request, n int) {
 	q.mu.Lock()
+	if n > q.pool.maxBuffer() {
+		// Before Admit only Connect data fits: a bigger transfer is a
+		// host that did not wait for its Connect's answer.
+		q.mu.Unlock()
+		r.Complete(nvmeof.StatusCommandSequenceError | nvmeof.StatusDNR)
+		return
+	}
 	if q.wHead == len(q.waiting) {
 		if buf, off, ok := q.pool.get(n); ok {
+			r.data, r.dataOff, r.pool, r.mr = buf, off, q.pool, q.poolMR
 			q.mu.Unlock()
-			r.data, r.dataOff, r.pooled = buf, off, true
 			q.h.HandleCommand(r)
 			return
 		}
@@ -553,53 +749,65 @@ func (q *ControllerQueue) withBuffer(r *Request, n int) {
 	q.mu.Unlock()
 }
 
-func (q *ControllerQueue) alloc() *Request {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var r *Request
-	if n := len(q.free); n > 0 {
-		r = q.reqs[q.free[n-1]]
-		q.free = q.free[:n-1]
-	} else {
-		r = &Request{q: q, index: int32(len(q.reqs))}
-		q.reqs = append(q.reqs, r)
-		q.grown++
-	}
-	r.active = true
-	return r
-}
-
-// release frees a request's buffer and context after its response went
-// out (or could not), and starts commands that waited for a buffer.
+// release frees a request's buffer, context and send queue room after its
+// response went out (or could not), and starts commands that waited.
 func (q *ControllerQueue) release(r *Request) {
 	q.mu.Lock()
 	if !r.active {
 		q.mu.Unlock()
 		return
 	}
-	if r.pooled {
-		q.pool.put(r.dataOff, cap(r.data))
+	if r.pool != nil {
+		r.pool.put(r.dataOff, cap(r.data))
 	}
-	*r = Request{q: q, index: r.index}
+	*r = Request{q: q, index: r.index, gen: r.gen + 1}
 	q.free = append(q.free, r.index)
+	q.sqAvail += sqPerCommand
+	q.mu.Unlock()
+	q.drain()
+}
+
+// drain starts the commands that waited for a data buffer, then those that
+// waited for a context, as far as resources allow.
+func (q *ControllerQueue) drain() {
+	q.mu.Lock()
 	for {
-		if q.wHead == len(q.waiting) {
+		if q.wHead < len(q.waiting) {
+			w := q.waiting[q.wHead]
+			if w.want > q.pool.maxBuffer() {
+				q.waiting[q.wHead] = nil
+				q.wHead++
+				q.mu.Unlock()
+				w.Complete(nvmeof.StatusCommandSequenceError | nvmeof.StatusDNR)
+				q.mu.Lock()
+				continue
+			}
+			if buf, off, ok := q.pool.get(w.want); ok {
+				w.data, w.dataOff, w.pool, w.mr = buf, off, q.pool, q.poolMR
+				q.waiting[q.wHead] = nil
+				q.wHead++
+				q.mu.Unlock()
+				q.h.HandleCommand(w)
+				q.mu.Lock()
+				continue
+			}
+		} else if len(q.waiting) > 0 {
 			q.waiting, q.wHead = q.waiting[:0], 0
-			q.mu.Unlock()
-			return
 		}
-		w := q.waiting[q.wHead]
-		buf, off, ok := q.pool.get(w.want)
-		if !ok {
-			q.mu.Unlock()
-			return
+		if q.bHead < len(q.backlog) {
+			if r := q.allocLocked(); r != nil {
+				c := q.backlog[q.bHead]
+				q.bHead++
+				q.mu.Unlock()
+				q.start(r, c.slot, c.n)
+				q.mu.Lock()
+				continue
+			}
+		} else if len(q.backlog) > 0 {
+			q.backlog, q.bHead = q.backlog[:0], 0
 		}
-		w.data, w.dataOff, w.pooled = buf, off, true
-		q.waiting[q.wHead] = nil
-		q.wHead++
 		q.mu.Unlock()
-		q.h.HandleCommand(w)
-		q.mu.Lock()
+		return
 	}
 }
 
@@ -607,12 +815,20 @@ func (q *ControllerQueue) release(r *Request) {
 type Stats struct {
 	PoolBytesInUse int // registered data buffer bytes held by commands
 	Waiting        int // commands waiting for a data buffer
-	ExtraContexts  int // request contexts made beyond the initial 2×size
+	// Backlog is the number of commands waiting for a context and send
+	// queue room now; Backlogged counts those that ever had to.
+	Backlog    int
+	Backlogged uint64
+	// StaleCompletions counts completions (and double Completes) for a
+	// request no longer in that use: dropped, never acted on.
+	StaleCompletions uint64
 }
 
 // Stats returns the queue's counters.
 func (q *ControllerQueue) Stats() Stats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return Stats{PoolBytesInUse: q.pool.used(), Waiting: len(q.waiting) - q.wHead, ExtraContexts: q.grown}
+	st := q.stats
+	st.PoolBytesInUse, st.Waiting, st.Backlog = q.pool.used(), len(q.waiting)-q.wHead, len(q.backlog)-q.bHead
+	return st
 }

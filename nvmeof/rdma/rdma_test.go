@@ -109,6 +109,7 @@ func (m *memCtrl) QueueClosed(q *ControllerQueue, err error) {
 // serve accepts queues on a listener for a controller.
 func serve(t testing.TB, cfg ControllerConfig, h Handler) *Listener {
 	t.Helper()
+	cfg.AdmitOnAccept = true // memCtrl has no Fabrics Connect
 	ln, err := Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
