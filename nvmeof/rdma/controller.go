@@ -257,21 +257,21 @@ func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 // response never fail for lack of room, whatever the host does (a host that
 // stops reading fills the room and then the queue's write timeout ends it).
 type ControllerQueue struct {
-	qid       uint16
-	size      int
-	hrqSize   int
-	inline    int
-	maxXfer   int
-	poolSize  int
-	h         Handler
-	log       *zap.Logger
-	pd        *iwarp.PD
-	qp        *iwarp.QP
-	remote    net.Addr
-	local     net.Addr
-	sqHead    atomic.Uint32 // SQ head pointer reported in completions
-	ended     chan struct{} // closed after the handler's QueueClosed returned
-	admitted  atomic.Bool
+	qid      uint16
+	size     int
+	hrqSize  int
+	inline   int
+	maxXfer  int
+	poolSize int
+	h        Handler
+	log      *zap.Logger
+	pd       *iwarp.PD
+	qp       *iwarp.QP
+	remote   net.Addr
+	local    net.Addr
+	sqHead   atomic.Uint32 // SQ head pointer reported in completions
+	ended    chan struct{} // closed after the handler's QueueClosed returned
+	admitted atomic.Bool
 
 	mu       sync.Mutex
 	pool     *bufferPool // data buffers (a small one until Admit)
