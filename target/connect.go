@@ -44,7 +44,9 @@ func (q *queue) connectData(r *rdma.Request) {
 		// have finished: their writes would land after the new ones.
 		if chans := q.s.drains.pending(d.HostNQN(), d.SubNQN()); len(chans) > 0 {
 			timeout := q.s.connectTimeout()
+			q.s.drainWaits.Add(1)
 			go func() {
+				defer q.s.drainWaits.Add(-1)
 				if !waitDrained(chans, timeout) {
 					q.connectFailed(r, "the host's previous association still has commands running at a backend", nvmeof.StatusConnectControllerBusy, 0, d.HostNQN())
 					return

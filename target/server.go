@@ -60,6 +60,9 @@ type server struct {
 	adm     *iwarp.Admission
 	hostUse hostUsage
 	drains  drainRegistry
+	// drainWaits counts admin Connects waiting for a previous
+	// association's commands.
+	drainWaits atomic.Int64
 
 	bg       sync.WaitGroup // background goroutines (housekeeping, flushes)
 	hkCancel context.CancelFunc
