@@ -413,9 +413,9 @@ type Closed int
 
 // How a connection ended.
 const (
-	Open    Closed = iota // still open at the deadline
-	ByFIN                 // orderly close (read returned EOF)
-	ByRST                 // reset (ECONNRESET) or another socket error
+	Open  Closed = iota // still open at the deadline
+	ByFIN               // orderly close (read returned EOF)
+	ByRST               // reset (ECONNRESET) or another socket error
 )
 
 func (c Closed) String() string {

@@ -96,8 +96,10 @@ func (f *gatedFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, of
 	return uint32(len(data)), 0
 }
 
-func (f *gatedFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno { return 0 }
-func (f *gatedFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno              { return 0 }
+func (f *gatedFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
+func (f *gatedFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
 
 // gatedRoot is the FUSE root directory holding the file "disk".
 type gatedRoot struct {
