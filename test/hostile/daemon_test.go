@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -64,6 +65,10 @@ func TestMain(m *testing.M) {
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
 		_ = flag.Set("test.parallel", "16")
+	}
+	if binPath = os.Getenv("HOSTILE_NVMETD"); binPath != "" {
+		// Attack another build of the daemon (a release binary, a branch).
+		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "nvmetd-hostile-")
 	if err != nil {
@@ -144,7 +149,7 @@ type daemon struct {
 	err    error // Wait's result, after exited is closed
 	// crashSeen is set once a crash was reported, so that stop does not
 	// report it again.
-	crashSeen bool
+	crashSeen atomic.Bool
 }
 
 // logBuffer keeps the daemon's stderr (JSON log lines).
@@ -294,7 +299,7 @@ func (d *daemon) stop() {
 			d.kill()
 		}
 	}
-	if msg := crashText(d.stderr.String()); msg != "" && !d.crashSeen {
+	if msg := crashText(d.stderr.String()); msg != "" && !d.crashSeen.Load() {
 		d.t.Errorf("nvmetd crashed during the test:\n%s", msg)
 	}
 }
@@ -315,12 +320,12 @@ func (d *daemon) alive(t testing.TB, after string) {
 	t.Helper()
 	select {
 	case <-d.exited:
-		d.crashSeen = true
+		d.crashSeen.Store(true)
 		t.Fatalf("nvmetd died %s: %v\n%s", after, d.err, crashOrTail(d.stderr.String()))
 	default:
 	}
 	if msg := crashText(d.stderr.String()); msg != "" {
-		d.crashSeen = true
+		d.crashSeen.Store(true)
 		t.Fatalf("nvmetd crashed %s:\n%s", after, msg)
 	}
 }

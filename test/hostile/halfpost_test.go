@@ -141,7 +141,7 @@ func TestHalfPostedResponse(t *testing.T) {
 		return !ok || theirs.rxQueue == 0
 	})
 	mine, theirs, _, _ := tcpPair(d.port, local)
-	t.Logf("%d Reads sent, %d answered so far; the target took them all %v later; %d bytes unsent at the target, %d unread at the host",
+	t.Logf("%d commands sent (every other one a Read), %d answered so far; the target took them all %v later; %d bytes unsent at the target, %d unread at the host",
 		sent, len(answered), took.Round(time.Millisecond), theirs.txQueue, mine.rxQueue)
 	if !ok {
 		t.Logf("the target did not read everything the host sent (%d bytes left)", theirs.rxQueue)
@@ -192,13 +192,13 @@ func TestHalfPostedResponse(t *testing.T) {
 			t.Errorf("Read %d completed with success but its data is not chunk %d", cid, cid)
 		}
 	}
-	t.Logf("%d Reads sent, %d answered (%d with an error status), %d chunks placed, %d corrupt; end: %v, terminate: %v",
+	t.Logf("%d commands sent, %d answered (%d with an error status, as every other one must be), %d chunks placed, %d corrupt; end: %v, terminate: %v",
 		sent, len(answered), failed, placed, corrupt, how, term != nil)
 	if corrupt > 0 {
 		t.Errorf("%d Reads got another command's data (the data buffer was reused under a pending RDMA Write)", corrupt)
 	}
 	if len(answered) < sent && how == rawpeer.Open && term == nil {
-		t.Errorf("%d of %d Reads never answered and the connection stays open (responses lost)", sent-len(answered), sent)
+		t.Errorf("%d of %d commands never answered and the connection stays open (responses lost)", sent-len(answered), sent)
 	}
 	if v := q.Violations(); len(v) > 0 {
 		t.Errorf("the target broke the host's rules: %v", v[:min(len(v), 5)])
