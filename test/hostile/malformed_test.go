@@ -502,6 +502,36 @@ func TestMalformed(t *testing.T) {
 			}
 			wantTerminate(t, q.Conn, start, wire.CauseDDPTaggedInvalidSTag)
 		}},
+		{"Send with no receive buffer", func(t *testing.T) {
+			// A queue of 4 (HSQSIZE 3): four keyed Writes whose data the
+			// host never gives hold the four receive buffers; a fifth
+			// command exceeds the queue.
+			h := admin(t, rawpeer.Options{})
+			q := ioQueue(t, d, h, 1, 4, rawpeer.Options{})
+			q.IgnoreReads = true
+			src := q.Register(make([]byte, 4*4096), true, false)
+			for i := range 4 {
+				sqe := rwSQE(true, uint64(i*8), 4096, src, i*4096)
+				sqe.SetCID(uint16(10 + i))
+				if err := q.Command(sqe, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for n := 0; n < 4; {
+				ev, err := q.Next(deadline(guard(time.Second)))
+				if err != nil {
+					t.Fatalf("%d of 4 Read Requests: %v", n, err)
+				}
+				if ev.Kind == rawpeer.EvReadRequest {
+					n++
+				}
+			}
+			start := time.Now()
+			if err := q.Send(keepAlive()); err != nil {
+				t.Fatal(err)
+			}
+			wantTerminate(t, q.Conn, start, wire.CauseDDPUntaggedNoBuffer)
+		}},
 		{"more zero-length Read Requests than IRD", func(t *testing.T) {
 			// The target's IRD is what it negotiated; a host may not
 			// exceed it. Either answered, or a Terminate (siw: RDMAP
