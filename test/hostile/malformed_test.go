@@ -174,6 +174,24 @@ func TestMalformed(t *testing.T) {
 		return q, q.ReadRequests()[0].SinkSTag
 	}
 
+	// pendingRead sends a keyed 4 KiB Write on a new I/O queue and returns
+	// the target's Read Request for its data, unanswered.
+	pendingRead := func(t *testing.T) (*rawpeer.Queue, wire.ReadRequest) {
+		q := ioQueue(t, d, admin(t, rawpeer.Options{}), 1, 16, rawpeer.Options{})
+		q.IgnoreReads = true
+		src := q.Register(make([]byte, 4096), true, false)
+		sqe := rwSQE(true, 0, 4096, src, 0)
+		sqe.SetCID(9)
+		if err := q.Command(sqe, nil); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := q.Next(deadline(guard(time.Second)))
+		if err != nil || ev.Kind != rawpeer.EvReadRequest {
+			t.Fatalf("no Read Request: %v %v", ev.Kind, err)
+		}
+		return q, ev.ReadRequest
+	}
+
 	cases := []struct {
 		name string
 		run  func(t *testing.T)
@@ -461,42 +479,16 @@ func TestMalformed(t *testing.T) {
 			}
 		}},
 		{"keyed Write answered with a short Read Response", func(t *testing.T) {
-			h := admin(t, rawpeer.Options{})
-			q := ioQueue(t, d, h, 1, 16, rawpeer.Options{})
-			q.IgnoreReads = true
-			src := q.Register(make([]byte, 4096), true, false)
-			sqe := rwSQE(true, 0, 4096, src, 0)
-			sqe.SetCID(9)
-			if err := q.Command(sqe, nil); err != nil {
-				t.Fatal(err)
-			}
-			ev, err := q.Next(deadline(guard(time.Second)))
-			if err != nil || ev.Kind != rawpeer.EvReadRequest {
-				t.Fatalf("no Read Request: %v %v", ev.Kind, err)
-			}
+			q, rr := pendingRead(t)
 			start := time.Now()
-			rr := ev.ReadRequest
 			if err := q.SendTagged(wire.OpReadResponse, rr.SinkSTag, rr.SinkTO, make([]byte, 1000), time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 			wantTerminate(t, q.Conn, start, wire.CauseDDPTaggedBaseBounds)
 		}},
 		{"keyed Write answered to the wrong sink STag", func(t *testing.T) {
-			h := admin(t, rawpeer.Options{})
-			q := ioQueue(t, d, h, 1, 16, rawpeer.Options{})
-			q.IgnoreReads = true
-			src := q.Register(make([]byte, 4096), true, false)
-			sqe := rwSQE(true, 0, 4096, src, 0)
-			sqe.SetCID(9)
-			if err := q.Command(sqe, nil); err != nil {
-				t.Fatal(err)
-			}
-			ev, err := q.Next(deadline(guard(time.Second)))
-			if err != nil || ev.Kind != rawpeer.EvReadRequest {
-				t.Fatalf("no Read Request: %v %v", ev.Kind, err)
-			}
+			q, rr := pendingRead(t)
 			start := time.Now()
-			rr := ev.ReadRequest
 			if err := q.SendTagged(wire.OpReadResponse, rr.SinkSTag^0x100, rr.SinkTO, make([]byte, 4096), time.Time{}); err != nil {
 				t.Fatal(err)
 			}

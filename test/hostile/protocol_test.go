@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -308,6 +306,3 @@ func hasSummary(lines []string, min float64) bool {
 	}
 	return false
 }
-
-var _ = fmt.Sprint
-var _ = os.Getpid
