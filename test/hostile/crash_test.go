@@ -80,11 +80,12 @@ func stalledReadsThenClose(t *testing.T, d *daemon, rst bool, round int) {
 		// bytes would be an RST): the target sees the end of the stream.
 		t.Fatal(err)
 	}
-	// The daemon has reacted once it closed its socket.
-	took, ok = d.waitSocketClosed(theirs.inode, guard(time.Second))
-	if !ok {
-		d.alive(t, "after the host's close")
-		t.Errorf("round %d: the daemon still holds the connection %v after the host's close", round, took)
-	}
+	// Settle until the daemon has closed its side, for at most 2 s (after
+	// a FIN a daemon may also go on writing, until write_timeout). Nothing
+	// is asserted here: a crash shows in the health check that follows, or
+	// in the daemon's log when the test ends; a daemon slower than 2 s
+	// gets the RST below, which ends the connection just as well.
+	took, ok = d.waitSocketClosed(theirs.inode, 2*time.Second)
+	t.Logf("round %d: the daemon closed its side: %v (%v)", round, ok, took.Round(time.Millisecond))
 	_ = q.Abort()
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -158,15 +156,11 @@ func (d *daemon) portConnections() int {
 }
 
 // refused reports whether a queue or Connect attempt was refused in one of
-// the ways a target may refuse it: an MPA/CM reject, a Connect completed
-// with an error status, a Terminate, or the connection closed. A timeout is
-// not a refusal.
+// the ways a target may refuse it: a close or reject (isClosure), or a
+// Connect completed with an error status. A timeout is not a refusal.
 func refused(err error) bool {
-	var rej *rawpeer.CMRejectedError
 	var st *rawpeer.StatusError
-	var term *rawpeer.TerminatedError
-	return errors.As(err, &rej) || errors.As(err, &st) || errors.As(err, &term) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+	return errors.As(err, &st) || isClosure(err)
 }
 
 // TestLimitsPerHost: with limits.max_controllers_per_host 2, a third

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,69 +31,77 @@ func TestPendingConnections(t *testing.T) {
 	t.Parallel()
 	const bound = 2 * time.Second
 	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"}})
+	dial := func(qid uint16, size int) (*rawpeer.Queue, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), guard(bound))
+		defer cancel()
+		return rawpeer.DialQueue(ctx, d.addr, rawpeer.QueueRequest(rawpeer.CMRequest(qid, size)), rawpeer.Options{})
+	}
 	kinds := []struct {
 		name string
-		// open makes the connection misbehave and returns it.
-		open func(t *testing.T) *rawpeer.Conn
+		// open makes the connection misbehave and returns it. An error
+		// that is the daemon closing or refusing the connection (a
+		// pending-connection limit may do that early) counts as closed.
+		open func() (*rawpeer.Conn, error)
 	}{
-		{"TCP only", func(t *testing.T) *rawpeer.Conn {
-			c, err := rawpeer.Dial(context.Background(), d.addr, rawpeer.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c
+		{"TCP only", func() (*rawpeer.Conn, error) {
+			return rawpeer.Dial(context.Background(), d.addr, rawpeer.Options{})
 		}},
-		{"half an MPA request", func(t *testing.T) *rawpeer.Conn {
+		{"half an MPA request", func() (*rawpeer.Conn, error) {
 			c, err := rawpeer.Dial(context.Background(), d.addr, rawpeer.Options{})
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			f := rawpeer.QueueRequest(rawpeer.CMRequest(0, 32))
-			if err := c.WriteRaw(f.Append(nil)[:30]); err != nil {
-				t.Fatal(err)
+			return c, c.WriteRaw(f.Append(nil)[:30])
+		}},
+		{"silent after MPA (admin queue)", func() (*rawpeer.Conn, error) {
+			q, err := dial(0, 32)
+			return connOf(q), err
+		}},
+		{"silent after MPA (I/O queue of 128)", func() (*rawpeer.Conn, error) {
+			q, err := dial(1, 128)
+			return connOf(q), err
+		}},
+		{"Connect whose data is never fetched", func() (*rawpeer.Conn, error) {
+			q, err := dial(0, 32)
+			if err != nil {
+				return connOf(q), err
 			}
-			return c
-		}},
-		{"silent after MPA (admin queue)", func(t *testing.T) *rawpeer.Conn {
-			return dialQueue(t, d, 0, 32, rawpeer.Options{}).Conn
-		}},
-		{"silent after MPA (I/O queue of 128)", func(t *testing.T) *rawpeer.Conn {
-			return dialQueue(t, d, 1, 128, rawpeer.Options{}).Conn
-		}},
-		{"Connect whose data is never fetched", func(t *testing.T) *rawpeer.Conn {
-			q := dialQueue(t, d, 0, 32, rawpeer.Options{})
 			q.IgnoreReads = true
 			sqe, _ := q.ConnectSQE(rawpeer.ConnectData(subNQN, evilNQN, evilID, nvmeof.CNTLIDDynamic), 60000, false)
 			sqe.SetCID(1)
 			if err := q.Command(sqe, nil); err != nil {
-				t.Fatal(err)
+				return q.Conn, err
 			}
 			// Wait for the Read Request that the host will never answer.
 			for {
-				ev, err := q.Next(deadline(guard(time.Second)))
-				if err != nil {
-					t.Fatalf("no Read Request for the Connect data: %v", err)
-				}
-				if ev.Kind == rawpeer.EvReadRequest {
-					return q.Conn
+				ev, err := q.Next(deadline(guard(bound)))
+				if err != nil || ev.Kind == rawpeer.EvReadRequest {
+					return q.Conn, err
 				}
 			}
 		}},
-		{"refused Connect, then silent", func(t *testing.T) *rawpeer.Conn {
-			q := dialQueue(t, d, 0, 32, rawpeer.Options{})
-			cqe, err := q.Connect(rawpeer.ConnectData("nqn.2024-01.io.nvmetd.hostile:nope", evilNQN, evilID, nvmeof.CNTLIDDynamic), 60000, false, deadline(guard(time.Second)))
-			if err != nil || cqe.Status() == nvmeof.StatusSuccess {
-				t.Fatalf("Connect to an unknown subsystem: %v %v", cqe.Status(), err)
+		{"refused Connect, then silent", func() (*rawpeer.Conn, error) {
+			q, err := dial(0, 32)
+			if err != nil {
+				return connOf(q), err
 			}
-			return q.Conn
+			cqe, err := q.Connect(rawpeer.ConnectData("nqn.2024-01.io.nvmetd.hostile:nope", evilNQN, evilID, nvmeof.CNTLIDDynamic), 60000, false, deadline(guard(bound)))
+			if err == nil && cqe.Status() == nvmeof.StatusSuccess {
+				err = errors.New("a Connect to an unknown subsystem succeeded")
+			}
+			return q.Conn, err
 		}},
-		{"I/O Connect to no controller, then silent", func(t *testing.T) *rawpeer.Conn {
-			q := dialQueue(t, d, 1, 32, rawpeer.Options{})
-			cqe, err := q.Connect(rawpeer.ConnectData(subNQN, evilNQN, evilID, 0x1234), 0, true, deadline(guard(time.Second)))
-			if err != nil || cqe.Status() == nvmeof.StatusSuccess {
-				t.Fatalf("I/O Connect to CNTLID 0x1234: %v %v", cqe.Status(), err)
+		{"I/O Connect to no controller, then silent", func() (*rawpeer.Conn, error) {
+			q, err := dial(1, 32)
+			if err != nil {
+				return connOf(q), err
 			}
-			return q.Conn
+			cqe, err := q.Connect(rawpeer.ConnectData(subNQN, evilNQN, evilID, 0x1234), 0, true, deadline(guard(bound)))
+			if err == nil && cqe.Status() == nvmeof.StatusSuccess {
+				err = errors.New("an I/O Connect to CNTLID 0x1234 succeeded")
+			}
+			return q.Conn, err
 		}},
 	}
 	for _, k := range kinds {
@@ -101,10 +111,22 @@ func TestPendingConnections(t *testing.T) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			var worst time.Duration
-			open := 0
+			open, early := 0, 0
 			for i := range peers {
 				start := time.Now()
-				c := k.open(t)
+				c, err := k.open()
+				if err != nil {
+					if !isClosure(err) {
+						t.Fatalf("peer %d: %v", i, err)
+					}
+					// Closed or refused before it was done misbehaving.
+					early++
+					worst = max(worst, time.Since(start))
+					if c != nil {
+						c.Abort()
+					}
+					continue
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -127,7 +149,7 @@ func TestPendingConnections(t *testing.T) {
 			if open > 0 {
 				t.Errorf("%d of %d peers never closed", open, peers)
 			} else {
-				t.Logf("%d peers closed; the last after %v (bound %v)", peers, worst.Round(time.Millisecond), bound)
+				t.Logf("%d peers closed (%d of them before they were done); the last after %v (bound %v)", peers, early, worst.Round(time.Millisecond), bound)
 			}
 		})
 	}
@@ -241,6 +263,25 @@ func TestWriteTimeout(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { d.healthy(t, "after the hosts that read nothing") })
+}
+
+// connOf is a queue's connection, or nil.
+func connOf(q *rawpeer.Queue) *rawpeer.Conn {
+	if q == nil {
+		return nil
+	}
+	return q.Conn
+}
+
+// isClosure reports whether err is the daemon ending or refusing a
+// connection: a close (FIN or RST), an MPA reject, or a Terminate.
+func isClosure(err error) bool {
+	var rej *rawpeer.CMRejectedError
+	var mrej *rawpeer.RejectedError
+	var term *rawpeer.TerminatedError
+	return errors.As(err, &rej) || errors.As(err, &mrej) || errors.As(err, &term) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // theirsInode is the inode of the daemon's socket of a connection.
