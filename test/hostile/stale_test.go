@@ -175,6 +175,9 @@ func TestStaleWriteAfterReconnect(t *testing.T) {
 		Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"},
 		Backend:   "{kind: file, path: " + path + ", no_lock: true}",
 	})
+	// Cleanups run last first: open the gate before the daemon is stopped,
+	// so that its shutdown does not wait for a held write.
+	t.Cleanup(file.openGate)
 	block := func(marker []byte) []byte {
 		b := bytes.Repeat([]byte{'.'}, 4096)
 		copy(b, marker)
