@@ -15,7 +15,12 @@ BENCHOUT   ?= bench.out
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build deps alloc test vet fmt-check fuzz-smoke bench interop lab install clean
+# VERSION is stamped into every binary (internal/version; Identify firmware
+# revision): git describe of the vX.Y.Z tags, else the commit.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/nvmetd/nvmetd/internal/version.version=$(VERSION)
+
+.PHONY: help build deps alloc test vet fmt-check fuzz-smoke bench interop lab install deb deb-test clean
 
 help:
 	@echo 'make build       all ./cmd/... binaries into bin/ (static, CGO_ENABLED=0)'
@@ -27,10 +32,12 @@ help:
 	@echo 'make interop     the interop tests against the Linux kernel in the lab VM (test/lab)'
 	@echo 'make lab         set up the lab VM (test/lab/setup.sh; root)'
 	@echo 'make install     deploy/install.sh (root)'
+	@echo 'make deb         the Debian package into dist/ (deploy/deb/build.sh)'
+	@echo 'make deb-test    make deb, then install, run and purge it in a clean Debian root (root; deploy/deb/test.sh)'
 	@echo 'make clean       remove bin/ and $(BENCHOUT)'
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 	@ls -l bin/
 
 # The full suite. The interop package (test/interop) boots the lab VM; its
@@ -112,5 +119,11 @@ install:
 		echo "install: deploy/install.sh does not exist yet"; exit 1; \
 	fi
 
+deb:
+	VERSION=$(VERSION) deploy/deb/build.sh dist
+
+deb-test: deb
+	$(SUDO) deploy/deb/test.sh dist/nvmetd_*.deb
+
 clean:
-	rm -rf bin/ $(BENCHOUT)
+	rm -rf bin/ dist/ $(BENCHOUT)

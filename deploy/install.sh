@@ -29,6 +29,8 @@ usage: $prog [options]
 
 Installs:
   PREFIX/sbin/nvmetd                 the daemon (built from this checkout unless --binary)
+  PREFIX/bin/nvmeof, PREFIX/bin/iwping  the host tool and the engine check (beside
+                                     --binary, else built)
   UNITDIR/nvmetd.service             the systemd unit
   SYSCONFDIR/nvmetd/nvmetd.yaml      the example configuration, only if absent
                                      (otherwise as nvmetd.yaml.example)
@@ -77,6 +79,7 @@ for d in "$prefix" "$sysconfdir" "$unitdir"; do
 done
 
 sbin=$prefix/sbin
+bindir=$prefix/bin
 bin_dst=$DESTDIR$sbin/nvmetd
 unit_dst=$DESTDIR$unitdir/nvmetd.service
 conf_dir=$DESTDIR$sysconfdir/nvmetd
@@ -91,9 +94,9 @@ if [ "$uninstall" = 1 ]; then
 	if use_systemctl; then
 		systemctl disable --now nvmetd.service 2>/dev/null || true
 	fi
-	rm -f "$unit_dst" "$bin_dst"
+	rm -f "$unit_dst" "$bin_dst" "$DESTDIR$bindir/nvmeof" "$DESTDIR$bindir/iwping"
 	echo "removed $unit_dst"
-	echo "removed $bin_dst"
+	echo "removed $bin_dst $DESTDIR$bindir/nvmeof $DESTDIR$bindir/iwping"
 	if [ "$purge" = 1 ]; then
 		rm -rf "$conf_dir" "$DESTDIR$statedir"
 		echo "removed $conf_dir and $DESTDIR$statedir"
@@ -117,7 +120,7 @@ if [ -z "$binary" ]; then
 	else
 		version=$(git -C "$src" describe --tags --always --dirty 2>/dev/null || echo dev)
 		echo "building nvmetd $version with $GO build"
-		(cd "$src" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-X github.com/nvmetd/nvmetd/internal/version.version=$version" -o "$tmp/nvmetd" ./cmd/nvmetd)
+		(cd "$src" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-X github.com/nvmetd/nvmetd/internal/version.version=$version" -o "$tmp/" ./cmd/nvmetd ./cmd/nvmeof ./cmd/iwping)
 		binary=$tmp/nvmetd
 	fi
 fi
@@ -126,6 +129,15 @@ fi
 install -d -m 0755 "$DESTDIR$sbin" "$DESTDIR$unitdir"
 install -m 0755 "$binary" "$bin_dst"
 echo "installed $bin_dst"
+for tool in nvmeof iwping; do
+	if [ -f "$(dirname "$binary")/$tool" ]; then
+		install -d -m 0755 "$DESTDIR$bindir"
+		install -m 0755 "$(dirname "$binary")/$tool" "$DESTDIR$bindir/$tool"
+		echo "installed $DESTDIR$bindir/$tool"
+	else
+		echo "no $tool beside $binary: not installed"
+	fi
+done
 
 # The unit names the binary and the configuration file by path.
 sed -e "s#/usr/local/sbin/nvmetd#$sbin/nvmetd#g" \

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/nvmetd/nvmetd/internal/version"
 	"github.com/nvmetd/nvmetd/iwarp"
 )
 
@@ -52,6 +53,7 @@ func run(args []string) int {
 	fs.Uint8Var(&rev, "mpa-rev", 2, "MPA revision the client sends (1 or 2)")
 	fs.BoolVar(&o.cfg.PeerToPeer, "p2p", false, "client requests RFC 6581 peer-to-peer mode (RTR)")
 	fs.IntVar(&fpdu, "fpdu", 0, "largest FPDU to send in bytes (0: the TCP MSS, as siw)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage:\n  iwping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n  iwping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n\n")
 		fs.PrintDefaults()
@@ -63,6 +65,10 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		fs.Usage()
 		return 22 // EINVAL, as rping
+	}
+	if *showVersion {
+		fmt.Println(version.Line("iwping"))
+		return 0
 	}
 	if o.server == client {
 		fs.Usage()

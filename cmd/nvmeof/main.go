@@ -38,6 +38,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/nvmetd/nvmetd/internal/version"
 )
 
 // Exit codes.
@@ -77,6 +79,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "version") {
+		fmt.Fprintln(stdout, version.Line("nvmeof"))
+		return exitOK
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout)
 		if len(args) == 0 {
@@ -101,7 +107,7 @@ func usage(w io.Writer) {
 			fmt.Fprintf(w, "  %-16s %s\n", c.name, c.usage)
 		}
 	}
-	fmt.Fprintf(w, "\nSee 'nvmeof <command> --help' for more information on a command.\n")
+	fmt.Fprintf(w, "\nSee 'nvmeof <command> --help' for more information on a command; 'nvmeof --version' for the version.\n")
 }
 
 // newFlagSet makes a flag set for a subcommand that reports errors to

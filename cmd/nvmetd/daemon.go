@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,6 +205,18 @@ func (d *daemon) statusLine() string {
 	return fmt.Sprintf("serving %d subsystems on %d ports", len(cfg.Target.Subsystems), len(cfg.Target.Ports))
 }
 
+// hostTool is how to run nvmeof: the binary beside this one if there is
+// one (bin/ of a checkout after make build), else from PATH.
+func hostTool() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "nvmeof")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && filepath.Dir(exe) != "/usr/bin" && filepath.Dir(exe) != "/usr/sbin" {
+			return p
+		}
+	}
+	return "nvmeof"
+}
+
 // logReady logs what is served, with how to connect: nvmetd's host tool and
 // a Linux host (siw) both; then a warning if part of the configuration is
 // not served.
@@ -222,7 +235,8 @@ func (d *daemon) logReady(cfg *loadedConfig) {
 			addr = "<this host's address>"
 		}
 		fields = append(fields,
-			zap.String("connect_nvmeof", fmt.Sprintf("nvmeof connect -t rdma -a %s -s %d -n %s --mount /mnt/nvme --mkfs (--mkfs formats: first time only)", addr, p.ServiceID, p.Subsystems[0])),
+			zap.String("connect_nvmeof", fmt.Sprintf("%s connect -t rdma -a %s -s %d -n %s --mount /mnt/nvme --mkfs", hostTool(), addr, p.ServiceID, p.Subsystems[0])),
+			zap.String("mkfs", "--mkfs formats the namespace: the first time only"),
 			zap.String("connect_linux", fmt.Sprintf("modprobe siw nvme-rdma; rdma link add siw0 type siw netdev IFACE; nvme connect -t rdma -a %s -s %d -n %s", addr, p.ServiceID, p.Subsystems[0])))
 	}
 	d.log.Info("nvmetd ready", fields...)
