@@ -3,15 +3,16 @@ package iwarp
 import (
 	"container/list"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
-	"sort"
 	"sync"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/nvmetd/nvmetd/internal/ratelog"
 )
 
 // Admission bounds the connections a peer can make a server hold. A
@@ -41,9 +42,7 @@ type Admission struct {
 	timer   *time.Timer
 	closed  bool
 	stats   AdmissionStats
-	logged  int            // events logged one by one in this interval
-	quiet   map[string]int // events by reason not logged one by one
-	logTime time.Time
+	rl      *ratelog.Limiter
 }
 
 // AdmissionConfig sets the caps. Zero fields take the defaults named.
@@ -114,7 +113,7 @@ func NewAdmission(cfg AdmissionConfig, log *zap.Logger) *Admission {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Admission{cfg: cfg, log: log, byAddr: map[netip.Addr]int{}, quiet: map[string]int{}}
+	return &Admission{cfg: cfg, log: log, byAddr: map[netip.Addr]int{}, rl: ratelog.New(log, cfg.LogInterval, cfg.LogBurst)}
 }
 
 // Config returns the caps in effect.
@@ -150,7 +149,7 @@ func (a *Admission) Close() {
 		a.timer.Stop()
 	}
 	a.mu.Unlock()
-	a.flushLog(true)
+	a.rl.Close()
 }
 
 // admEntry is one connection known to the Admission.
@@ -290,7 +289,6 @@ func (a *Admission) expire() {
 		a.note("timeout", "connection closed: no login within the connect timeout", v.remote, zap.Duration("connect_timeout", timeout))
 		v.kill(ErrNotAdmitted)
 	}
-	a.flushLog(false)
 }
 
 // attach moves the entry from its TCP connection to the QP that now runs
@@ -353,48 +351,17 @@ func (e *admEntry) release() {
 	a.mu.Unlock()
 }
 
-// note logs an event, rate-limited: LogBurst per LogInterval one by one,
-// the rest counted into a summary line.
+// note logs an event through the rate limiter.
 func (a *Admission) note(reason, msg, remote string, fields ...zap.Field) {
-	now := time.Now()
-	a.mu.Lock()
-	if now.Sub(a.logTime) >= a.cfg.LogInterval {
-		a.mu.Unlock()
-		a.flushLog(false)
-		a.mu.Lock()
-	}
-	if a.logTime.IsZero() || now.Sub(a.logTime) >= a.cfg.LogInterval {
-		a.logTime, a.logged = now, 0
-	}
-	if a.logged < a.cfg.LogBurst {
-		a.logged++
-		a.mu.Unlock()
-		a.log.Warn(msg, append(fields, zap.String("remote", remote), zap.String("reason", reason))...)
-		return
-	}
-	a.quiet[reason]++
-	a.mu.Unlock()
+	a.rl.Log(zapcore.WarnLevel, reason, msg, append(fields, zap.String("remote", remote))...)
 }
 
-// flushLog writes the summary of events not logged one by one.
-func (a *Admission) flushLog(force bool) {
-	a.mu.Lock()
-	if len(a.quiet) == 0 || (!force && time.Since(a.logTime) < a.cfg.LogInterval) {
-		a.mu.Unlock()
-		return
-	}
-	reasons := make([]string, 0, len(a.quiet))
-	total := 0
-	for r, n := range a.quiet {
-		reasons = append(reasons, fmt.Sprintf("%s=%d", r, n))
-		total += n
-	}
-	clear(a.quiet)
-	since := a.logTime
-	a.logTime, a.logged = time.Now(), 0
-	a.mu.Unlock()
-	sort.Strings(reasons)
-	a.log.Warn("connections refused or closed (summary of events not logged one by one)", zap.Int("count", total), zap.Strings("reasons", reasons), zap.Time("since", since))
+// Log logs an event that peers can cause in bulk (a refused login, a
+// connection ended by a protocol error) through the same rate limit as the
+// Admission's own refusals and evictions: in each interval the first few
+// are logged one by one, the rest counted by reason into one summary line.
+func (a *Admission) Log(level zapcore.Level, reason, msg string, fields ...zap.Field) {
+	a.rl.Log(level, reason, msg, fields...)
 }
 
 func remoteAddr(c net.Conn) netip.Addr {

@@ -231,7 +231,7 @@ func TestAdmissionLogIsRateLimited(t *testing.T) {
 		t.Fatalf("%d lines logged for 190 evictions before the summary, want 5", n)
 	}
 	adm.Close()
-	sum := logs.FilterMessageSnippet("summary").All()
+	sum := logs.FilterMessageSnippet("rate limit").All()
 	if len(sum) != 1 || sum[0].ContextMap()["count"] != int64(185) {
 		t.Fatalf("summary lines %v: want one counting 185 events", sum)
 	}

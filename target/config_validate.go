@@ -434,12 +434,6 @@ func (l *LimitsConfig) validate(v *validator, tp string) {
 			v.add(tp+"."+f.name, "%d is out of range (1..%d)", f.val, f.max)
 		}
 	}
-	if l.MaxPendingPerAddress > l.MaxPending {
-		v.add(tp+".max_pending_per_address", "%d is above max_pending %d", l.MaxPendingPerAddress, l.MaxPending)
-	}
-	if l.MaxPending > l.MaxConnections {
-		v.add(tp+".max_pending", "%d is above max_connections %d", l.MaxPending, l.MaxConnections)
-	}
 }
 
 func (u *TuningConfig) validate(v *validator, tp string) {

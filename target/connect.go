@@ -67,7 +67,7 @@ func (q *queue) connectFailed(r *rdma.Request, why string, st nvmeof.Status, res
 	if host != "" {
 		lf = append(lf, zap.String("host_nqn", host))
 	}
-	q.s.log.Warn("connect refused", lf...)
+	q.s.adm.Log(zap.WarnLevel, "connect_refused", "connect refused", lf...)
 	q.connectDone(r, st, result)
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -80,17 +81,63 @@ func (p *port) acceptLoop(ctx context.Context, ln *rdma.Listener, done chan stru
 	defer close(done)
 	for {
 		req, err := ln.Accept(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				p.s.log.Error("port stopped accepting", zap.Uint16("port_id", p.id), zap.Stringer("address", ln.Addr()), zap.Error(err))
-				p.lmu.Lock()
-				p.lerr = "accept: " + err.Error()
-				p.lmu.Unlock()
-				p.listening.Store(false)
-			}
+		if err == nil {
+			p.accept(req)
+			continue
+		}
+		if ctx.Err() != nil {
 			return
 		}
-		p.accept(req)
+		// The listener died under us (the socket failed): the port says
+		// so (status, health, the systemd watchdog) and listens again.
+		p.s.log.Error("port stopped accepting; listening again", zap.Uint16("port_id", p.id), zap.Stringer("address", ln.Addr()), zap.Error(err))
+		p.lmu.Lock()
+		p.lerr = "accept: " + err.Error()
+		p.lmu.Unlock()
+		p.listening.Store(false)
+		_ = ln.Close()
+		if ln = p.relisten(ctx); ln == nil {
+			return
+		}
+	}
+}
+
+// relisten opens the port's listener again after its accept loop failed,
+// retrying with backoff until it succeeds or the port stops (nil).
+func (p *port) relisten(ctx context.Context) *rdma.Listener {
+	delay := 100 * time.Millisecond
+	for {
+		p.s.regMu.RLock()
+		pc := p.cfg
+		cfg := p.s.cfg
+		p.s.regMu.RUnlock()
+		cc, err := p.s.controllerConfig(cfg, &pc)
+		var ln *rdma.Listener
+		if err == nil {
+			ln, err = rdma.Listen(pc.Network(), pc.ListenAddress(), cc)
+		}
+		if err == nil {
+			p.lmu.Lock()
+			if p.done == nil { // stopListening ran meanwhile
+				p.lmu.Unlock()
+				_ = ln.Close()
+				return nil
+			}
+			p.ln, p.lerr = ln, ""
+			p.lmu.Unlock()
+			p.listening.Store(true)
+			p.s.log.Info("port listening again", zap.Uint16("port_id", p.id), zap.String("address", pc.ListenAddress()))
+			return ln
+		}
+		p.lmu.Lock()
+		p.lerr = "listen: " + err.Error()
+		p.lmu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
 	}
 }
 
@@ -107,9 +154,9 @@ func (p *port) accept(req *rdma.QueueRequest) {
 		p.removeQueue(q)
 		var rej *rdma.CMRejectError
 		if errors.As(err, &rej) {
-			s.log.Info("queue refused", append(q.fields(), zap.Error(err))...)
+			s.adm.Log(zap.InfoLevel, "queue_refused", "queue refused", append(q.fields(), zap.Error(err))...)
 		} else {
-			s.log.Warn("queue accept failed", append(q.fields(), zap.Error(err))...)
+			s.adm.Log(zap.WarnLevel, "accept_failed", "queue accept failed", append(q.fields(), zap.Error(err))...)
 		}
 		return
 	}

@@ -409,6 +409,7 @@ func (s *server) closeAll(deadline <-chan struct{}) error {
 	if s.adm != nil {
 		s.adm.Close()
 	}
+
 	return errors.Join(errs...)
 }
 

@@ -130,8 +130,10 @@ func TestLimitsMaxConnections(t *testing.T) {
 		t.Errorf("the daemon holds %d connections of its port; max_connections 16", held)
 	}
 	for i, h := range hosts {
+		// Property Get of CSTS: valid before the controller is enabled
+		// (Keep Alive is not: nvmet_check_ctrl_status).
 		var sqe nvmeof.SQE
-		sqe.BuildKeepAlive()
+		sqe.BuildPropertyGet(nvmeof.PropCSTS)
 		sqe.SGL1().SetNull()
 		if cqe, err := h.Admin.Do(&sqe, nil, deadline(guard(time.Second))); err != nil || cqe.Status() != nvmeof.StatusSuccess {
 			t.Errorf("connected host %d lost its admin queue to the flood: %v %v", i, cqe.Status(), err)
