@@ -1,14 +1,18 @@
 package iwarp
 
 import (
+	"errors"
 	"context"
 	"sync"
 )
 
 // CQ is a completion queue. It works in one of two modes:
 //
-//   - polled (NewCQ): completions queue up; Poll takes them and Wait blocks
-//     until there is one, as with ibv_poll_cq and a completion channel;
+//   - polled (NewCQ): completions queue up, at most its depth; Poll takes
+//     them and Wait blocks until there is one, as with ibv_poll_cq and a
+//     completion channel. Size it for the work requests of the QPs that
+//     use it, as with verbs: a completion that finds the queue full is an
+//     overrun (ErrCQOverrun), which fails the QP that produced it;
 //   - direct (NewCQHandler): each completion is handed to a function on the
 //     engine goroutine that produced it (the QP's receive or send loop), so
 //     a consumer reacts without a goroutine switch. The function must not
@@ -18,16 +22,21 @@ import (
 type CQ struct {
 	handler func(*WC)
 
-	mu     sync.Mutex
-	ring   []WC // circular; grows when full, so completions are never lost
-	head   int
-	n      int
-	notify chan struct{}
-	closed bool
+	mu      sync.Mutex
+	ring    []WC // circular, of the CQ's depth
+	head    int
+	n       int
+	notify  chan struct{}
+	closed  bool
+	overrun bool
 }
 
+// ErrCQOverrun means a completion found its polled completion queue full
+// (IBV_EVENT_CQ_ERR): the CQ is smaller than the work its QPs post.
+var ErrCQOverrun = errors.New("iwarp: completion queue overrun")
+
 // NewCQ returns a polled completion queue with room for depth completions
-// before it grows.
+// (at least 16).
 func NewCQ(depth int) *CQ {
 	return &CQ{ring: make([]WC, max(depth, 16)), notify: make(chan struct{}, 1)}
 }
@@ -39,19 +48,17 @@ func NewCQHandler(fn func(*WC)) *CQ {
 	return &CQ{handler: fn, notify: make(chan struct{}, 1)}
 }
 
-// push delivers a completion.
-func (cq *CQ) push(wc *WC) {
+// push delivers a completion; false if the queue was full (overrun).
+func (cq *CQ) push(wc *WC) bool {
 	if cq.handler != nil {
 		cq.handler(wc)
-		return
+		return true
 	}
 	cq.mu.Lock()
 	if cq.n == len(cq.ring) {
-		grown := make([]WC, 2*len(cq.ring))
-		for i := 0; i < cq.n; i++ {
-			grown[i] = cq.ring[(cq.head+i)%len(cq.ring)]
-		}
-		cq.ring, cq.head = grown, 0
+		cq.overrun = true
+		cq.mu.Unlock()
+		return false
 	}
 	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
 	cq.n++
@@ -60,6 +67,14 @@ func (cq *CQ) push(wc *WC) {
 	case cq.notify <- struct{}{}:
 	default:
 	}
+	return true
+}
+
+// Overrun reports whether a completion ever found the queue full.
+func (cq *CQ) Overrun() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.overrun
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. It

@@ -110,8 +110,9 @@ type QP struct {
 	flushed bool
 	timer   *time.Timer
 
-	kick chan struct{} // wakes the send goroutine
-	done chan struct{}
+	kick   chan struct{} // wakes the send goroutine
+	done   chan struct{}
+	onDone func()
 
 	rx rxDriver // the receive loop's
 	tx txDriver // the writer's (whoever holds engine.tx.owner)
@@ -162,6 +163,16 @@ func (qp *QP) PD() *PD { return qp.pd }
 // Done is closed when the QP has reached the error state and flushed its
 // work requests.
 func (qp *QP) Done() <-chan struct{} { return qp.done }
+
+// OnDone sets a function that runs once the QP is done (after Done is
+// closed and every completion was delivered), on the goroutine that ended
+// it: a consumer that must act on the end needs no goroutine of its own
+// waiting for Done. Set it before the QP connects; fn must not block.
+func (qp *QP) OnDone(fn func()) {
+	qp.mu.Lock()
+	qp.onDone = fn
+	qp.mu.Unlock()
+}
 
 // Err is the reason the QP ended: nil after a clean disconnect (or while it
 // runs), ErrPeerClosed, a *TerminateError, ErrStalled, ErrWriteStalled or a
@@ -583,6 +594,7 @@ func (qp *QP) finish() {
 	qp.e.out = nil
 	err := qp.e.err
 	adm := qp.adm
+	onDone := qp.onDone
 	qp.mu.Unlock()
 	if qp.conn != nil {
 		_ = qp.conn.Close()
@@ -593,16 +605,27 @@ func (qp *QP) finish() {
 		qp.log.Debug("iwarp: disconnected", zap.Error(err))
 	}
 	close(qp.done)
+	if onDone != nil {
+		onDone()
+	}
 }
 
-// deliver hands completions to their CQs, in order.
+// deliver hands completions to their CQs, in order. A full polled CQ is
+// an overrun: the QP fails (its remaining work flushes into the same full
+// queue and is lost, as with verbs).
 func (qp *QP) deliver(wcs []WC) {
+	overrun := false
 	for i := range wcs {
+		cq := qp.scq
 		if wcs[i].Opcode == WCRecv {
-			qp.rcq.push(&wcs[i])
-		} else {
-			qp.scq.push(&wcs[i])
+			cq = qp.rcq
 		}
+		if !cq.push(&wcs[i]) {
+			overrun = true
+		}
+	}
+	if overrun {
+		qp.fail(ErrCQOverrun)
 	}
 }
 

@@ -9,13 +9,18 @@
 // ConnRequest.Accept/Reject and Dial set up connections with private data
 // and IRD/ORD negotiation.
 //
-// Data path: one QP is one TCP connection with a receive goroutine that owns
-// the read side and a send goroutine that owns the write side. Tagged
-// payloads are read from the socket straight into the registered memory at
-// STag+TO and untagged payloads straight into the posted receive buffer;
-// sends go out as vectored writes of headers, registered memory, pads and
-// CRCs, many FPDUs per system call. Nothing is allocated per message in
-// steady state.
+// Data path: one QP is one TCP connection. Its protocol is a pure state
+// machine (engine.go) driven by a receive goroutine that owns the read side
+// and by whoever writes (see txClaim for the policy; a send goroutine takes
+// over when the socket is full). Each read brings as many bytes as the
+// socket has into a read-ahead buffer; payload bytes that arrived there
+// with their header are copied into their destination (registered memory
+// at STag+TO, or the posted receive buffer), and when a payload's bytes
+// have not arrived yet, the next read goes straight into the destination
+// (EngineStats counts both: PayloadCopied, PayloadDirect). Sends go out as
+// vectored writes of headers, registered memory, pads and CRCs, many FPDUs
+// per system call, without copying payloads over 256 bytes. Nothing is
+// allocated per message in steady state.
 package iwarp
 
 import (

@@ -235,6 +235,7 @@ func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 			return nil, err
 		}
 	}
+	q.qp.OnDone(q.ended)
 	acc := CMAccept{CRQSize: uint16(size)}
 	if err := r.cr.Accept(q.qp, acc.Append(nil)); err != nil {
 		return nil, err
@@ -242,7 +243,6 @@ func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 	if cfg.AdmitOnAccept {
 		q.qp.Admit()
 	}
-	go q.watch()
 	return q, nil
 }
 
@@ -270,7 +270,7 @@ type ControllerQueue struct {
 	remote   net.Addr
 	local    net.Addr
 	sqHead   atomic.Uint32 // SQ head pointer reported in completions
-	ended    chan struct{} // closed after the handler's QueueClosed returned
+	closedCh chan struct{} // closed after the handler's QueueClosed returned
 	admitted atomic.Bool
 
 	mu       sync.Mutex
@@ -312,16 +312,16 @@ func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 	cfg := r.cfg
 	size := r.Size()
 	q := &ControllerQueue{
-		qid:     r.CM.QID,
-		size:    size,
-		hrqSize: int(r.CM.HRQSize),
-		inline:  cfg.InlineDataSize,
-		maxXfer: cfg.MaxTransferSize,
-		h:       h,
-		remote:  r.RemoteAddr,
-		local:   r.LocalAddr,
-		ended:   make(chan struct{}),
-		pd:      iwarp.NewPD(),
+		qid:      r.CM.QID,
+		size:     size,
+		hrqSize:  int(r.CM.HRQSize),
+		inline:   cfg.InlineDataSize,
+		maxXfer:  cfg.MaxTransferSize,
+		h:        h,
+		remote:   r.RemoteAddr,
+		local:    r.LocalAddr,
+		closedCh: make(chan struct{}),
+		pd:       iwarp.NewPD(),
 	}
 	q.log = cfg.Logger.With(zap.Stringer("remote", r.RemoteAddr), zap.Uint16("qid", q.qid))
 	q.poolSize = cfg.IOPoolSize
@@ -443,7 +443,7 @@ func (q *ControllerQueue) LocalAddr() net.Addr { return q.local }
 // QueueClosed has returned, so that whoever waits for it (a shutdown) also
 // waits for the handler's last word on the queue. QueueClosed must not wait
 // for Done.
-func (q *ControllerQueue) Done() <-chan struct{} { return q.ended }
+func (q *ControllerQueue) Done() <-chan struct{} { return q.closedCh }
 
 // Err is why the connection ended (nil while it runs or after a clean close).
 func (q *ControllerQueue) Err() error { return q.qp.Err() }
@@ -459,9 +459,9 @@ func (q *ControllerQueue) CRC() bool { return q.qp.CRC() }
 // sent (one atomic load).
 func (q *ControllerQueue) Live() bool { return q.qp.State() == iwarp.QPStateRTS }
 
-func (q *ControllerQueue) watch() {
-	defer close(q.ended)
-	<-q.qp.Done()
+// ended runs when the QP is done, on the goroutine that ended it.
+func (q *ControllerQueue) ended() {
+	defer close(q.closedCh)
 	q.mu.Lock()
 	q.closed = true
 	// Commands that never started are dropped: the host gets no answer

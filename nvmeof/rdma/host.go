@@ -185,6 +185,7 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 	if ecfg.Logger == nil {
 		ecfg.Logger = cfg.Logger
 	}
+	q.qp.OnDone(q.watch)
 	if err := iwarp.Dial(ctx, network, address, q.qp, cm.Append(nil), &ecfg); err != nil {
 		var rej *iwarp.RejectError
 		if errors.As(err, &rej) {
@@ -197,7 +198,6 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 	if a, err := ParseCMAccept(q.qp.PeerPrivateData()); err == nil {
 		q.accept = a
 	}
-	go q.watch()
 	return q, nil
 }
 
@@ -505,9 +505,8 @@ func (q *HostQueue) onWC(wc *iwarp.WC) {
 }
 
 // watch completes every outstanding command with an error once the
-// connection has ended.
+// connection has ended (QP.OnDone, on the goroutine that ended it).
 func (q *HostQueue) watch() {
-	<-q.qp.Done()
 	q.mu.Lock()
 	q.closed = true
 	if q.failErr == nil {

@@ -161,7 +161,9 @@ func Start(cfg Config) (*Target, error) {
 			return nil, err
 		}
 	}
-	ln, err := rdma.Listen("tcp", cfg.Addr, cfg.Transport)
+	tc := cfg.Transport
+	tc.AdmitOnAccept = true // the test controller has no login phase
+	ln, err := rdma.Listen("tcp", cfg.Addr, tc)
 	if err != nil {
 		return nil, err
 	}
