@@ -1,8 +1,8 @@
 package iwarp
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"sync"
 )
 
