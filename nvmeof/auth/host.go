@@ -171,7 +171,7 @@ func (h *Host) Complete(status nvmeof.Status, data []byte) HostStep {
 		return HostStep{Action: HostReceive, AllocLen: ReceiveBufferSize}
 	case hostRecvChallenge:
 		if e := h.validate(data, MsgChallenge); e != nil {
-			return h.done(e)
+			return h.reject(e)
 		}
 		reply, e := h.challenge(data)
 		if e != nil {
@@ -184,7 +184,7 @@ func (h *Host) Complete(status nvmeof.Status, data []byte) HostStep {
 		return HostStep{Action: HostReceive, AllocLen: ReceiveBufferSize}
 	case hostRecvSuccess1:
 		if e := h.validate(data, MsgSuccess1); e != nil {
-			return h.done(e)
+			return h.reject(e)
 		}
 		if e := h.success1(data); e != nil {
 			return h.failure2(e)
@@ -210,7 +210,7 @@ func (h *Host) Expire() HostStep {
 // validate checks the header of a received message
 // (nvme_auth_receive_validate): AUTH_Failure1 ends the transaction with the
 // controller's explanation, anything but the expected message with
-// "incorrect protocol message"; neither is answered with AUTH_Failure2.
+// "incorrect protocol message".
 func (h *Host) validate(data []byte, want MessageID) *Error {
 	hd, err := ParseHeader(data)
 	if err != nil {
@@ -335,6 +335,17 @@ func (h *Host) failure2(e *Error) HostStep {
 		expl = ExplFailed
 	}
 	return HostStep{Action: HostSend, Data: AppendFailure(nil, &Failure{ID: MsgFailure2, TID: h.tid, Reason: ReasonFailed, Explanation: expl})}
+}
+
+// reject ends the transaction after a wrong message: AUTH_Failure1 ends it
+// at once; anything else is answered with AUTH_Failure2 (Linux just stops,
+// leaving the controller to its timer; nvmet tears the controller down on
+// the AUTH_Failure2).
+func (h *Host) reject(e *Error) HostStep {
+	if e.Remote {
+		return h.done(e)
+	}
+	return h.failure2(e)
 }
 
 func (h *Host) done(e *Error) HostStep {
