@@ -14,12 +14,12 @@ them (testdata/ffdhe*.hex, from `openssl genpkey -genparam -algorithm DH
   linuxref.py host   < config    act as a Linux host over JSON lines
   linuxref.py ctrl   < config    act as nvmet (one queue) over JSON lines
 
-In the peer modes the first input line is a JSON configuration; then:
+In the peer modes each session starts with a line of JSON configuration; then:
   host: it prints {"op":"send","data":HEX} or {"op":"recv","al":N} and reads
         {"status":N[,"data":HEX]}; finally it prints {"op":"done","error":E}.
   ctrl: it reads {"op":"send","data":HEX} / {"op":"recv","al":N} /
         {"op":"state"} and answers {"status":N,"data":HEX,"fatal":B,
-        "authenticated":B}.
+        "authenticated":B}; {"op":"end"} ends the session.
 """
 import base64
 import hashlib
@@ -322,6 +322,8 @@ def run_ctrl(cfg):
 
     while True:
         m = inp()
+        if m["op"] == "end":
+            return
         if m["op"] == "state":
             answer()
             continue
@@ -406,9 +408,11 @@ def main():
         json.dump(vectors(), sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")
     elif mode == "host":
-        run_host(inp())
+        while True:
+            run_host(inp())
     elif mode == "ctrl":
-        run_ctrl(inp())
+        while True:
+            run_ctrl(inp())
     else:
         sys.exit("usage: linuxref.py vectors|host|ctrl")
 
