@@ -31,8 +31,8 @@ type ControllerConfig struct {
 	// it, else the first usable one the host offers. 0 means SHA-256,
 	// nvmet's default.
 	Hash Hash
-	// DHGroup is the preferred DH group (dhchap_dhgroup; default NULL),
-	// used when the host offers it, else the first the host offers.
+	// DHGroup is the DH group (dhchap_dhgroup; default NULL); a host that
+	// does not offer it is refused with "DH group not usable".
 	DHGroup DHGroup
 	// Timeout bounds the wait for the host's next message of a transaction:
 	// the association's KATO, 0 for DefaultTimeout.

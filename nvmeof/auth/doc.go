@@ -46,13 +46,18 @@
 //
 // # Deviations from Linux
 //
-// Where Linux is lax this package is strict: a controller refuses a host
-// that does not offer the configured DH group (nvmet would use it anyway;
-// Linux hosts offer every group); a host refuses a challenge with a hash
-// or group it did not offer, and a Success1 without the controller's
-// response after it asked for one (a Linux host accepts it); a controller
-// answers an AUTH_Failure2 and every out-of-sequence message by tearing the
-// controller down, as nvmet does, but says why.
+// Where Linux is lax this package is strict, without changing anything a
+// Linux peer sees when it follows the protocol: a controller refuses a
+// host that does not offer the configured DH group (nvmet would use it
+// anyway; Linux hosts offer every group); a host refuses a challenge with a
+// hash or group it did not offer, and a Success1 without the controller's
+// response after it asked for one (a Linux host accepts it); a host answers
+// an unexpected message with AUTH_Failure2 where Linux just stops; public
+// DH values equal to p-1 are refused (Linux refuses them only in FIPS
+// mode). A controller answers an AUTH_Failure2 and every out-of-sequence
+// message by tearing the controller down, as nvmet does, and says why. The
+// controller makes a fresh DH key for every transaction, where nvmet keeps
+// one per controller.
 //
 // # References
 //
