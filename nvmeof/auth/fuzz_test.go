@@ -5,10 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/nvmetd/nvmetd/internal/fuzzseed"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -243,33 +243,5 @@ func TestFuzzSeeds(t *testing.T) {
 			seeds["FuzzHostReceive"] = append(seeds["FuzzHostReceive"], []any{st, g[name]})
 		}
 	}
-	for name, inputs := range seeds {
-		dir := filepath.Join("testdata", "fuzz", name)
-		if !*update {
-			if ents, err := os.ReadDir(dir); err != nil || len(ents) == 0 {
-				t.Errorf("%s: no seed corpus (%v); run go test -run TestFuzzSeeds -update", dir, err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for i, in := range inputs {
-			var b bytes.Buffer
-			b.WriteString("go test fuzz v1\n")
-			for _, v := range in {
-				switch v := v.(type) {
-				case []byte:
-					fmt.Fprintf(&b, "[]byte(%q)\n", v)
-				case string:
-					fmt.Fprintf(&b, "string(%q)\n", v)
-				case uint8:
-					fmt.Fprintf(&b, "byte(%q)\n", v)
-				}
-			}
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), b.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	fuzzseed.Sync(t, *update, seeds)
 }
