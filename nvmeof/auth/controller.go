@@ -86,6 +86,7 @@ type Result struct {
 // carries out the Result. A Controller is not safe for concurrent use.
 type Controller struct {
 	cfg     ControllerConfig
+	pending *ControllerConfig // SetConfig's, applied at the next AUTH_Negotiate
 	hostKey []byte // TransformKey(HostSecret, HostNQN)
 	ctrlKey []byte // TransformKey(CtrlSecret, SubNQN)
 
@@ -108,7 +109,7 @@ type Controller struct {
 // authenticated.
 func NewController(cfg ControllerConfig) *Controller {
 	c := &Controller{step: MsgNegotiate, tid: -1}
-	c.SetConfig(cfg)
+	c.apply(cfg)
 	return c
 }
 
@@ -116,7 +117,9 @@ func NewController(cfg ControllerConfig) *Controller {
 // AUTH_Negotiate, and the queue stays authenticated meanwhile (nvmet
 // re-reads the host's keys when the admin queue re-authenticates; keys
 // rotated by a reload do not drop authenticated queues).
-func (c *Controller) SetConfig(cfg ControllerConfig) {
+func (c *Controller) SetConfig(cfg ControllerConfig) { c.pending = &cfg }
+
+func (c *Controller) apply(cfg ControllerConfig) {
 	if cfg.Hash == HashNone {
 		cfg.Hash = HashSHA256
 	}
@@ -166,6 +169,10 @@ func (c *Controller) Send(s *nvmeof.SQE, data []byte) Result {
 			// (re-authentication): nvmet restarts at NEGOTIATE.
 			c.reset()
 			c.step = MsgNegotiate
+			if c.pending != nil {
+				c.apply(*c.pending)
+				c.pending = nil
+			}
 			if expl, detail := c.negotiate(data); expl != 0 {
 				c.fail(MsgNegotiate, expl, detail)
 			} else {
@@ -281,7 +288,7 @@ func (c *Controller) Receive(s *nvmeof.SQE, xferLen uint32) Result {
 func (c *Controller) Expire() bool {
 	busy := c.step != MsgNegotiate && c.step != MsgSuccess2 && c.step != MsgFailure2
 	c.reset()
-	c.step, c.tid = MsgNegotiate, -1
+	c.step, c.tid, c.failed = MsgNegotiate, -1, nil
 	return busy
 }
 

@@ -605,13 +605,31 @@ func TestReauthentication(t *testing.T) {
 	}
 	newKey := testSecret("rotated", HashSHA512, 64)
 	cc.HostSecret = newKey
+	// Keys set in the middle of a transaction apply from the next one.
+	step := h.Start(2)
+	c.Send(sqe(true, uint32(len(step.Data))), step.Data)
+	step = h.Complete(0, nil)
+	r := c.Receive(sqe(false, step.AllocLen), step.AllocLen)
+	step = h.Complete(r.Status, r.Data)
 	c.SetConfig(cc)
+	for step.Action != HostDone {
+		if step.Action == HostSend {
+			r = c.Send(sqe(true, uint32(len(step.Data))), step.Data)
+			step = h.Complete(r.Status, nil)
+		} else {
+			r = c.Receive(sqe(false, step.AllocLen), step.AllocLen)
+			step = h.Complete(r.Status, r.Data)
+		}
+	}
+	if step.Err != nil || !c.Authenticated() {
+		t.Fatalf("transaction with keys changed in its middle: %v", step.Err)
+	}
 	if !c.Authenticated() {
 		t.Fatal("SetConfig dropped the authentication")
 	}
 	// During the new transaction the queue stays authenticated.
 	h2, _ := NewHost(HostConfig{HostNQN: testHostNQN, SubNQN: testSubNQN, Secret: newKey, CtrlSecret: ctrlSecret, Rand: detReader("h2")})
-	step := h2.Start(2)
+	step = h2.Start(2)
 	if r := c.Send(sqe(true, uint32(len(step.Data))), step.Data); !r.Authenticated {
 		t.Error("re-negotiation dropped the authentication")
 	}
