@@ -35,7 +35,7 @@ func BenchmarkTransaction(b *testing.B) {
 	for _, g := range AllDHGroups {
 		b.Run(g.String(), func(b *testing.B) {
 			h, _ := NewHost(HostConfig{HostNQN: testHostNQN, SubNQN: testSubNQN, Secret: hostSecret, CtrlSecret: ctrlSecret, Rand: detReader("h")})
-			c := NewController(ControllerConfig{HostNQN: testHostNQN, SubNQN: testSubNQN, HostSecret: hostSecret, CtrlSecret: ctrlSecret,
+			c := mustController(b, ControllerConfig{HostNQN: testHostNQN, SubNQN: testSubNQN, HostSecret: hostSecret, CtrlSecret: ctrlSecret,
 				Hash: HashSHA512, DHGroup: g, Rand: detReader("c")})
 			var s nvmeof.SQE
 			for b.Loop() {

@@ -87,8 +87,8 @@ type Result struct {
 type Controller struct {
 	cfg     ControllerConfig
 	pending *ControllerConfig // SetConfig's, applied at the next AUTH_Negotiate
-	hostKey []byte // TransformKey(HostSecret, HostNQN)
-	ctrlKey []byte // TransformKey(CtrlSecret, SubNQN)
+	hostKey []byte            // TransformKey(HostSecret, HostNQN)
+	ctrlKey []byte            // TransformKey(CtrlSecret, SubNQN)
 
 	step          MessageID // the message expected next (nvmet dhchap_step)
 	tid           int32     // transaction ID, -1 for none
@@ -106,18 +106,44 @@ type Controller struct {
 }
 
 // NewController returns the authentication state of a new queue, not
-// authenticated.
-func NewController(cfg ControllerConfig) *Controller {
+// authenticated. It fails on an invalid secret, hash or DH group.
+func NewController(cfg ControllerConfig) (*Controller, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	c := &Controller{step: MsgNegotiate, tid: -1}
 	c.apply(cfg)
-	return c
+	return c, nil
+}
+
+func (cfg *ControllerConfig) check() error {
+	for _, s := range []*Secret{cfg.HostSecret, cfg.CtrlSecret} {
+		if s != nil {
+			if err := s.Validate(); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.Hash != HashNone && !cfg.Hash.Valid() {
+		return fmt.Errorf("auth: controller: invalid hash %v", cfg.Hash)
+	}
+	if !cfg.DHGroup.Valid() {
+		return fmt.Errorf("auth: controller: invalid DH group %v", cfg.DHGroup)
+	}
+	return nil
 }
 
 // SetConfig replaces the keys and preferences; they apply from the next
 // AUTH_Negotiate, and the queue stays authenticated meanwhile (nvmet
 // re-reads the host's keys when the admin queue re-authenticates; keys
 // rotated by a reload do not drop authenticated queues).
-func (c *Controller) SetConfig(cfg ControllerConfig) { c.pending = &cfg }
+func (c *Controller) SetConfig(cfg ControllerConfig) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	c.pending = &cfg
+	return nil
+}
 
 func (c *Controller) apply(cfg ControllerConfig) {
 	if cfg.Hash == HashNone {

@@ -114,7 +114,7 @@ func newPair(t *testing.T, hc HostConfig, cc ControllerConfig) (*Host, *Controll
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h, NewController(cc)
+	return h, mustController(t, cc)
 }
 
 // TestExchangeAll authenticates every hash × DH group, unidirectionally
@@ -448,7 +448,7 @@ func sqe(send bool, n uint32) *nvmeof.SQE {
 // sequence, as a hostile host would.
 func TestControllerSequence(t *testing.T) {
 	mk := func() *Controller {
-		return NewController(ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret, Rand: detReader("c")})
+		return mustController(t, ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret, Rand: detReader("c")})
 	}
 	neg := AppendNegotiate(nil, NewNegotiate(3, AllHashes, AllDHGroups))
 	send := func(c *Controller, b []byte) Result { return c.Send(sqe(true, uint32(len(b))), b) }
@@ -522,7 +522,7 @@ func TestControllerSequence(t *testing.T) {
 
 // TestControllerCommandChecks checks nvmet's command field checks.
 func TestControllerCommandChecks(t *testing.T) {
-	c := NewController(ControllerConfig{HostSecret: hostSecret})
+	c := mustController(t, ControllerConfig{HostSecret: hostSecret})
 	neg := AppendNegotiate(nil, NewNegotiate(3, AllHashes, AllDHGroups))
 	for _, tc := range []struct {
 		name   string
@@ -611,7 +611,9 @@ func TestReauthentication(t *testing.T) {
 	step = h.Complete(0, nil)
 	r := c.Receive(sqe(false, step.AllocLen), step.AllocLen)
 	step = h.Complete(r.Status, r.Data)
-	c.SetConfig(cc)
+	if err := c.SetConfig(cc); err != nil {
+		t.Fatal(err)
+	}
 	for step.Action != HostDone {
 		if step.Action == HostSend {
 			r = c.Send(sqe(true, uint32(len(step.Data))), step.Data)
@@ -654,6 +656,26 @@ func TestHostMisuse(t *testing.T) {
 		hc.Secret, hc.HostNQN, hc.SubNQN = hostSecret, "a", "b"
 		if _, err := NewHost(hc); err == nil {
 			t.Errorf("%+v accepted", hc)
+		}
+	}
+	bad := []*Secret{{Hash: 4, Key: make([]byte, 32)}, {Key: make([]byte, 31)}, {Hash: HashSHA384, Key: make([]byte, 32)}}
+	for _, s := range bad {
+		if err := s.Validate(); !errors.Is(err, ErrInvalidSecret) {
+			t.Errorf("%+v: %v", s, err)
+		}
+		if _, err := NewHost(HostConfig{Secret: hostSecret, CtrlSecret: s, HostNQN: "a", SubNQN: "b"}); err == nil {
+			t.Errorf("host with secret %+v", s)
+		}
+		if _, err := NewController(ControllerConfig{HostSecret: s}); err == nil {
+			t.Errorf("controller with secret %+v", s)
+		}
+	}
+	for _, cc := range []ControllerConfig{{Hash: 4}, {DHGroup: 6}} {
+		if _, err := NewController(cc); err == nil {
+			t.Errorf("controller %+v", cc)
+		}
+		if err := mustController(t, ControllerConfig{}).SetConfig(cc); err == nil {
+			t.Errorf("SetConfig %+v", cc)
 		}
 	}
 	h, _ := NewHost(HostConfig{Secret: hostSecret, HostNQN: "a", SubNQN: "b", Rand: detReader("h")})

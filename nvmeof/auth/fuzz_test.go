@@ -169,7 +169,7 @@ func FuzzControllerSend(f *testing.F) {
 		f.Add(uint8(1), m)
 	}
 	f.Fuzz(func(t *testing.T, state uint8, b []byte) {
-		c := NewController(ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret,
+		c := mustController(t, ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret,
 			CtrlSecret: ctrlSecret, DHGroup: FFDHE2048, Rand: detReader("fuzz")})
 		if state&1 == 1 {
 			neg := AppendNegotiate(nil, NewNegotiate(7, AllHashes, AllDHGroups))

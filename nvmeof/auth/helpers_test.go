@@ -4,7 +4,18 @@ import (
 	"crypto/sha256"
 	"io"
 	"math/rand/v2"
+	"testing"
 )
+
+// mustController is NewController for configurations known to be valid.
+func mustController(t testing.TB, cfg ControllerConfig) *Controller {
+	t.Helper()
+	c, err := NewController(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // detReader returns a deterministic stream of bytes for a label, so that
 // every test's challenges, sequence numbers and DH keys are reproducible.

@@ -99,6 +99,13 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Secret == nil {
 		return nil, errors.New("auth: host: no host secret")
 	}
+	for _, s := range []*Secret{cfg.Secret, cfg.CtrlSecret} {
+		if s != nil {
+			if err := s.Validate(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if cfg.HostNQN == "" || cfg.SubNQN == "" {
 		return nil, errors.New("auth: host: host NQN and subsystem NQN are needed")
 	}

@@ -147,7 +147,7 @@ func TestLinuxHostInterop(t *testing.T) {
 		for _, group := range AllDHGroups {
 			for _, bidi := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%v/%v/bidi=%v", hash, group, bidi), func(t *testing.T) {
-					c := NewController(ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret,
+					c := mustController(t, ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret,
 						CtrlSecret: ctrlSecret, Hash: hash, DHGroup: group, Rand: detReader(t.Name())})
 					var ck *Secret
 					if bidi {
@@ -164,14 +164,14 @@ func TestLinuxHostInterop(t *testing.T) {
 		}
 	}
 	t.Run("wrong host key", func(t *testing.T) {
-		c := NewController(ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret, DHGroup: FFDHE2048, Rand: detReader("w")})
+		c := mustController(t, ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret, DHGroup: FFDHE2048, Rand: detReader("w")})
 		e, fatal := runLinuxHost(t, p, c, testSecret("wrong", HashSHA384, 48), nil, 1)
 		if e != "failure1 1" || !fatal || c.Authenticated() {
 			t.Fatalf("Linux host with a wrong key: %q fatal %v", e, fatal)
 		}
 	})
 	t.Run("wrong controller key", func(t *testing.T) {
-		c := NewController(ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret, CtrlSecret: ctrlSecret, Rand: detReader("w")})
+		c := mustController(t, ControllerConfig{SubNQN: testSubNQN, HostNQN: testHostNQN, HostSecret: hostSecret, CtrlSecret: ctrlSecret, Rand: detReader("w")})
 		e, fatal := runLinuxHost(t, p, c, hostSecret, testSecret("wrong", HashNone, 48), 1)
 		if e != "controller authentication failed" || !fatal || c.Authenticated() {
 			t.Fatalf("Linux host with a wrong controller key: %q fatal %v", e, fatal)

@@ -58,10 +58,26 @@ func ParseSecret(s string) (*Secret, error) {
 	if want := crc32.ChecksumIEEE(key); crc != want {
 		return nil, fmt.Errorf("auth: secret CRC %08x, computed %08x (%w)", crc, want, ErrInvalidSecret)
 	}
-	if h != HashNone && len(key) != h.Size() {
-		return nil, fmt.Errorf("auth: %d-byte secret transformed with %v needs %d bytes (%w)", len(key), h, h.Size(), ErrInvalidSecret)
+	sec := &Secret{Hash: h, Key: key}
+	if err := sec.Validate(); err != nil {
+		return nil, err
 	}
-	return &Secret{Hash: h, Key: key}, nil
+	return sec, nil
+}
+
+// Validate checks what ParseSecret checks of a secret made otherwise: a
+// transformation hash of 0..3 and a key of 32, 48 or 64 bytes, of the hash's
+// size when there is one.
+func (s *Secret) Validate() error {
+	switch {
+	case s.Hash != HashNone && !s.Hash.Valid():
+		return fmt.Errorf("auth: secret transformation hash %d, want 0..3 (%w)", uint8(s.Hash), ErrInvalidSecret)
+	case len(s.Key) != 32 && len(s.Key) != 48 && len(s.Key) != 64:
+		return fmt.Errorf("auth: %d-byte secret, want 32, 48 or 64 (%w)", len(s.Key), ErrInvalidSecret)
+	case s.Hash != HashNone && len(s.Key) != s.Hash.Size():
+		return fmt.Errorf("auth: %d-byte secret transformed with %v needs %d bytes (%w)", len(s.Key), s.Hash, s.Hash.Size(), ErrInvalidSecret)
+	}
+	return nil
 }
 
 // Encode returns the representation of the secret,
