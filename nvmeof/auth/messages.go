@@ -84,9 +84,9 @@ const (
 // NVME_AUTH_SECP_*). Only NVMe/TCP has a secure channel; nvmetd never
 // asks for one and answers any other value with ExplConcatMismatch.
 const (
-	SCCNone         = 0x00 // NVME_AUTH_SECP_NOSC
-	SCCNewTLSPSK    = 0x01 // NVME_AUTH_SECP_NEWTLSPSK
-	SCCReplaceTLSPK = 0x02 // NVME_AUTH_SECP_REPLACETLSPSK
+	SCCNone          = 0x00 // NVME_AUTH_SECP_NOSC
+	SCCNewTLSPSK     = 0x01 // NVME_AUTH_SECP_NEWTLSPSK
+	SCCReplaceTLSPSK = 0x02 // NVME_AUTH_SECP_REPLACETLSPSK
 )
 
 // ReasonFailed is the only REASON CODE: "authentication failure" (Linux
