@@ -13,8 +13,8 @@ const (
 	FCTypePropertySet = 0x00
 	FCTypeConnect     = 0x01 // host-to-controller, 1024 bytes of Connect data
 	FCTypePropertyGet = 0x04
-	FCTypeAuthSend    = 0x05 // not supported, see ErrAuthNotSupported
-	FCTypeAuthReceive = 0x06 // not supported, see ErrAuthNotSupported
+	FCTypeAuthSend    = 0x05 // host-to-controller: a DH-HMAC-CHAP message (nvmeof/auth)
+	FCTypeAuthReceive = 0x06 // controller-to-host: a DH-HMAC-CHAP message (nvmeof/auth)
 	FCTypeDisconnect  = 0x08 // NVMe-oF 1.1; not sent by Linux
 )
 
@@ -408,9 +408,8 @@ func (c DisconnectCmd) SetRECFMT(v uint16) { binary.LittleEndian.PutUint16(c.SQE
 // AuthCmd is a view of the Fabrics Authentication Send (FCTYPE 0x05) and
 // Receive (0x06) commands (NVMe-oF 1.1 §6.3; Linux struct
 // nvmf_auth_common_command): SECP byte 43, SPSP0 byte 41, SPSP1 byte 42,
-// TL (send) / AL (receive) bytes 44..47. nvmetd does not implement in-band
-// authentication: a target answers these commands with
-// StatusFromError(ErrAuthNotSupported) and never sets ATR/ASCR.
+// TL (send) / AL (receive) bytes 44..47. The DH-HMAC-CHAP messages they
+// carry and the protocol state machines are in package nvmeof/auth.
 type AuthCmd struct{ *SQE }
 
 // AuthCmd returns the authentication command view of s.
@@ -419,6 +418,38 @@ func (s *SQE) AuthCmd() AuthCmd { return AuthCmd{s} }
 // AuthProtocolDHCHAP is the SECP value of NVMe in-band authentication
 // (Linux NVME_AUTH_DHCHAP_PROTOCOL_IDENTIFIER).
 const AuthProtocolDHCHAP = 0xE9
+
+// Offsets of the authentication command fields in the SQE (for the error
+// location nvmet reports: offsetof(struct nvmf_auth_send_command, ...)).
+const (
+	AuthSQEOffSPSP0 = 41
+	AuthSQEOffSPSP1 = 42
+	AuthSQEOffSECP  = 43
+	AuthSQEOffTL    = 44 // TL of Authentication Send, AL of Authentication Receive
+)
+
+// BuildAuthSend fills s with an Authentication Send of tl bytes of
+// DH-HMAC-CHAP message (SECP 0xE9, SPSP0 = SPSP1 = 1, as Linux
+// nvme_auth_submit). Set SGL1 to the data.
+func (s *SQE) BuildAuthSend(tl uint32) AuthCmd {
+	return s.buildAuth(FCTypeAuthSend, tl)
+}
+
+// BuildAuthReceive fills s with an Authentication Receive with allocation
+// length al (Linux uses 4096). Set SGL1 to the buffer.
+func (s *SQE) BuildAuthReceive(al uint32) AuthCmd {
+	return s.buildAuth(FCTypeAuthReceive, al)
+}
+
+func (s *SQE) buildAuth(fctype uint8, n uint32) AuthCmd {
+	s.initFabrics(fctype)
+	c := AuthCmd{s}
+	c.SetSECP(AuthProtocolDHCHAP)
+	c.SetSPSP0(1)
+	c.SetSPSP1(1)
+	c.SetLength(n)
+	return c
+}
 
 // IsAuth reports whether s is an Authentication Send or Receive command.
 func (s *SQE) IsAuth() bool {

@@ -3,10 +3,10 @@ package nvmeof
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/nvmetd/nvmetd/internal/fuzzseed"
 )
 
 // Fuzz targets for the decoders of network bytes not covered next to their
@@ -300,37 +300,5 @@ func TestWriteFuzzSeeds(t *testing.T) {
 			seeds["FuzzConnectData"] = append(seeds["FuzzConnectData"], []any{loadGolden(t, src.File)})
 		}
 	}
-	for name, inputs := range seeds {
-		dir := filepath.Join("testdata", "fuzz", name)
-		if !*update {
-			if ents, err := os.ReadDir(dir); err != nil || len(ents) == 0 {
-				t.Errorf("%s: no seed corpus (%v); run go test -run TestWriteFuzzSeeds -update", dir, err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for i, in := range inputs {
-			var b bytes.Buffer
-			b.WriteString("go test fuzz v1\n")
-			for _, v := range in {
-				switch v := v.(type) {
-				case []byte:
-					fmt.Fprintf(&b, "[]byte(%q)\n", v)
-				case string:
-					fmt.Fprintf(&b, "string(%q)\n", v)
-				case uint8:
-					fmt.Fprintf(&b, "byte(%q)\n", v)
-				case uint16:
-					fmt.Fprintf(&b, "uint16(%d)\n", v)
-				default:
-					t.Fatalf("%T", v)
-				}
-			}
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), b.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	fuzzseed.Sync(t, *update, seeds)
 }

@@ -273,6 +273,24 @@ func TestAuthPlaceholder(t *testing.T) {
 	}
 }
 
+// TestBuildAuth checks the Authentication Send/Receive SQEs against what
+// Linux nvme_auth_submit sends: opcode 7Fh, PSDT SGL, FCTYPE 05h/06h, SPSP0 =
+// SPSP1 = 01h, SECP E9h, TL/AL.
+func TestBuildAuth(t *testing.T) {
+	var s SQE
+	s.BuildAuthSend(72)
+	if hexs(s[0:5]) != "7f40000005" || hexs(s[40:48]) != "000101e948000000" || s.DataDirection() != DirHostToController {
+		t.Errorf("auth send %x", s[:])
+	}
+	s.BuildAuthReceive(4096)
+	if hexs(s[0:5]) != "7f40000006" || hexs(s[40:48]) != "000101e900100000" || s.DataDirection() != DirControllerToHost {
+		t.Errorf("auth receive %x", s[:])
+	}
+	if s.AuthCmd().SPSP0() != 1 || int(s[AuthSQEOffSECP]) != AuthProtocolDHCHAP || s[AuthSQEOffSPSP1] != 1 || s[AuthSQEOffTL+1] != 0x10 {
+		t.Error("offsets")
+	}
+}
+
 // The data path must not allocate: SQE and CQE encode and decode.
 func TestSQECQENoAlloc(t *testing.T) {
 	buf := make([]byte, SQESize+4096)

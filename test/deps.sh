@@ -7,17 +7,19 @@
 # real tools: ip and ss (network namespaces, routed tests), tcpdump (FPDU
 # sizes on a 1500-byte path), losetup, mount and mkfs.ext4 (loop devices and
 # filesystems over FUSE), nsenter, prlimit (test/hostile runs the daemon
-# with 512 file descriptors), fio (the FUSE+loop stress test) and
-# systemd-analyze (the unit's verification). The lab VM's own packages (qemu,
-# the guest kernel) are installed by test/lab/setup.sh, which the interop
-# tests run.
+# with 512 file descriptors), fio (the FUSE+loop stress test),
+# systemd-analyze (the unit's verification), nvme-cli (DH-HMAC-CHAP keys
+# checked against nvme gen-dhchap-key/check-dhchap-key) and python3 (the
+# Linux reference peer of nvmeof/auth/testdata/linuxref.py). The lab VM's
+# own packages (qemu, the guest kernel) are installed by test/lab/setup.sh,
+# which the interop tests run.
 set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 for tool in ip:iproute2 ss:iproute2 tcpdump:tcpdump losetup:mount mount:mount mkfs.ext4:e2fsprogs \
-	nsenter:util-linux prlimit:util-linux fio:fio systemd-analyze:systemd; do
+	nsenter:util-linux prlimit:util-linux fio:fio systemd-analyze:systemd nvme:nvme-cli python3:python3; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 [ ${#need[@]} -gt 0 ] || exit 0

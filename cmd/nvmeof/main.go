@@ -10,6 +10,7 @@
 //	nvmeof disconnect-all
 //	nvmeof list         [-o normal|json]
 //	nvmeof gen-hostnqn
+//	nvmeof gen-dhchap-key [-s HEX] [-l 32|48|64] [-m 0..3] [-n HOSTNQN]
 //	nvmeof bench        (-d DEVICE | -t rdma -a ADDR -s PORT -n NQN) [--rw randread] [--bs 4k] [--iodepth 32] ...
 //
 // The connection lives in a process of ours, not in the kernel: connect
@@ -69,6 +70,7 @@ func init() {
 		{name: "list", usage: "List connected controllers, namespaces, devices and mounts", run: runList},
 		{name: "gen-hostnqn", usage: "Generate an NVMe host NQN", run: runGenHostNQN},
 		{name: "show-hostnqn", usage: "Show the host NQN and host ID in use", run: runShowHostNQN},
+		{name: "gen-dhchap-key", usage: "Generate a DH-HMAC-CHAP host key (as nvme gen-dhchap-key)", run: runGenDHCHAPKey},
 		{name: "bench", usage: "Load generator against a namespace (IOPS, bandwidth, latency)", run: runBench},
 		{name: "serve", hidden: true, run: runServe},
 	}
