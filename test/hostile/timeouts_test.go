@@ -120,8 +120,10 @@ func TestPendingConnections(t *testing.T) {
 						t.Fatalf("peer %d: %v", i, err)
 					}
 					// Closed or refused before it was done misbehaving.
+					mu.Lock()
 					early++
 					worst = max(worst, time.Since(start))
+					mu.Unlock()
 					if c != nil {
 						c.Abort()
 					}
