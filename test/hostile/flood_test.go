@@ -184,6 +184,11 @@ func TestFlood(t *testing.T) {
 		if !ok {
 			t.Errorf("cycle %d: RSS %s after the wave, more than %s above the baseline %s", cycle, mib(rss), mib(backMax), mib(base))
 		}
+		if os.Getenv("HOSTILE_FLOOD_SETTLE") != "" {
+			// For the figures in notes: RSS and fds a full 30 s after the wave.
+			time.Sleep(30*time.Second - took)
+			t.Logf("flood cycle %d: RSS %s and %d fds 30 s after the wave", cycle, mib(d.rss()), d.fds())
+		}
 		if r.capped {
 			t.Errorf("cycle %d: RSS passed %s (the test's safety cap, HOSTILE_RSS_CAP_MIB); the flood stops here", cycle, mib(rssCap()))
 			break
