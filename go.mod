@@ -16,6 +16,7 @@ require (
 )
 
 require (
+	github.com/ceph/go-ceph v0.41.0 // indirect
 	github.com/dswarbrick/go-nvme v0.0.0-20221105200149-f4470ea4e016 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
