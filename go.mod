@@ -3,6 +3,7 @@ module github.com/nvmetd/nvmetd
 go 1.26.0
 
 require (
+	github.com/ceph/go-ceph v0.41.0
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/dswarbrick/smart v0.0.0-20230625164221-6fe037e2b05f
 	github.com/go-viper/mapstructure/v2 v2.4.0
@@ -16,7 +17,6 @@ require (
 )
 
 require (
-	github.com/ceph/go-ceph v0.41.0 // indirect
 	github.com/dswarbrick/go-nvme v0.0.0-20221105200149-f4470ea4e016 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
