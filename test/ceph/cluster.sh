@@ -23,13 +23,15 @@
 # in the directory, so concurrent test processes share one cluster safely.
 #
 # Env:
-#   NVMETD_CEPH_DIR     state directory (default /tmp/nvmetd-ceph-<uid>)
+#   NVMETD_CEPH_DIR     state directory (default /tmp/nvmetd-ceph-<n>, n a checksum
+#                       of this script's directory: one cluster per checkout)
 #   NVMETD_CEPH_MEM     memstore capacity in bytes (default 4 GiB; RAM is
 #                       only used for what is written)
 #   NVMETD_CEPH_NOAPT=1 never call apt-get
 set -euo pipefail
 
-DIR=${NVMETD_CEPH_DIR:-/tmp/nvmetd-ceph-$(id -u)}
+SCRIPT_DIR=$(cd "$(dirname "$0")" && pwd)
+DIR=${NVMETD_CEPH_DIR:-/tmp/nvmetd-ceph-$(printf %s "$SCRIPT_DIR" | cksum | cut -d' ' -f1)}
 POOL=rbd
 MEM=${NVMETD_CEPH_MEM:-$((4 << 30))}
 NOAPT=${NVMETD_CEPH_NOAPT:-0}
