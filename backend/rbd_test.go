@@ -316,3 +316,78 @@ func TestRBDClusterStopped(t *testing.T) {
 	bounded("Flush", r.Flush)
 	bounded("Close", r.Close)
 }
+
+// TestRBDClusterPaused: the cluster's daemons frozen (SIGSTOP) for longer
+// than the operation timeout: I/O fails with ErrUnavailable; once they
+// run again, the same backend serves I/O again, with the data written
+// before the outage intact. A private cluster.
+func TestRBDClusterPaused(t *testing.T) {
+	c := cephtest.Private(t)
+	image := c.CreateImage(t, 8<<20)
+	const opTimeout = 3 * time.Second
+	o := rbdOptions(c, image, 512)
+	o.OpTimeout, o.ConnectTimeout = opTimeout, opTimeout
+	r, err := backend.OpenRBD(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before := pageBuffer(t, 64<<10)
+	copy(before, "written before the outage")
+	if err := r.WriteAt(before, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	frozen := false
+	resume := func() {
+		if frozen {
+			for _, d := range cephtest.Daemons {
+				c.Signal(t, d, syscall.SIGCONT)
+			}
+			frozen = false
+		}
+	}
+	defer resume()
+	for _, d := range cephtest.Daemons {
+		c.Signal(t, d, syscall.SIGSTOP)
+	}
+	frozen = true
+
+	p := pageBuffer(t, 64<<10)
+	for _, op := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"WriteAt", func() error { return r.WriteAt(p, 1<<20, false) }},
+		{"ReadAt", func() error { return r.ReadAt(p, 0) }},
+	} {
+		done := make(chan error, 1)
+		begin := time.Now()
+		go func() { done <- op.fn() }()
+		select {
+		case err := <-done:
+			t.Logf("%s with the cluster frozen: %v after %s", op.name, err, time.Since(begin).Round(time.Millisecond))
+			if !errors.Is(err, backend.ErrUnavailable) {
+				t.Errorf("%s: %v, want ErrUnavailable", op.name, err)
+			}
+		case <-time.After(2 * time.Minute): // a hang guard, not a timing assertion
+			t.Fatalf("%s with the cluster frozen: no answer after 2 minutes", op.name)
+		}
+	}
+
+	resume()
+	// The client reconnects by itself; the first calls may still time out
+	// while it does. Bounded: 40 attempts of at most opTimeout each.
+	var werr error
+	for range 40 {
+		if werr = r.WriteAt(p, 1<<20, false); !errors.Is(werr, backend.ErrUnavailable) {
+			break
+		}
+	}
+	if werr != nil {
+		t.Fatalf("WriteAt after the cluster resumed: %v", werr)
+	}
+	got := pageBuffer(t, 64<<10)
+	if err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, before) {
+		t.Fatalf("ReadAt after the cluster resumed: %v; data intact %v", err, bytes.Equal(got, before))
+	}
+}

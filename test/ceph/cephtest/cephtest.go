@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -159,6 +160,27 @@ func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
 	if out, err := script(c.Dir, "stop"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// Daemons names the cluster's daemons, for Signal.
+var Daemons = []string{"mon.a", "osd.0"}
+
+// Signal sends sig to a daemon of the cluster ("mon.a" or "osd.0"), e.g.
+// SIGSTOP and SIGCONT to make the cluster unreachable for a while without
+// losing its state.
+func (c *Cluster) Signal(t testing.TB, daemon string, sig syscall.Signal) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Dir, "run", daemon+".pid"))
+	if err != nil {
+		t.Fatalf("%s: %v", daemon, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s pid file: %q", daemon, b)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatalf("signal %v to %s (pid %d): %v", sig, daemon, pid, err)
 	}
 }
 
