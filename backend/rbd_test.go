@@ -391,3 +391,48 @@ func TestRBDClusterPaused(t *testing.T) {
 		t.Fatalf("ReadAt after the cluster resumed: %v; data intact %v", err, bytes.Equal(got, before))
 	}
 }
+
+// TestRBDBlocklisted: a backend whose RADOS client is blocklisted (fenced,
+// as a gateway group fences a dead gateway, with the gateway's own caps)
+// has its writes refused by the cluster: ErrUnavailable (EBLOCKLISTED is
+// ESHUTDOWN), a path error; the data it wrote before stays.
+func TestRBDBlocklisted(t *testing.T) {
+	r, c, image := openRBD(t, 8<<20, 512)
+	defer r.Close()
+	p := pageBuffer(t, 4096)
+	copy(p, "before the fence")
+	if err := r.WriteAt(p, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ci := r.CephClient()
+	// rados_getaddrs gives an address vector, "[v2:127.0.0.1:0/123]";
+	// blocklist takes one address.
+	addr := strings.TrimSuffix(strings.TrimPrefix(ci.Addrs, "["), "]")
+	addr, _, _ = strings.Cut(addr, ",")
+	if out, err := c.Ceph("osd", "blocklist", "add", addr, "600"); err != nil {
+		t.Fatalf("blocklist %s: %v\n%s", addr, err, out)
+	}
+	// The gateway's caps may add to the blocklist but not remove from it
+	// (EACCES): the entry expires after 600 s, long after this client.
+	q := pageBuffer(t, 4096)
+	copy(q, "after the fence")
+	done := make(chan error, 1)
+	begin := time.Now()
+	go func() { done <- r.WriteAt(q, 0, false) }()
+	select {
+	case err := <-done:
+		t.Logf("WriteAt of the fenced client: %v after %s", err, time.Since(begin).Round(time.Millisecond))
+		if !errors.Is(err, backend.ErrUnavailable) || !errors.Is(err, syscall.ESHUTDOWN) {
+			t.Errorf("WriteAt of the fenced client: %v, want ErrUnavailable (ESHUTDOWN)", err)
+		}
+	case <-time.After(2 * time.Minute): // a hang guard, not a timing assertion
+		t.Fatalf("WriteAt of the fenced client: no answer after 2 minutes")
+	}
+	// What another client reads is what was written before the fence.
+	other := must[*backend.RBD](t)(backend.OpenRBD(rbdOptions(c, image, 512)))
+	defer other.Close()
+	got := pageBuffer(t, 4096)
+	if err := other.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
+		t.Errorf("another client reads %q, %v; want the data from before the fence", bytes.TrimRight(got[:32], "\x00"), err)
+	}
+}

@@ -13,14 +13,19 @@
 #
 # rbd bench issues librbd's asynchronous I/O (QD in flight from one
 # thread); the backend issues synchronous rbd_read/rbd_write from QD
-# goroutines, as the target's workers do. Env: NVMETD_RBD_BENCH_QD (16),
-# NVMETD_RBD_BENCH_OPS4K (16384), NVMETD_RBD_BENCH_OPS128K (4096).
+# goroutines, as the target's workers do. rbd bench runs with the backend's
+# librbd settings (--rbd-cache=false: a completed write is on the OSDs), and
+# with NVMETD_RBD_BENCH_DEFAULT=1 also with librbd's defaults (rbd_cache on:
+# writes may complete from the client's memory, which a gateway must not
+# do), for reference. Env: NVMETD_RBD_BENCH_QD (16), NVMETD_RBD_BENCH_OPS4K
+# (16384), NVMETD_RBD_BENCH_OPS128K (4096).
 set -euo pipefail
 
 REPS=${1:-3}
 QD=${NVMETD_RBD_BENCH_QD:-16}
 OPS4K=${NVMETD_RBD_BENCH_OPS4K:-16384}
 OPS128K=${NVMETD_RBD_BENCH_OPS128K:-4096}
+DEFAULTS=${NVMETD_RBD_BENCH_DEFAULT:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 
@@ -50,14 +55,14 @@ IMAGE=bench
 log "filling $IMAGE (1 GiB)"
 "${RBD[@]}" bench --io-type write --io-pattern seq --io-size 4M --io-threads 4 --io-total 1G "$IMAGE" >/dev/null
 
-# rbd_bench PATTERN: ops/s of `rbd bench`.
+# rbd_bench PATTERN [ARGS]: ops/s of `rbd bench`.
 rbd_bench() {
-	local type=${1%%-*} size=${1##*-} pattern=rand ops
+	local type=${1%%-*} size=${1##*-} pattern=rand ops extra=("${@:2}")
 	type=${type#rand}; type=${type#seq}
 	case $1 in seq*) pattern=seq ;; esac
 	case $size in 4KiB) size=4K ops=$OPS4K ;; 128KiB) size=128K ops=$OPS128K ;; esac
 	local bytes=$((ops * ${size%K} * 1024))
-	"${RBD[@]}" bench --io-type "$type" --io-size "$size" --io-threads "$QD" --io-total "$bytes" \
+	"${RBD[@]}" "${extra[@]}" bench --io-type "$type" --io-size "$size" --io-threads "$QD" --io-total "$bytes" \
 		--io-pattern "$pattern" "$IMAGE" 2>&1 | awk '/^elapsed:/ { print $6 }'
 }
 
@@ -72,15 +77,25 @@ backend_bench() {
 
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2] + a[NR/2+1]) / 2 }'; }
 
-printf '\n%-18s %14s %14s %8s   %s\n' pattern "rbd bench" backend ratio "(IOPS, median of $REPS; QD $QD)"
+results=()
 for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
-	r=() g=()
+	r=() g=() d=()
 	for _ in $(seq "$REPS"); do
-		r+=("$(rbd_bench "$p")")
+		r+=("$(rbd_bench "$p" --rbd-cache=false)")
 		g+=("$(backend_bench "$p")")
+		[ "$DEFAULTS" != 1 ] || d+=("$(rbd_bench "$p")")
 	done
-	log "$p: rbd bench ${r[*]}; backend ${g[*]}"
+	log "$p: rbd bench ${r[*]}; backend ${g[*]}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
 	rm=$(printf '%s\n' "${r[@]}" | median)
 	gm=$(printf '%s\n' "${g[@]}" | median)
-	printf '%-18s %14.0f %14.0f %8.2f\n' "$p" "$rm" "$gm" "$(awk -v a="$gm" -v b="$rm" 'BEGIN { print a / b }')"
+	line=$(printf '%-18s %14.0f %14.0f %8.2f' "$p" "$rm" "$gm" "$(awk -v a="$gm" -v b="$rm" 'BEGIN { print a / b }')")
+	if [ "$DEFAULTS" = 1 ]; then
+		dm=$(printf '%s\n' "${d[@]}" | median)
+		line+=$(printf ' %16.0f %8.2f' "$dm" "$(awk -v a="$gm" -v b="$dm" 'BEGIN { print a / b }')")
+	fi
+	results+=("$line")
 done
+printf '\n%-18s %14s %14s %8s' pattern "rbd bench" backend ratio
+[ "$DEFAULTS" != 1 ] || printf ' %16s %8s' "rbd b. rbd_cache" ratio
+printf '   (IOPS, median of %s; QD %s; load average %s)\n' "$REPS" "$QD" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%s\n' "${results[@]}"

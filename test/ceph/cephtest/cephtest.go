@@ -187,16 +187,31 @@ func (c *Cluster) Signal(t testing.TB, daemon string, sig syscall.Signal) {
 // RBD runs the rbd tool as the cluster's client (client.nvmetd) with args
 // and returns its standard output.
 func (c *Cluster) RBD(args ...string) (string, error) {
+	return c.tool("rbd", args...)
+}
+
+// Ceph runs the ceph tool as the cluster's client (client.nvmetd, whose
+// caps are a gateway's: "profile rbd", which may blocklist) with args and
+// returns its standard output.
+func (c *Cluster) Ceph(args ...string) (string, error) {
+	return c.tool("ceph", args...)
+}
+
+func (c *Cluster) tool(name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	base := []string{"--conf", c.Conf, "--id", c.ClientID, "--keyring", c.Keyring,
-		"--rados-osd-op-timeout", "30", "--rados-mon-op-timeout", "30", "--client-mount-timeout", "30"}
-	cmd := exec.CommandContext(ctx, "rbd", append(base, args...)...)
+	base := []string{"--conf", c.Conf, "--id", c.ClientID, "--keyring", c.Keyring}
+	if name == "rbd" {
+		base = append(base, "--rados-osd-op-timeout", "30", "--rados-mon-op-timeout", "30", "--client-mount-timeout", "30")
+	} else {
+		base = append(base, "--connect-timeout", "30")
+	}
+	cmd := exec.CommandContext(ctx, name, append(base, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("rbd %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
 }
