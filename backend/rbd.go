@@ -41,8 +41,10 @@ import (
 // Size. The capacity is the image's size rounded down to the block size. A
 // header watch (rbd_update_watch) notices `rbd resize` while the image is
 // open: Size then follows, and SizeChanged ([SizeNotifier]) tells the
-// target. A request past the new end of a shrunk image fails with
-// ErrOutOfRange.
+// target. A write past the new end of a shrunk image fails with
+// ErrOutOfRange even before the notice (it takes the exclusive lock, which
+// refreshes the header); a read in that window may return zeroes past the
+// new end.
 //
 // Failures. Every cluster operation is bounded by OpTimeout
 // (rados_osd_op_timeout, rados_mon_op_timeout) and connecting by

@@ -208,24 +208,53 @@ func TestRBDResize(t *testing.T) {
 	}
 }
 
-// TestRBDShrinkUnnoticed: an image shrunk by another client before the
-// header notice arrives: a request past the new end fails with
-// ErrOutOfRange (librbd's own check), not an I/O error.
+// TestRBDShrinkUnnoticed: an image shrunk by another client, and a write
+// past the new end at once, before the header notice may have arrived: it
+// fails with ErrOutOfRange, never extends the image again. (Writes take
+// the image's exclusive lock, and with it a fresh header; a read in that
+// window may still use the old size and return zeroes past the new end,
+// which is harmless: those blocks are gone.) Both with the backend holding
+// the lock (it wrote before) and not.
 func TestRBDShrinkUnnoticed(t *testing.T) {
-	c := cephtest.Shared(t)
-	image := c.CreateImage(t, 8<<20)
-	r := must[*backend.RBD](t)(backend.OpenRBD(rbdOptions(c, image, 512))).(*backend.RBD)
-	defer r.Close()
-	// Shrink with the rbd tool, then read at once: the
-	// notice may or may not have arrived; either way the answer is
-	// ErrOutOfRange.
-	c.Resize(t, image, 2<<20)
-	p := pageBuffer(t, 4096)
-	for _, off := range []int64{4 << 20, 2<<20 - 2048} {
-		if err := r.ReadAt(p, off); !errors.Is(err, backend.ErrOutOfRange) {
-			t.Errorf("ReadAt(%d) after shrinking to 2 MiB: %v, want ErrOutOfRange", off, err)
-		}
+	for _, wroteBefore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wrote before %v", wroteBefore), func(t *testing.T) {
+			r, c, image := openRBD(t, 8<<20, 512)
+			defer r.Close()
+			p := pageBuffer(t, 4096)
+			if wroteBefore {
+				if err := r.WriteAt(p, 0, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Resize(t, image, 2<<20)
+			for _, off := range []int64{4 << 20, 2<<20 - 2048} {
+				if err := r.WriteAt(p, off, false); !errors.Is(err, backend.ErrOutOfRange) {
+					t.Errorf("WriteAt(%d) after shrinking to 2 MiB: %v, want ErrOutOfRange", off, err)
+				}
+			}
+			if out, err := c.RBD("info", "--pool", c.Pool, image); err != nil || !strings.Contains(out, "size 2 MiB") {
+				t.Errorf("the image after the refused writes: %v\n%s", err, out)
+			}
+		})
 	}
+}
+
+// opTimeout is the operation timeout of the tests that take the cluster
+// away.
+const opTimeout = 3 * time.Second
+
+// openPrivateRBD starts a private cluster and opens an 8 MiB image on it
+// with opTimeout.
+func openPrivateRBD(t *testing.T) (*cephtest.Cluster, *backend.RBD) {
+	t.Helper()
+	c := cephtest.Private(t)
+	o := rbdOptions(c, c.CreateImage(t, 8<<20), 512)
+	o.OpTimeout, o.ConnectTimeout = opTimeout, opTimeout
+	r, err := backend.OpenRBD(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, r
 }
 
 // TestRBDClusterStopped: with the cluster gone, I/O fails with
@@ -233,15 +262,7 @@ func TestRBDShrinkUnnoticed(t *testing.T) {
 // operation timeout, and Close returns; nothing hangs. The cluster is a
 // private one, stopped by the test.
 func TestRBDClusterStopped(t *testing.T) {
-	c := cephtest.Private(t)
-	image := c.CreateImage(t, 8<<20)
-	const opTimeout = 3 * time.Second
-	o := rbdOptions(c, image, 512)
-	o.OpTimeout, o.ConnectTimeout = opTimeout, opTimeout
-	r, err := backend.OpenRBD(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, r := openPrivateRBD(t)
 	// Data in every object the calls below touch: librbd's object map
 	// would answer some of them without asking an OSD for objects that do
 	// not exist (a discard of nothing succeeds at once).
@@ -322,15 +343,7 @@ func TestRBDClusterStopped(t *testing.T) {
 // run again, the same backend serves I/O again, with the data written
 // before the outage intact. A private cluster.
 func TestRBDClusterPaused(t *testing.T) {
-	c := cephtest.Private(t)
-	image := c.CreateImage(t, 8<<20)
-	const opTimeout = 3 * time.Second
-	o := rbdOptions(c, image, 512)
-	o.OpTimeout, o.ConnectTimeout = opTimeout, opTimeout
-	r, err := backend.OpenRBD(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, r := openPrivateRBD(t)
 	defer r.Close()
 	before := pageBuffer(t, 64<<10)
 	copy(before, "written before the outage")

@@ -95,10 +95,14 @@ ensure_packages() {
 	fi
 }
 
-# pid_alive FILE: the daemon whose pid FILE holds is running.
+# pid_alive FILE: the daemon whose pid FILE holds is running, and is ours:
+# a ceph daemon started with this cluster's ceph.conf (a stale pid file's
+# number may belong to another process by now, which must not be killed).
 pid_alive() {
-	local pid
-	[ -s "$1" ] && pid=$(<"$1") && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+	local pid cmd
+	[ -s "$1" ] && pid=$(<"$1") && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	[[ $cmd == ceph-* && $cmd == *" -c $CONF "* ]]
 }
 
 # running: both daemons are alive (no I/O check).
