@@ -51,8 +51,9 @@ import (
 // ConnectTimeout (client_mount_timeout). An operation that times out, or
 // fails because the client lost the cluster or was blocklisted, returns an
 // error matching [ErrUnavailable] (and ErrClosed), which the target answers
-// with a path error so that hosts retry on another path; it never hangs
-// longer than OpTimeout plus librbd's own retries of the same request.
+// with a path error so that hosts retry on another path. Measured with the
+// cluster stopped (TestRBDClusterStopped, docs/rbd.md): each data call
+// fails after OpTimeout, and Close returns after three of them.
 // Other librbd errors are *[IOError]s wrapping the errno (ENOSPC and EDQUOT
 // match syscall.ENOSPC); EROFS matches ErrReadOnly.
 type RBD struct {
