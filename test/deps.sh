@@ -9,7 +9,8 @@
 # filesystems over FUSE), nsenter, fio (the FUSE+loop stress test) and
 # systemd-analyze (the unit's verification). The lab VM's own packages (qemu,
 # the guest kernel) are installed by test/lab/setup.sh, which the interop
-# tests run.
+# tests run; the Ceph packages (ceph-mon, ceph-osd, ceph-common, librbd-dev,
+# librados-dev) by test/ceph/cluster.sh, which make test-rbd runs.
 set -euo pipefail
 
 need=()
