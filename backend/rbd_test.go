@@ -4,6 +4,8 @@ package backend_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -99,6 +101,47 @@ func TestRBDOpenConfig(t *testing.T) {
 	}
 	if !strings.Contains(out, fmt.Sprintf("client.%d ", ci.InstanceID)) {
 		t.Errorf("rbd status does not list client.%d as a watcher:\n%s", ci.InstanceID, out)
+	}
+}
+
+// TestRBDRadosNamespace: an image in a RADOS namespace of the pool is
+// opened there, and is not the image of the same name in the default
+// namespace.
+func TestRBDRadosNamespace(t *testing.T) {
+	c := cephtest.Shared(t)
+	var b [4]byte
+	rand.Read(b[:])
+	ns := "tenant-" + hex.EncodeToString(b[:])
+	if _, err := c.RBD("namespace", "create", "--pool", c.Pool, "--namespace", ns); err != nil {
+		t.Fatal(err)
+	}
+	image := "vm1"
+	if _, err := c.RBD("create", "--pool", c.Pool, "--namespace", ns, "--size", "4M", image); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := c.RBD("remove", "--no-progress", "--pool", c.Pool, "--namespace", ns, image); err != nil {
+			t.Error(err)
+		}
+		if _, err := c.RBD("namespace", "remove", "--pool", c.Pool, "--namespace", ns); err != nil {
+			t.Error(err)
+		}
+	})
+	o := rbdOptions(c, image, 512)
+	o.RADOSNamespace = ns
+	r := must[*backend.RBD](t)(backend.OpenRBD(o))
+	defer r.Close()
+	if r.Size() != 4<<20 || r.Info().Path != c.Pool+"/"+ns+"/"+image || !strings.Contains(r.Info().ID, "/"+ns+"/") {
+		t.Errorf("Size %d, Info %+v", r.Size(), r.Info())
+	}
+	// No "vm1" in the default namespace (or, if another test made one, a
+	// different image).
+	o.RADOSNamespace = ""
+	if other, err := backend.OpenRBD(o); err == nil {
+		if other.Info().ID == r.Info().ID {
+			t.Errorf("the default namespace's %s is the same image", image)
+		}
+		other.Close()
 	}
 }
 
