@@ -20,10 +20,27 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nvmetd/nvmetd/internal/version.version=$(VERSION)
 
-.PHONY: help build deps alloc test vet fmt-check fuzz-smoke bench interop lab install deb deb-test clean
+
+# The rbd backend (backend/rbd.go) is compiled in by the rbd build tag, with
+# cgo against librbd/librados through go-ceph, which also wants the tag of
+# the Ceph release when it is older than squid (go-ceph v0.41 builds
+# against pacific, quincy and reef only with their tag). CEPH_RELEASE is
+# read from the installed librbd.h (LIBRBD_VER_MINOR 16 = pacific, Debian
+# 12; 17 quincy; 18 reef; squid and later need no tag).
+LIBRBD_H     ?= /usr/include/rbd/librbd.h
+CEPH_RELEASE ?= $(shell awk '/define LIBRBD_VER_MINOR/ { m = $$3 } END { if (m == 16) print "pacific"; else if (m == 17) print "quincy"; else if (m == 18) print "reef" }' $(LIBRBD_H) 2>/dev/null)
+RBD_TAGS      = rbd$(if $(CEPH_RELEASE),$(comma)$(CEPH_RELEASE))
+comma        := ,
+# Packages tested with -tags rbd (those with rbd files, and the cluster helper).
+RBD_PKGS     := ./backend/ ./test/ceph/...
+
+.PHONY: help build build-rbd rbd-tags deps alloc test test-rbd test-rbd-run bench-rbd vet fmt-check fuzz-smoke bench interop lab install deb deb-test clean
 
 help:
 	@echo 'make build       all ./cmd/... binaries into bin/ (static, CGO_ENABLED=0)'
+	@echo 'make build-rbd   bin/nvmetd-rbd: nvmetd with the Ceph rbd backend (cgo, -tags $(RBD_TAGS); links librbd1, librados2)'
+	@echo 'make test-rbd    the rbd backend tests against a Ceph cluster test/ceph/cluster.sh starts (and stops): part of make test'
+	@echo 'make bench-rbd   the rbd backend against rbd bench on one cluster (test/ceph/bench.sh)'
 	@echo 'make deps        install the Debian packages the tests use (test/deps.sh; root)'
 	@echo 'make test        deps, go vet, gofmt check, go test -race ./... (boots the lab VM), fuzz-smoke: what CI runs'
 	@echo 'make alloc       the zero-allocation tests without -race (the race detector allocates)'
@@ -40,12 +57,42 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 	@ls -l bin/
 
+# nvmetd with the rbd backend: dynamically linked (librbd.so.1, librados.so.2);
+# building needs librbd-dev and librados-dev (test/ceph/cluster.sh installs
+# them, with the cluster's packages).
+build-rbd:
+	@[ -e $(LIBRBD_H) ] || { echo "build-rbd: $(LIBRBD_H) missing: apt-get install librbd-dev librados-dev" >&2; exit 1; }
+	CGO_ENABLED=1 $(GO) build -trimpath -tags $(RBD_TAGS) -o bin/nvmetd-rbd ./cmd/nvmetd
+	@ls -l bin/nvmetd-rbd
+
+# The build tags build-rbd and test-rbd use (for scripts).
+rbd-tags:
+	@echo $(RBD_TAGS)
+
 # The full suite. The interop package (test/interop) boots the lab VM; its
 # first test runs test/lab/setup.sh, which installs the apt packages it needs.
 test: deps vet fmt-check
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory test-rbd
 	$(MAKE) --no-print-directory alloc
 	$(MAKE) --no-print-directory fuzz-smoke
+
+# The rbd backend against a real Ceph cluster (one monitor, one memstore OSD,
+# cephx, on 127.0.0.1): test/ceph/cluster.sh starts it (installing the Ceph
+# packages and librbd-dev if missing) and stops it afterwards. A sub-make, so
+# that CEPH_RELEASE is read after the headers are installed.
+test-rbd:
+	@test/ceph/cluster.sh start
+	@trap 'test/ceph/cluster.sh stop' EXIT; \
+	$(MAKE) --no-print-directory test-rbd-run
+
+test-rbd-run:
+	$(GO) vet -tags $(RBD_TAGS) $(RBD_PKGS)
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -tags $(RBD_TAGS) $(RBD_PKGS)
+	CGO_ENABLED=1 $(GO) test -count=1 -run 'Alloc' -v -tags $(RBD_TAGS) ./backend/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)'
+
+bench-rbd:
+	test/ceph/bench.sh
 
 # The zero-allocation tests once more without -race: the race detector
 # allocates, so some of them can only count allocations in a plain build.

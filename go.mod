@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	filippo.io/bigmod v0.1.0
+	github.com/ceph/go-ceph v0.41.0
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/dswarbrick/smart v0.0.0-20230625164221-6fe037e2b05f

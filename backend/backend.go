@@ -72,14 +72,17 @@ type Backend interface {
 	Discard(off, length int64) error
 
 	// Size returns the capacity in bytes, a multiple of BlockSize. It is
-	// fixed when the backend is opened.
+	// fixed when the backend is opened, except in backends that implement
+	// [SizeNotifier] (rbd), whose storage can be resized from outside while
+	// open: their Size follows it.
 	Size() int64
 
 	// BlockSize returns the logical block size in bytes: 512 or 4096.
 	BlockSize() uint32
 
 	// Info describes the backend: identity, geometry and capabilities. It
-	// is computed when the backend is opened and does not change.
+	// is computed when the backend is opened and does not change (Info().Size
+	// is the size at open, even where Size follows a resize).
 	Info() Info
 
 	// Health returns device-reported health (the NVMe SMART / Health
@@ -106,7 +109,22 @@ const (
 	KindBlock  Kind = "block"  // a block device, see [OpenBlock]
 	KindNull   Kind = "null"   // discards writes, see [OpenNull]
 	KindMemory Kind = "memory" // sparse RAM, see [OpenMemory]
+	KindRBD    Kind = "rbd"    // a Ceph RBD image, see [RBDOptions] (needs the rbd build tag)
 )
+
+// SizeNotifier is implemented by backends whose capacity can change while
+// they are open, because the storage is resized outside nvmetd (an RBD
+// image grown or shrunk with `rbd resize`). The target watches it to update
+// the namespace's size (NSZE, NCAP) and raise a Namespace Attribute Changed
+// event (NVMe Base Specification 2.0, §5.27.1.19 and §5.16.1.5).
+type SizeNotifier interface {
+	// SizeChanged returns a channel that receives a value after Size has
+	// changed. Notifications coalesce (the channel holds at most one), so a
+	// receiver reads Size after each receive and acts on the value it finds,
+	// which may equal the old one. The channel is the same on every call and
+	// is closed by Close.
+	SizeChanged() <-chan struct{}
+}
 
 // Info describes a backend. Fields that do not apply or are unknown are
 // zero.
@@ -277,7 +295,23 @@ var (
 	// ErrBusy: the file or device is in use by another opener (a lock or
 	// O_EXCL conflict).
 	ErrBusy = errors.New("backend: in use by another opener")
+	// ErrUnavailable: the storage cannot be reached for now (the Ceph
+	// cluster connection is lost, a cluster operation timed out, the
+	// client was blocklisted). The same command may succeed through another
+	// path (another gateway) or later, so the target answers with a path
+	// error that hosts retry on another path (NVMe Internal Path Error).
+	// Such errors also match ErrClosed, which the target already maps to
+	// that status, and carry the cause (errors.Is(err, syscall.ETIMEDOUT)).
+	ErrUnavailable error = unavailableError{}
 )
+
+type unavailableError struct{}
+
+func (unavailableError) Error() string { return "backend: storage unavailable" }
+
+// Is makes ErrUnavailable match ErrClosed: both mean that this path cannot
+// serve the command now.
+func (unavailableError) Is(target error) bool { return target == ErrClosed }
 
 // Op names the operation that failed in an [IOError] or [RangeError].
 type Op string

@@ -3,12 +3,14 @@ package backend
 import (
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // Config selects and configures a backend for [Open]. Field names in
 // validation errors are the snake_case forms of these names.
 type Config struct {
-	// Kind is "file", "block", "null" or "memory". Required.
+	// Kind is "file", "block", "null", "memory" or "rbd". Required.
 	Kind Kind
 
 	// Path is the file (kind file) or device node (kind block). Required
@@ -17,6 +19,8 @@ type Config struct {
 
 	// Size is the capacity in bytes, a multiple of BlockSize.
 	//   - null, memory: required.
+	//   - rbd: not allowed; the image's size (rounded down to BlockSize) is
+	//     the capacity, and follows `rbd resize` (see [SizeNotifier]).
 	//   - file: 0 uses the existing file's size; otherwise a missing file is
 	//     created sparse at Size, a smaller file is grown (sparse) to Size,
 	//     and a larger file is an error (never shrunk).
@@ -60,6 +64,16 @@ type Config struct {
 	// (kind null only). Empty means zeroes.
 	Pattern []byte
 
+	// The Ceph RBD image (kind rbd only; see [RBDOptions]). Pool and Image
+	// are required.
+	Pool           string        // RADOS pool of the image
+	Image          string        // RBD image name
+	RADOSNamespace string        // RADOS namespace in the pool; empty: the default one
+	CephConf       string        // ceph.conf path; empty: /etc/ceph/ceph.conf
+	ClientID       string        // cephx user without "client.": empty: admin
+	Keyring        string        // keyring path; empty: as ceph.conf says
+	OpTimeout      time.Duration // bound of one cluster operation; 0: DefaultRBDOpTimeout
+	ConnectTimeout time.Duration // bound of connecting; 0: DefaultRBDConnectTimeout
 	// DeferClaim opens the storage without its claim (the flock of a file
 	// unless NoLock, the O_EXCL of a block device with Exclusive); the
 	// backend then implements [Claimer] and takes the claim when Claim is
@@ -95,11 +109,11 @@ const maxPattern = 4096
 // returns the first problem as a *ConfigError.
 func (c *Config) Validate() error {
 	switch c.Kind {
-	case KindFile, KindBlock, KindNull, KindMemory:
+	case KindFile, KindBlock, KindNull, KindMemory, KindRBD:
 	case "":
-		return cfgErr("kind", "missing (want file, block, null or memory)")
+		return cfgErr("kind", "missing (want file, block, null, memory or rbd)")
 	default:
-		return cfgErr("kind", "%q is not one of file, block, null, memory", string(c.Kind))
+		return cfgErr("kind", "%q is not one of file, block, null, memory, rbd", string(c.Kind))
 	}
 	hasPath := c.Kind == KindFile || c.Kind == KindBlock
 	if hasPath && c.Path == "" {
@@ -116,6 +130,9 @@ func (c *Config) Validate() error {
 		bs = 512
 	}
 	needSize := c.Kind == KindNull || c.Kind == KindMemory
+	if c.Kind == KindRBD && c.Size != 0 {
+		return cfgErr("size", "not used by kind rbd: the image's size is the capacity (rbd resize changes it)")
+	}
 	if err := checkSize(c.Size, bs, needSize); err != nil {
 		return err
 	}
@@ -148,6 +165,75 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Pattern) > maxPattern {
 		return cfgErr("pattern", "%d bytes is longer than the limit of %d", len(c.Pattern), maxPattern)
+	}
+	if c.Kind != KindRBD {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"pool", c.Pool != ""}, {"image", c.Image != ""}, {"rados_namespace", c.RADOSNamespace != ""},
+			{"ceph_conf", c.CephConf != ""}, {"client_id", c.ClientID != ""}, {"keyring", c.Keyring != ""},
+			{"op_timeout", c.OpTimeout != 0}, {"connect_timeout", c.ConnectTimeout != 0},
+		} {
+			if f.set {
+				return cfgErr(f.name, "only used by kind rbd")
+			}
+		}
+		return nil
+	}
+	return c.rbdOptions().validate()
+}
+
+// rbdOptions returns the kind rbd part of c.
+func (c *Config) rbdOptions() RBDOptions {
+	return RBDOptions{
+		Pool: c.Pool, Image: c.Image, RADOSNamespace: c.RADOSNamespace,
+		CephConf: c.CephConf, ClientID: c.ClientID, Keyring: c.Keyring,
+		BlockSize: c.BlockSize, ReadOnly: c.ReadOnly,
+		OpTimeout: c.OpTimeout, ConnectTimeout: c.ConnectTimeout,
+	}
+}
+
+// maxRBDTimeout bounds RBDOptions.OpTimeout and ConnectTimeout.
+const maxRBDTimeout = time.Hour
+
+// validate checks the options without contacting the cluster.
+func (o RBDOptions) validate() error {
+	name := func(field, what, v string, required bool) error {
+		switch {
+		case v == "" && required:
+			return cfgErr(field, "required for kind rbd")
+		case strings.ContainsAny(v, "/@\x00"):
+			// rbd's image spec is pool/namespace/image@snapshot.
+			return cfgErr(field, "%q: %s names cannot contain '/', '@' or NUL", v, what)
+		}
+		return nil
+	}
+	if err := name("pool", "pool", o.Pool, true); err != nil {
+		return err
+	}
+	if err := name("image", "image", o.Image, true); err != nil {
+		return err
+	}
+	if err := name("rados_namespace", "RADOS namespace", o.RADOSNamespace, false); err != nil {
+		return err
+	}
+	if strings.HasPrefix(o.ClientID, "client.") {
+		return cfgErr("client_id", "%q: give the id without \"client.\" (%q)", o.ClientID, strings.TrimPrefix(o.ClientID, "client."))
+	}
+	if strings.ContainsAny(o.ClientID, " \x00") {
+		return cfgErr("client_id", "%q: no spaces or NUL", o.ClientID)
+	}
+	if err := checkBlockSize(o.BlockSize); err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		field string
+		d     time.Duration
+	}{{"op_timeout", o.OpTimeout}, {"connect_timeout", o.ConnectTimeout}} {
+		if t.d < 0 || t.d > maxRBDTimeout {
+			return cfgErr(t.field, "%s is out of range (0 for the default, or up to %s)", t.d, maxRBDTimeout)
+		}
 	}
 	return nil
 }
@@ -202,6 +288,8 @@ func Open(cfg Config) (Backend, error) {
 			d.deferredExcl = cfg.DeferClaim && cfg.Exclusive
 			b = d
 		}
+	case KindRBD:
+		b, err = openRBD(cfg.rbdOptions())
 	case KindNull:
 		var n *Null
 		if n, err = OpenNull(NullOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Pattern: cfg.Pattern}); err == nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nvmetd/nvmetd/backend"
 )
@@ -22,8 +23,28 @@ func TestConfigValidate(t *testing.T) {
 		{backend.Config{Kind: "block", Path: "/dev/x", Exclusive: true, DriveDB: "/etc/drivedb.yaml"}, ""},
 		{backend.Config{Kind: "block", Path: "/dev/x", Direct: true}, ""},
 
-		{backend.Config{}, "backend: kind: missing (want file, block, null or memory)"},
-		{backend.Config{Kind: "ram"}, `backend: kind: "ram" is not one of file, block, null, memory`},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1"}, ""},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", RADOSNamespace: "tenant", CephConf: "/etc/ceph/x.conf",
+			ClientID: "nvmetd", Keyring: "/etc/ceph/x.keyring", BlockSize: 4096, ReadOnly: true,
+			OpTimeout: 5 * time.Second, ConnectTimeout: time.Minute}, ""},
+
+		{backend.Config{}, "backend: kind: missing (want file, block, null, memory or rbd)"},
+		{backend.Config{Kind: "ram"}, `backend: kind: "ram" is not one of file, block, null, memory, rbd`},
+		{backend.Config{Kind: "rbd", Image: "vm1"}, "backend: pool: required for kind rbd"},
+		{backend.Config{Kind: "rbd", Pool: "rbd"}, "backend: image: required for kind rbd"},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "a/b"}, `backend: image: "a/b": image names cannot contain '/', '@' or NUL`},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1@snap"}, `backend: image: "vm1@snap": image names cannot contain '/', '@' or NUL`},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", RADOSNamespace: "x/y"}, `backend: rados_namespace: "x/y": RADOS namespace names cannot contain '/', '@' or NUL`},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", Path: "/dev/rbd0"}, "backend: path: not used by kind rbd"},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", Size: 1 << 30}, "backend: size: not used by kind rbd: the image's size is the capacity (rbd resize changes it)"},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", ClientID: "client.nvmetd"}, `backend: client_id: "client.nvmetd": give the id without "client." ("nvmetd")`},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", OpTimeout: -time.Second}, "backend: op_timeout: -1s is out of range (0 for the default, or up to 1h0m0s)"},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", ConnectTimeout: 2 * time.Hour}, "backend: connect_timeout: 2h0m0s is out of range (0 for the default, or up to 1h0m0s)"},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", BlockSize: 2048}, "backend: block_size: 2048 is not 512 or 4096"},
+		{backend.Config{Kind: "rbd", Pool: "rbd", Image: "vm1", Direct: true}, "backend: direct: not used by kind rbd"},
+		{backend.Config{Kind: "file", Path: "/x", Pool: "rbd"}, "backend: pool: only used by kind rbd"},
+		{backend.Config{Kind: "memory", Size: 4096, Keyring: "/k"}, "backend: keyring: only used by kind rbd"},
+		{backend.Config{Kind: "block", Path: "/dev/x", OpTimeout: time.Second}, "backend: op_timeout: only used by kind rbd"},
 		{backend.Config{Kind: "file"}, "backend: path: required for kind file"},
 		{backend.Config{Kind: "block"}, "backend: path: required for kind block"},
 		{backend.Config{Kind: "memory", Path: "/x", Size: 512}, "backend: path: not used by kind memory"},
@@ -179,4 +200,16 @@ func TestMemoryOverlappingIO(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestErrUnavailable: ErrUnavailable matches ErrClosed (the target's path
+// error) but not the other way round.
+func TestErrUnavailable(t *testing.T) {
+	err := fmt.Errorf("backend rbd rbd/x: read: %w", backend.ErrUnavailable)
+	if !errors.Is(err, backend.ErrUnavailable) || !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("%v: does not match ErrUnavailable and ErrClosed", err)
+	}
+	if errors.Is(backend.ErrClosed, backend.ErrUnavailable) {
+		t.Errorf("ErrClosed matches ErrUnavailable")
+	}
 }

@@ -169,7 +169,8 @@ type NamespaceConfig struct {
 // is a string with an optional unit ("1GiB", "10GB", "4096"), parsed by
 // backend.ParseSize.
 type BackendConfig struct {
-	// Kind is "file", "block", "null" or "memory".
+	// Kind is "file", "block", "null", "memory" or "rbd" (a Ceph RBD
+	// image; needs a build with the rbd tag).
 	Kind string `mapstructure:"kind"`
 	// Path is the file or block device node (kinds file and block).
 	Path string `mapstructure:"path"`
@@ -195,6 +196,19 @@ type BackendConfig struct {
 	// DriveDB is a smartmontools drivedb.yaml naming ATA SMART attributes
 	// in health reports (kind block).
 	DriveDB string `mapstructure:"drive_db"`
+	// The Ceph RBD image (kind rbd; see backend.RBDOptions): pool and image
+	// are required; rados_namespace, ceph_conf (default
+	// /etc/ceph/ceph.conf), client_id (default admin), keyring (default:
+	// as ceph.conf says), op_timeout and connect_timeout (default 10s) are
+	// optional.
+	Pool           string        `mapstructure:"pool"`
+	Image          string        `mapstructure:"image"`
+	RADOSNamespace string        `mapstructure:"rados_namespace"`
+	CephConf       string        `mapstructure:"ceph_conf"`
+	ClientID       string        `mapstructure:"client_id"`
+	Keyring        string        `mapstructure:"keyring"`
+	OpTimeout      time.Duration `mapstructure:"op_timeout"`
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
 }
 
 // HostConfig is a known host.
@@ -404,6 +418,15 @@ func (b *BackendConfig) Config() (backend.Config, error) {
 		NoLock:     b.NoLock,
 		Exclusive:  b.Exclusive,
 		DriveDB:    b.DriveDB,
+
+		Pool:           b.Pool,
+		Image:          b.Image,
+		RADOSNamespace: b.RADOSNamespace,
+		CephConf:       b.CephConf,
+		ClientID:       b.ClientID,
+		Keyring:        b.Keyring,
+		OpTimeout:      b.OpTimeout,
+		ConnectTimeout: b.ConnectTimeout,
 	}
 	if b.Size != "" {
 		n, err := backend.ParseSize(b.Size)

@@ -88,7 +88,7 @@ func TestValidate(t *testing.T) {
 		{"memory without size", func(c *Config) { c.Subsystems[0].Namespaces[0].Backend.Size = "" },
 			"subsystems[0].namespaces[0].backend.size", "positive multiple"},
 		{"backend kind", func(c *Config) { c.Subsystems[0].Namespaces[0].Backend.Kind = "tape" },
-			"subsystems[0].namespaces[0].backend.kind", `"tape" is not one of file, block, null, memory`},
+			"subsystems[0].namespaces[0].backend.kind", `"tape" is not one of file, block, null, memory, rbd`},
 		{"backend kind missing", func(c *Config) { c.Subsystems[0].Namespaces[0].Backend.Kind = "" },
 			"subsystems[0].namespaces[0].backend.kind", "missing"},
 		{"file without path", func(c *Config) { c.Subsystems[0].Namespaces[1].Backend.Path = "" },
@@ -99,6 +99,14 @@ func TestValidate(t *testing.T) {
 			"subsystems[0].namespaces[0].backend.direct", "not used by kind memory"},
 		{"exclusive on file", func(c *Config) { c.Subsystems[0].Namespaces[1].Backend.Exclusive = true },
 			"subsystems[0].namespaces[1].backend.exclusive", "only used by kind block"},
+		{"rbd without pool", func(c *Config) {
+			c.Subsystems[0].Namespaces[1].Backend = BackendConfig{Kind: "rbd", Image: "vm1"}
+		}, "subsystems[0].namespaces[1].backend.pool", "required for kind rbd"},
+		{"rbd with a size", func(c *Config) {
+			c.Subsystems[0].Namespaces[1].Backend = BackendConfig{Kind: "rbd", Pool: "rbd", Image: "vm1", Size: "1GiB"}
+		}, "subsystems[0].namespaces[1].backend.size", "not used by kind rbd"},
+		{"pool on file", func(c *Config) { c.Subsystems[0].Namespaces[1].Backend.Pool = "rbd" },
+			"subsystems[0].namespaces[1].backend.pool", "only used by kind rbd"},
 		{"nguid syntax", func(c *Config) { c.Subsystems[0].Namespaces[1].NGUID = "xyz" },
 			"subsystems[0].namespaces[1].nguid", `"xyz" is not 32 hex digits`},
 		{"nguid zero", func(c *Config) { c.Subsystems[0].Namespaces[1].NGUID = strings.Repeat("0", 32) },
@@ -498,6 +506,19 @@ func TestBackendConfig(t *testing.T) {
 	}
 	if !n.IsEnabled() {
 		t.Error("unset Enabled is not enabled")
+	}
+	r := NamespaceConfig{NSID: 2, Backend: BackendConfig{Kind: "rbd", Pool: "rbd", Image: "vm1", RADOSNamespace: "tenant",
+		CephConf: "/etc/ceph/ceph.conf", ClientID: "nvmetd", Keyring: "/etc/ceph/ceph.client.nvmetd.keyring",
+		BlockSize: 4096, OpTimeout: 5 * time.Second, ConnectTimeout: 20 * time.Second}}
+	got, err = r.BackendConfig()
+	want = backend.Config{Kind: backend.KindRBD, Pool: "rbd", Image: "vm1", RADOSNamespace: "tenant",
+		CephConf: "/etc/ceph/ceph.conf", ClientID: "nvmetd", Keyring: "/etc/ceph/ceph.client.nvmetd.keyring",
+		BlockSize: 4096, OpTimeout: 5 * time.Second, ConnectTimeout: 20 * time.Second}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("rbd BackendConfig = %+v, %v", got, err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("rbd backend config: %v", err)
 	}
 }
 

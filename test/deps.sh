@@ -12,7 +12,9 @@
 # checked against nvme gen-dhchap-key/check-dhchap-key) and python3 (the
 # Linux reference peer of nvmeof/auth/testdata/linuxref.py). The lab VM's
 # own packages (qemu, the guest kernel) are installed by test/lab/setup.sh,
-# which the interop tests run.
+# which the interop tests run; the Ceph packages (ceph-mon, ceph-osd,
+# ceph-common, librbd-dev, librados-dev) by test/ceph/cluster.sh, which make
+# test-rbd runs.
 set -euo pipefail
 
 need=()

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# test/ceph/bench.sh: the rbd backend against `rbd bench` (librbd directly),
+# on the same image of the same cluster, in the same run.
+#
+#   test/ceph/bench.sh [REPS]      (default 3 repetitions; medians reported)
+#
+# Starts a private cluster (test/ceph/cluster.sh, stopped at the end),
+# creates a 1 GiB image and writes all of it, then for each pattern runs
+# `rbd bench` and BenchmarkRBD (backend/rbd_bench_test.go) alternately REPS
+# times with the same I/O size, depth and number of operations:
+#
+#   randwrite-4KiB  randread-4KiB  seqwrite-128KiB  seqread-128KiB  (QD $QD)
+#
+# rbd bench issues librbd's asynchronous I/O (QD in flight from one
+# thread); the backend issues synchronous rbd_read/rbd_write from QD
+# goroutines, as the target's workers do. rbd bench runs with the backend's
+# librbd settings (--rbd-cache=false: a completed write is on the OSDs), and
+# with NVMETD_RBD_BENCH_DEFAULT=1 also with librbd's defaults (rbd_cache on:
+# writes may complete from the client's memory, which a gateway must not
+# do), for reference. Env: NVMETD_RBD_BENCH_QD (16), NVMETD_RBD_BENCH_OPS4K
+# (16384), NVMETD_RBD_BENCH_OPS128K (4096).
+set -euo pipefail
+
+REPS=${1:-3}
+QD=${NVMETD_RBD_BENCH_QD:-16}
+OPS4K=${NVMETD_RBD_BENCH_OPS4K:-16384}
+OPS128K=${NVMETD_RBD_BENCH_OPS128K:-4096}
+DEFAULTS=${NVMETD_RBD_BENCH_DEFAULT:-0}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+
+dir=$(mktemp -d /tmp/nvmetd-ceph-bench-XXXXXX)
+bin=$(mktemp /tmp/nvmetd-rbd-bench-XXXXXX.test)
+cleanup() {
+	NVMETD_CEPH_DIR=$dir test/ceph/cluster.sh stop || true
+	rm -rf "$dir" "$bin"
+}
+trap cleanup EXIT
+export NVMETD_CEPH_DIR=$dir
+
+t0=$SECONDS
+test/ceph/cluster.sh start
+log "cluster started in $((SECONDS - t0)) s"
+eval "$(test/ceph/cluster.sh env | sed 's/^/export /')"
+RBD=(rbd --conf "$CEPH_CONF" --id "$CEPH_CLIENT_ID" --keyring "$CEPH_KEYRING" --pool "$CEPH_POOL")
+
+tags=$(make -s --no-print-directory rbd-tags)
+log "building the backend's test binary (-tags $tags)"
+CGO_ENABLED=1 go test -c -tags "$tags" -o "$bin" ./backend/
+
+IMAGE=bench
+"${RBD[@]}" create --size 1G "$IMAGE"
+log "filling $IMAGE (1 GiB)"
+"${RBD[@]}" bench --io-type write --io-pattern seq --io-size 4M --io-threads 4 --io-total 1G "$IMAGE" >/dev/null
+
+# rbd_bench PATTERN [ARGS]: ops/s of `rbd bench`.
+rbd_bench() {
+	local type=${1%%-*} size=${1##*-} pattern=rand ops extra=("${@:2}")
+	type=${type#rand}; type=${type#seq}
+	case $1 in seq*) pattern=seq ;; esac
+	case $size in 4KiB) size=4K ops=$OPS4K ;; 128KiB) size=128K ops=$OPS128K ;; esac
+	local bytes=$((ops * ${size%K} * 1024))
+	"${RBD[@]}" "${extra[@]}" bench --io-type "$type" --io-size "$size" --io-threads "$QD" --io-total "$bytes" \
+		--io-pattern "$pattern" "$IMAGE" 2>&1 | awk '/^elapsed:/ { print $6 }'
+}
+
+# backend_bench PATTERN: ops/s of BenchmarkRBD.
+backend_bench() {
+	local ops=$OPS4K
+	case $1 in *128KiB) ops=$OPS128K ;; esac
+	NVMETD_RBD_BENCH_IMAGE=$IMAGE NVMETD_RBD_BENCH_QD=$QD "$bin" -test.run '^$' \
+		-test.bench "^BenchmarkRBD\$/^$1-QD$QD\$" -test.benchtime "${ops}x" -test.count 1 2>&1 |
+		awk '/^BenchmarkRBD/ { for (i = 1; i < NF; i++) if ($(i+1) == "IOPS") print $i }'
+}
+
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2] + a[NR/2+1]) / 2 }'; }
+
+results=()
+for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
+	r=() g=() d=()
+	for _ in $(seq "$REPS"); do
+		r+=("$(rbd_bench "$p" --rbd-cache=false)")
+		g+=("$(backend_bench "$p")")
+		[ "$DEFAULTS" != 1 ] || d+=("$(rbd_bench "$p")")
+	done
+	log "$p: rbd bench ${r[*]}; backend ${g[*]}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
+	rm=$(printf '%s\n' "${r[@]}" | median)
+	gm=$(printf '%s\n' "${g[@]}" | median)
+	line=$(printf '%-18s %14.0f %14.0f %8.2f' "$p" "$rm" "$gm" "$(awk -v a="$gm" -v b="$rm" 'BEGIN { print a / b }')")
+	if [ "$DEFAULTS" = 1 ]; then
+		dm=$(printf '%s\n' "${d[@]}" | median)
+		line+=$(printf ' %16.0f %8.2f' "$dm" "$(awk -v a="$gm" -v b="$dm" 'BEGIN { print a / b }')")
+	fi
+	results+=("$line")
+done
+printf '\n%-18s %14s %14s %8s' pattern "rbd bench" backend ratio
+[ "$DEFAULTS" != 1 ] || printf ' %16s %8s' "rbd b. rbd_cache" ratio
+printf '   (IOPS, median of %s; QD %s; load average %s)\n' "$REPS" "$QD" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%s\n' "${results[@]}"
