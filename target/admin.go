@@ -210,9 +210,13 @@ func (c *controller) identifyController(id *nvmeof.IdentifyController, q *queue)
 	id.SetMN(cfg.Model)
 	id.SetFR(cfg.FirmwareRevision)
 	id.SetRAB(6)
-	// Several ports, several controllers; no ANA reporting (bit 3), so the
-	// host never asks for the ANA log.
-	id.SetCMIC(nvmeof.CMICMultiPort | nvmeof.CMICMultiCtrl)
+	// Several ports, several controllers, ANA reporting (nvmet with
+	// CONFIG_NVME_TARGET... ANA, as always since Linux 5.0).
+	id.SetCMIC(nvmeof.CMICMultiPort | nvmeof.CMICMultiCtrl | nvmeof.CMICANA)
+	id.SetANATT(anaTransitionTime)
+	id.SetANACAP(anaCapabilities)
+	id.SetANAGRPMAX(MaxANAGroup)
+	id.SetNANAGRPID(MaxANAGroup)
 	id.SetMDTS(c.mdts)
 	id.SetACL(3)
 	id.SetAERL(maxAERs - 1)
@@ -271,6 +275,7 @@ func (ns *namespace) identify(id *nvmeof.IdentifyNamespace) {
 	id.SetFLBAS(0)
 	id.SetLBAF(0, nvmeof.LBAFormat{LBADS: ns.lbaShift})
 	id.SetNMIC(nvmeof.NMICShared)
+	id.SetANAGRPID(ns.cfg.ANAGroup)
 	if ns.readOnly {
 		id.SetNSATTR(nvmeof.NSATTRWriteProtected)
 	}

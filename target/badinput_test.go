@@ -259,8 +259,6 @@ func TestBadCommands(t *testing.T) {
 	if err != nil || b[0] != 0 {
 		t.Fatalf("read at the end of the SMART log: %v", err)
 	}
-	_, err = h.getLog(nvmeof.LIDANA, nvmeof.NSIDAll, 0, 4096)
-	wantStatus(t, "ANA log (not advertised)", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
 	_, err = h.getLog(nvmeof.LIDDiscovery, 0, 0, 1024)
 	wantStatus(t, "discovery log on an I/O controller", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
 	_, err = h.getLog(nvmeof.LIDSMART, 7, 0, 512)

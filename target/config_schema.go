@@ -92,6 +92,20 @@ type PortConfig struct {
 	// Referrals are other discovery services listed in this port's
 	// discovery log.
 	Referrals []ReferralConfig `mapstructure:"referrals"`
+	// ANAGroups sets the ANA state of groups as seen through this port
+	// (nvmetcli ports[].ana_groups); a group not listed is optimized.
+	// Several ports (or several nvmetd processes) serving one subsystem
+	// are the paths a multipath host chooses between by these states.
+	ANAGroups []ANAGroupConfig `mapstructure:"ana_groups"`
+}
+
+// ANAGroupConfig is the state of one ANA group on a port.
+type ANAGroupConfig struct {
+	// ID is the ANAGRPID, 1..128.
+	ID uint32 `mapstructure:"id"`
+	// State is optimized (default), non-optimized, inaccessible,
+	// persistent-loss or change.
+	State string `mapstructure:"state"`
 }
 
 // ReferralConfig is a discovery log referral entry (subtype 1) pointing the

@@ -348,6 +348,19 @@ func (c *Config) validatePorts(v *validator) {
 			}
 		}
 		refs := map[string]int{}
+		seenANA := map[uint32]bool{}
+		for j, g := range p.ANAGroups {
+			gp := fmt.Sprintf("%s.ana_groups[%d]", pp, j)
+			if g.ID < 1 || g.ID > MaxANAGroup {
+				v.add(gp+".id", "%d is out of range (1..%d)", g.ID, MaxANAGroup)
+			} else if seenANA[g.ID] {
+				v.add(gp+".id", "ANA group %d is listed twice on the port", g.ID)
+			}
+			seenANA[g.ID] = true
+			if _, err := ParseANAState(g.State); err != nil {
+				v.addErr(gp+".state", fmt.Sprintf("%q is not an ANA state (optimized, non-optimized, inaccessible, persistent-loss, change)", g.State), err)
+			}
+		}
 		for j := range p.Referrals {
 			r := &p.Referrals[j]
 			rp := fmt.Sprintf("%s.referrals[%d]", pp, j)

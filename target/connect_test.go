@@ -48,11 +48,15 @@ func TestLinuxConnectSequence(t *testing.T) {
 		{"MSDBD", uint64(id.MSDBD()), 1},
 		{"SGLS", uint64(id.SGLS()), 0x100005},
 		{"MDTS", uint64(id.MDTS()), 8},
-		{"CMIC", uint64(id.CMIC()), nvmeof.CMICMultiPort | nvmeof.CMICMultiCtrl},
 		{"MAXCMD", uint64(id.MAXCMD()), 128},
 		{"ONCS", uint64(id.ONCS()), nvmeof.ONCSDSM | nvmeof.ONCSWriteZeroes},
 		{"VWC present", uint64(id.VWC() & nvmeof.VWCPresent), 1},
-		{"OAES", uint64(id.OAES()), nvmeof.AECNSAttr},
+		{"OAES", uint64(id.OAES()), nvmeof.AECNSAttr | nvmeof.AECANAChange},
+		{"CMIC", uint64(id.CMIC()), nvmeof.CMICMultiPort | nvmeof.CMICMultiCtrl | nvmeof.CMICANA},
+		{"ANACAP", uint64(id.ANACAP()), 0x1F},
+		{"ANATT", uint64(id.ANATT()), 10},
+		{"ANAGRPMAX", uint64(id.ANAGRPMAX()), 128},
+		{"NANAGRPID", uint64(id.NANAGRPID()), 128},
 		{"CNTRLTYPE", uint64(id.CNTRLTYPE()), nvmeof.CntrlTypeIO},
 		{"VER", uint64(id.VER()), uint64(nvmeof.VS1_3)},
 		{"NN", uint64(id.NN()), 1024},
@@ -191,8 +195,9 @@ func TestLinuxConnectSequence(t *testing.T) {
 	}
 	_, err = h.setFeature(nvmeof.FeatTimestamp, 0)
 	wantStatus(t, "set timestamp", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
-	_, err = h.setFeature(nvmeof.FeatAsyncEventConfig, nvmeof.AECANAChange)
-	wantStatus(t, "enable ANA notices", err, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+	if _, err = h.setFeature(nvmeof.FeatAsyncEventConfig, nvmeof.AECANAChange|nvmeof.AECNSAttr); err != nil {
+		t.Fatalf("enable ANA and namespace notices: %v", err)
+	}
 	_, err = h.setFeature(nvmeof.FeatNumQueues, nvmeof.EncodeNumQueues(4, 4))
 	wantStatus(t, "number of queues after queues exist", err, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
 

@@ -95,7 +95,7 @@ func (c *controller) supportedAEC() (oaes, aec uint32) {
 	}
 	const smart = nvmeof.SMARTCritSpare | nvmeof.SMARTCritTemperature | nvmeof.SMARTCritReliability |
 		nvmeof.SMARTCritReadOnly | nvmeof.SMARTCritVolatileMemory
-	return nvmeof.AECNSAttr, nvmeof.AECNSAttr | smart
+	return nvmeof.AECNSAttr | nvmeof.AECANAChange, nvmeof.AECNSAttr | nvmeof.AECANAChange | smart
 }
 
 // ready reports CSTS.RDY: the controller takes commands other than

@@ -27,15 +27,22 @@
 //     complete. Everything but Fabrics commands needs CSTS.RDY.
 //   - Keep alive: KATO rounded up to seconds and clamped to the configured
 //     range; traffic based (CTRATT TBKAS): every command restarts the timer;
-//     KATO 0 disables it on an I/O controller and means the configured
-//     default (120 s) on a discovery controller; on expiry the controller
-//     and all its queues go.
+//     KATO 0 means the configured default (120 s) on every controller (nvmet
+//     lets it disable keep alive on I/O controllers, which would let any
+//     host leave a controller behind forever); on expiry the controller and
+//     all its queues go.
 //   - Asynchronous events: Namespace Attribute Changed (with the Changed
 //     Namespace List) on I/O controllers, Discovery Log Changed on discovery
 //     controllers; up to four AERs held, never timed out; an event kind stays
-//     masked until the host reads its log page. ANA reporting is not
-//     implemented and not advertised (CMIC bit 3 clear): the ANA group of a
-//     namespace shows in Status only.
+//     masked until the host reads its log page; ANA Change notices on I/O
+//     controllers.
+//   - ANA (asymmetric namespace access, ana.go): every namespace is in an
+//     ANA group; each port gives each group a state (PortConfig.ANAGroups,
+//     optimized unless listed), reported in the ANA log page (with or
+//     without NSIDs) as seen through the port the host is connected to, and
+//     enforced on I/O with the path-related statuses (ANA Inaccessible,
+//     Persistent Loss, Transition); a reload that changes a port's states
+//     notifies that port's controllers (ANA Change).
 //   - Discovery log: per port, for the asking host: the current discovery
 //     subsystem, each subsystem of the port the host may connect to, the
 //     port's referrals. A wildcard listen address is reported as the address

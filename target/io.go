@@ -50,6 +50,11 @@ func (q *queue) handleIO(c *controller, r *rdma.Request) {
 		return
 	}
 	st = ns.check(sqe, len(r.Data()))
+	if st == nvmeof.StatusSuccess {
+		// nvmet_check_ana_state: a path whose group is not accessible
+		// answers with a path-related status, and the host tries another.
+		st = anaStatus(c.anaState(ns.cfg.ANAGroup))
+	}
 	if st != nvmeof.StatusSuccess {
 		ns.errors.Add(1)
 		ns.put()

@@ -59,8 +59,10 @@ func (c *controller) getLogPage(q *queue, r *rdma.Request) {
 		var log nvmeof.CommandEffectsLog
 		commandEffects(&log)
 		page = log[:]
+	case lid == nvmeof.LIDANA && !c.sub.disc:
+		page = c.anaLog(cmd.LSP()&nvmeof.ANALSPRGO != 0)
+		c.unmask(nvmeof.AECANAChange, cmd.RAE())
 	default:
-		// Includes the ANA log: ANA reporting is not advertised.
 		st = nvmeof.StatusInvalidField | nvmeof.StatusDNR
 	}
 	if st == nvmeof.StatusSuccess {

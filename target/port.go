@@ -32,10 +32,15 @@ type port struct {
 	mu     sync.Mutex
 	queues map[*queue]struct{}
 	closed bool
+
+	// ana is the port's state of every ANA group (read on every I/O).
+	ana atomic.Pointer[anaView]
 }
 
 func newPort(s *server, cfg PortConfig) *port {
-	return &port{s: s, id: cfg.ID, cfg: cfg, queues: map[*queue]struct{}{}}
+	p := &port{s: s, id: cfg.ID, cfg: cfg, queues: map[*queue]struct{}{}}
+	p.setANA(&cfg)
+	return p
 }
 
 // serves reports whether the port serves the subsystem nqn. The caller

@@ -425,9 +425,13 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 			delete(s.ports, id)
 		}
 	}
+	var anaPorts []*port
 	for _, pc := range p.portsUpdated {
 		if pt := s.ports[pc.ID]; pt != nil {
 			pt.cfg = pc
+			if pt.setANA(&pc) {
+				anaPorts = append(anaPorts, pt)
+			}
 		}
 	}
 	if p.discoveryChanged {
@@ -439,6 +443,9 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 	// its new backend at once; the old one drains below).
 	for sub, ids := range notify {
 		sub.nsChanged(ids)
+	}
+	for _, pt := range anaPorts {
+		s.anaChanged(pt, &pt.cfg)
 	}
 	// Ports that go away take their connections along.
 	for _, pt := range portsToShut {

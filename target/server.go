@@ -46,6 +46,10 @@ type server struct {
 	subsystems map[string]*subsystem
 	disc       *subsystem
 
+	// anaChange is the ANA change count (CHGCNT of the ANA log), bumped on
+	// every ANA state change.
+	anaChange atomic.Uint64
+
 	// genctr is the discovery log generation counter, bumped on every
 	// change a discovery log may show.
 	genctr atomic.Uint64
