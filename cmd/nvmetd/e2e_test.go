@@ -70,6 +70,21 @@ hosts:
 					return
 				}
 			case c := <-code:
+				// The daemon may send its last message and exit at once:
+				// both are ready, and select picks either. Look at the
+				// messages it sent before deciding it exited too early.
+				for {
+					select {
+					case m := <-msgs:
+						if strings.HasPrefix(m, prefix) {
+							code <- c // for whoever waits for the exit
+							return
+						}
+						continue
+					default:
+					}
+					break
+				}
 				t.Fatalf("nvmetd exited %d before %q; log:\n%s", c, prefix, stderr.String())
 			case <-timeout:
 				t.Fatalf("no %q; log:\n%s", prefix, stderr.String())
