@@ -63,30 +63,26 @@ hosts:
 	waitMsg := func(prefix string) {
 		t.Helper()
 		timeout := time.After(30 * time.Second)
+		codeCh := code
+		exited := -1
 		for {
 			select {
 			case m := <-msgs:
 				if strings.HasPrefix(m, prefix) {
+					if exited >= 0 {
+						code <- exited // for whoever waits for the exit
+					}
 					return
 				}
-			case c := <-code:
-				// The daemon may send its last message and exit at once:
-				// both are ready, and select picks either. Look at the
-				// messages it sent before deciding it exited too early.
-				for {
-					select {
-					case m := <-msgs:
-						if strings.HasPrefix(m, prefix) {
-							code <- c // for whoever waits for the exit
-							return
-						}
-						continue
-					default:
-					}
-					break
-				}
-				t.Fatalf("nvmetd exited %d before %q; log:\n%s", c, prefix, stderr.String())
+			case c := <-codeCh:
+				// The daemon may send its last message and exit at once;
+				// what it sent is in the socket already: keep reading it
+				// (until the guard) before deciding it exited too early.
+				exited, codeCh = c, nil
 			case <-timeout:
+				if exited >= 0 {
+					t.Fatalf("nvmetd exited %d before %q; log:\n%s", exited, prefix, stderr.String())
+				}
 				t.Fatalf("no %q; log:\n%s", prefix, stderr.String())
 			}
 		}
