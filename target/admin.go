@@ -245,9 +245,10 @@ func (c *controller) identifyController(id *nvmeof.IdentifyController, q *queue)
 // identify fills Identify Namespace (NVM command set; nvmet_execute_
 // identify_ns).
 func (ns *namespace) identify(id *nvmeof.IdentifyNamespace) {
-	id.SetNSZE(ns.nsze)
-	id.SetNCAP(ns.nsze) // must not be 0 (protocol.md §12.9)
-	id.SetNUSE(ns.nsze)
+	nsze := ns.nsze.Load()
+	id.SetNSZE(nsze)
+	id.SetNCAP(nsze) // must not be 0 (protocol.md §12.9)
+	id.SetNUSE(nsze)
 	var feat uint8
 	if ns.info.Discard {
 		feat |= nvmeof.NSFEATThin

@@ -102,7 +102,7 @@ func (ns *namespace) check(sqe *nvmeof.SQE, dataLen int) nvmeof.Status {
 	switch op {
 	case nvmeof.NVMRead, nvmeof.NVMWrite, nvmeof.NVMWriteZeroes:
 		last, ok := sqe.RWCmd().LastLBA()
-		if !ok || last >= ns.nsze {
+		if !ok || last >= ns.nsze.Load() {
 			return nvmeof.StatusLBAOutOfRange | nvmeof.StatusDNR
 		}
 	}
@@ -212,7 +212,7 @@ func (ns *namespace) dsm(sqe *nvmeof.SQE, data []byte) nvmeof.Status {
 	for i := 0; i < ranges.Len(); i++ {
 		rg := ranges.At(i)
 		end := rg.SLBA() + uint64(rg.NLB())
-		if end < rg.SLBA() || end > ns.nsze {
+		if end < rg.SLBA() || end > ns.nsze.Load() {
 			return nvmeof.StatusLBAOutOfRange | nvmeof.StatusDNR
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -33,7 +35,9 @@ type namespace struct {
 	be       backend.Backend // nil unless online
 	info     backend.Info
 	lbaShift uint8
-	nsze     uint64 // size in logical blocks
+	// nsze is the size in logical blocks; it follows a backend resized
+	// from outside (backend.SizeNotifier).
+	nsze     atomic.Uint64
 	readOnly bool
 	// inline: the backend never sleeps (null, memory), so commands run on
 	// the queue's engine goroutine without a hop to a worker.
@@ -144,7 +148,7 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 		return ns
 	}
 	ns.lbaShift = uint8(bits.TrailingZeros32(bs))
-	ns.nsze = uint64(ns.be.Size()) >> ns.lbaShift
+	ns.nsze.Store(uint64(ns.be.Size()) >> ns.lbaShift)
 	ns.readOnly = ns.info.ReadOnly
 	ns.inline = ns.info.Kind == backend.KindNull || ns.info.Kind == backend.KindMemory
 	ns.ids = namespaceIDs(nqn, &cfg, ns.info)
@@ -154,9 +158,40 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 		ns.ownPool = true
 	}
 	ns.state = NamespaceOnline
+	if sn, ok := ns.be.(backend.SizeNotifier); ok {
+		s.bg.Add(1)
+		go s.watchSize(ns, sn)
+	}
 	// Status shows health from the start (block devices: a SMART read).
 	ns.sampleHealth(time.Now())
 	return ns
+}
+
+// watchSize follows a backend resized from outside (an RBD image grown or
+// shrunk with rbd resize): the namespace's size changes and the hosts of
+// its subsystem get a Namespace Attribute Changed notice, so that they read
+// the new size (nvmet_ns_revalidate + nvmet_ns_changed). It ends when the
+// backend closes.
+func (s *server) watchSize(ns *namespace, sn backend.SizeNotifier) {
+	defer s.bg.Done()
+	for range sn.SizeChanged() {
+		n := uint64(ns.be.Size()) >> ns.lbaShift
+		old := ns.nsze.Swap(n)
+		if n == old || n == 0 {
+			if n == 0 {
+				ns.nsze.Store(old) // smaller than a block: keep serving the old size
+			}
+			continue
+		}
+		s.log.Info("namespace resized by its backend", zap.String("subsystem", ns.nqn), zap.Uint32("nsid", ns.nsid),
+			zap.Uint64("old_blocks", old), zap.Uint64("new_blocks", n), zap.Uint32("block_size", uint32(1)<<ns.lbaShift))
+		s.regMu.RLock()
+		sub := s.subsystems[ns.nqn]
+		s.regMu.RUnlock()
+		if sub != nil && sub.ns.Load().byID[ns.nsid] == ns {
+			sub.nsChanged([]uint32{ns.nsid})
+		}
+	}
 }
 
 // close waits for the commands in flight (bounded by deadline), flushes and

@@ -3,12 +3,14 @@ package target
 import (
 	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
@@ -172,5 +174,66 @@ func TestQueuedCommandsOfAGoneHostAreDropped(t *testing.T) {
 	}
 	if !bytes.Equal(got, make([]byte, 4096)) {
 		t.Fatalf("LBA 8 holds %x...: the queued write of the dead connection was executed", got[:8])
+	}
+}
+
+// growable is a file backend whose size follows the file (as an RBD image
+// resized with rbd resize): Size stats the file, and the test says when it
+// changed.
+type growable struct {
+	backend.Backend
+	path    string
+	changed chan struct{}
+}
+
+func (g *growable) Size() int64 {
+	fi, err := os.Stat(g.path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+func (g *growable) SizeChanged() <-chan struct{} { return g.changed }
+
+// TestNamespaceResizedByBackend: a backend resized from outside changes the
+// namespace's size; hosts get a Namespace Attribute Changed notice and read
+// the new size.
+func TestNamespaceResizedByBackend(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ns1")
+	s := startServer(t, testConfig(t, NamespaceConfig{NSID: 1, Backend: BackendConfig{Kind: "file", Path: path, Size: "1MiB"}}))
+	ns := s.subsystems[testSubNQN].ns.Load().byID[1]
+	g := &growable{Backend: ns.be, path: path, changed: make(chan struct{}, 1)}
+	ns.be = g
+	s.bg.Add(1)
+	go s.watchSize(ns, g)
+	t.Cleanup(func() { close(g.changed) })
+
+	h := mustConnect(t, portAddr(s, 1), testSubNQN)
+	h.setup(1)
+	if _, err := h.setFeature(nvmeof.FeatAsyncEventConfig, nvmeof.AECNSAttr); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.aer()
+	data := pattern(4096, 9)
+	wantStatus(t, "write past the end before the resize", do(t, h.io[0], rw(true, 1, 4096, data, 512)), nvmeof.StatusLBAOutOfRange|nvmeof.StatusDNR)
+	if err := os.Truncate(path, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	g.changed <- struct{}{}
+	waitAEN(t, ev, nvmeof.AENNSAttrChanged)
+	b, err := h.identify(nvmeof.CNSNamespace, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := nvmeof.ParseIdentifyNamespace(b); id.NSZE() != 8192 || id.NCAP() != 8192 {
+		t.Fatalf("NSZE %d NCAP %d after growing to 4 MiB, want 8192", id.NSZE(), id.NCAP())
+	}
+	// The I/O checks use the new size: the write now passes the LBA
+	// check and reaches the backend (this file backend keeps its opening
+	// size and refuses it; the rbd backend follows the image and serves
+	// it: backend's TestRBDResize).
+	if n := ns.nsze.Load(); n != 8192 {
+		t.Fatalf("namespace size %d blocks, want 8192", n)
 	}
 }
