@@ -237,6 +237,12 @@ func (ns *namespace) dsm(sqe *nvmeof.SQE, data []byte) nvmeof.Status {
 func (ns *namespace) fail(s *server, op backend.Op, err error) nvmeof.Status {
 	ns.errors.Add(1)
 	st := backendStatus(op, err)
+	if errors.Is(err, backend.ErrUnavailable) && s != nil && s.adm != nil {
+		// The storage is unreachable (a Ceph cluster lost): hosts get a
+		// path error and fail over; say so, rate-limited.
+		s.adm.Log(zap.WarnLevel, "backend_unavailable", "backend unavailable: I/O fails with a path error",
+			zap.String("subsystem", ns.nqn), zap.Uint32("nsid", ns.nsid), zap.Error(err))
+	}
 	var ioe *backend.IOError
 	if errors.As(err, &ioe) {
 		ns.mediaErrors.Add(1)
