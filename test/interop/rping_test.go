@@ -26,8 +26,8 @@ import (
 // The rping interop tests run cmd/iwping (our engine, on the host) against
 // librdmacm's rping over the guest kernel's siw, both ways:
 //
-//	TestIwpingClientKernelServer: iwping -c on the host -> rping -s in the guest (forwarded port)
-//	TestKernelClientIwpingServer: rping -c in the guest -> iwping -s on the host (10.0.2.2)
+//	IwpingClientKernelServer: iwping -c on the host -> rping -s in the guest (forwarded port)
+//	KernelClientIwpingServer: rping -c in the guest -> iwping -s on the host (10.0.2.2)
 //
 // Each run does rpingCount pings with -V (validate) and -v, and the test
 // checks every ping line on both sides against rping's pattern, both exit
@@ -80,10 +80,10 @@ func rpingCases(extra ...rpingCase) []rpingCase {
 	return append(cs, extra...)
 }
 
-// TestIwpingClientKernelServer runs iwping -c on the host against the
+// testIwpingClientKernelServer runs iwping -c on the host against the
 // kernel's rping -s in the guest, through a forwarded port.
-func TestIwpingClientKernelServer(t *testing.T) {
-	vm := startHealthyVM(t)
+func testIwpingClientKernelServer(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
 	enableSiwRaceDebug(t, vm)
 	bin := buildIwping(t)
 	hostPort := vm.ForwardedPort(rpingGuestPort)
@@ -102,7 +102,7 @@ func TestIwpingClientKernelServer(t *testing.T) {
 				raced = append(raced, c.name())
 			}
 		}) && restartIfOopsed(t, vm, c) {
-			vm = lab.Start(t, labOpts)
+			vm = lab.Start(t, k.opts(labOpts))
 			enableSiwRaceDebug(t, vm)
 			hostPort = vm.ForwardedPort(rpingGuestPort)
 		}
@@ -110,10 +110,10 @@ func TestIwpingClientKernelServer(t *testing.T) {
 	t.Logf("%d runs in %.1fs; %d met the siw accept race: %s", len(cases), time.Since(start).Seconds(), len(raced), strings.Join(raced, " "))
 }
 
-// TestKernelClientIwpingServer runs the kernel's rping -c in the guest
+// testKernelClientIwpingServer runs the kernel's rping -c in the guest
 // against iwping -s on the host's 127.0.0.1 (10.0.2.2 in the guest).
-func TestKernelClientIwpingServer(t *testing.T) {
-	vm := startHealthyVM(t)
+func testKernelClientIwpingServer(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
 	bin := buildIwping(t)
 	// --p2p is an initiator option and does not apply to iwping -s; siw's
 	// initiator never asks for peer-to-peer mode.
@@ -126,20 +126,20 @@ func TestKernelClientIwpingServer(t *testing.T) {
 	start := time.Now()
 	for _, c := range cases {
 		if !t.Run(c.name(), func(t *testing.T) { runIwpingServer(t, vm, bin, c) }) && restartIfOopsed(t, vm, c) {
-			vm = lab.Start(t, labOpts)
+			vm = lab.Start(t, k.opts(labOpts))
 		}
 	}
 	t.Logf("%d runs in %.1fs", len(cases), time.Since(start).Seconds())
 }
 
-// TestIwpingMPARev1KernelServer documents siw's behaviour with an MPA
+// testIwpingMPARev1KernelServer documents siw's behaviour with an MPA
 // revision 1 request: there is no enhanced header to negotiate IRD/ORD,
 // siw gives the connection ORD 0, and rping -s fails to post its RDMA Read
 // ("post send error"). That is siw's choice, not a failure of ours (iwping
 // against itself works with revision 1; see cmd/iwping); the test checks
 // that it still fails that way, so that a change shows.
-func TestIwpingMPARev1KernelServer(t *testing.T) {
-	vm := startHealthyVM(t)
+func testIwpingMPARev1KernelServer(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
 	bin := buildIwping(t)
 	hostPort := vm.ForwardedPort(rpingGuestPort)
 	r := startIwpingClient(t, vm, bin, hostPort, rpingCase{100, []string{"--mpa-rev", "1"}}, 3)
@@ -210,13 +210,19 @@ func crashGuest(vm *lab.VM) {
 // startHealthyVM is lab.Start, but if the shared VM's kernel has oopsed (in
 // an earlier test; its RDMA stack is then unusable) it is crashed and a fresh
 // VM is booted.
-func startHealthyVM(t *testing.T) *lab.VM {
+func startHealthyVM(t *testing.T, k kernel) *lab.VM {
 	t.Helper()
-	vm := lab.Start(t, labOpts)
+	return startHealthy(t, k.opts(labOpts))
+}
+
+// startHealthy is startHealthyVM with other options.
+func startHealthy(t *testing.T, opts lab.Options) *lab.VM {
+	t.Helper()
+	vm := lab.Start(t, opts)
 	if oops := guestOops(vm); oops != "" {
 		t.Logf("the lab VM's kernel oopsed before this test; restarting the VM. The oops:\n%s", oops)
 		crashGuest(vm)
-		vm = lab.Start(t, labOpts)
+		vm = lab.Start(t, opts)
 	}
 	return vm
 }
