@@ -27,10 +27,11 @@ import (
 // survive a disconnect and a reconnect; a host the subsystem does not allow
 // and an unknown subsystem are refused with clear messages.
 //
-// It runs last against each kernel (see suite): the Linux siw issue below
-// can leave nvmet's queues unreleasable, which must not spill into other
-// tests; the kernel's VM is stopped after it. It checks the kernel log written
-// since it started.
+// It runs late against each kernel (see suite), on the suite's VM: the Linux
+// siw issue below can leave nvmet's queues unreleasable, which must not spill
+// into other tests, and only the iw_cm reproducer, which needs no nvmet, runs
+// after it before the VM is stopped. It checks the kernel log written since
+// it started.
 //
 // Known Linux issue (siw, 6.1 and 6.12): with MPA CRC on, siw now and then reports
 // "crc error ... op 2" on RDMA Read Responses that land in nvmet's buffers,
@@ -96,11 +97,7 @@ func (h *hostCLI) must(args ...string) string {
 
 func buildNvmeof(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "nvmeof")
-	if b, err := exec.Command("go", "build", "-o", out, "github.com/nvmetd/nvmetd/cmd/nvmeof").CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/nvmeof: %v\n%s", err, b)
-	}
-	return out
+	return hostBuild(t, "github.com/nvmetd/nvmetd/cmd/nvmeof", false)
 }
 
 // benchJSON is the part of nvmeof bench -o json the test checks.

@@ -26,7 +26,11 @@ import (
 // from the host.
 var labOpts = lab.Options{Forwards: []int{7000}}
 
-func TestMain(m *testing.M) { os.Exit(lab.Main(m)) }
+func TestMain(m *testing.M) {
+	code := lab.Main(m)
+	removeHostBuilds()
+	os.Exit(code)
+}
 
 // kernel is the lab kernel series a suite test runs against ("6.1", "6.12").
 type kernel string
@@ -50,9 +54,11 @@ var suite = []struct {
 	{"KernelClientIwpingServer", testKernelClientIwpingServer},
 	{"IwpingMPARev1KernelServer", testIwpingMPARev1KernelServer},
 	{"LinuxHostAgainstTarget", testLinuxHostAgainstTarget},
-	// Last: siw's CRC bug can leave nvmet-rdma unable to release a queue
+	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.
 	{"InitiatorAgainstKernelTarget", testInitiatorAgainstKernelTarget},
+	// Very last: it oopses the guest kernel on purpose (iw_cm's BUG()).
+	{"IwcmP2PResetBeforeRTR", testIwcmP2PResetBeforeRTR},
 }
 
 // TestLinux runs the whole suite against each kernel of lab.Kernels in turn.

@@ -156,6 +156,55 @@ func testIwpingMPARev1KernelServer(t *testing.T, k kernel) {
 	t.Logf("as expected: rping -s: %q; iwping: %v", strings.TrimSpace(r.srvErr), r.exitErr)
 }
 
+// testIwcmP2PResetBeforeRTR documents a Linux bug (docs/linux-interop.md,
+// problem 3): when an RFC 6581 peer-to-peer connection is reset after siw's
+// MPA Reply and before the initiator's ready-to-receive message, iw_cm's
+// cm_close_handler() finds the connection id still in IW_CM_STATE_CONN_RECV
+// and hits BUG() (drivers/infiniband/core/iwcm.c:969 in 6.1, :964 in 6.12).
+// Any remote peer can do that to a listening Linux siw; nvmetd's initiators
+// ask for peer-to-peer mode only when told to. The test runs mpaprobe (MPA
+// Request with P2P, read the Reply, RST) in the guest against rping -s and
+// checks that the guest kernel still oopses that way, so that a fix shows. It
+// runs last against each kernel: iw_cm is unusable after the oops, and the
+// kernel's VM is stopped after the suite.
+func testIwcmP2PResetBeforeRTR(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
+	bin := vm.BuildAndPut(t, "./test/interop/internal/mpaprobe")
+	// rping -s is left to the VM's stop: after the oops it cannot destroy
+	// its connection id.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const port = 7998
+	srv := vm.Background(ctx, fmt.Sprintf("rping -s -a %s -p %d -C 1", vm.GuestAddr(), port))
+	if err := srv.WaitListening(ctx, port); err != nil {
+		t.Fatal(err)
+	}
+	out, err := vm.Exec(ctx, fmt.Sprintf("%s -dial %s:%d", bin, vm.GuestAddr(), port))
+	if err != nil {
+		t.Fatalf("mpaprobe: %v", err)
+	}
+	if !strings.Contains(out, "p2p true") || !strings.Contains(out, "connection reset before the RTR") {
+		t.Fatalf("mpaprobe did not get a peer-to-peer MPA Reply and reset the connection:\n%s", out)
+	}
+	// The close event reaches iw_cm's work queue at once; allow for a
+	// loaded machine.
+	var oops string
+	for deadline := time.Now().Add(time.Minute); oops == "" && time.Now().Before(deadline); {
+		if oops = guestOops(vm); oops == "" {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	switch {
+	case oops == "":
+		t.Errorf("Linux %s: no oops within a minute of resetting a peer-to-peer connection before its RTR: "+
+			"iw_cm no longer hits BUG() there; update docs/linux-interop.md (mpaprobe: %s)", vm.Release(), strings.TrimSpace(out))
+	case !strings.Contains(oops, "kernel BUG at drivers/infiniband/core/iwcm.c:"):
+		t.Errorf("Linux %s: an oops, but not iw_cm's BUG():\n%s", vm.Release(), oops)
+	default:
+		t.Logf("as expected, Linux %s oopses:\n%s", vm.Release(), strings.Join(strings.SplitAfterN(oops, "\n", 8)[:min(7, strings.Count(oops, "\n"))], ""))
+	}
+}
+
 // siwRaceDebug is the guest's dynamic-debug switch for the one siw debug
 // message that marks the accept race: siw_cm_llp_data_ready() logs
 // "cep state: 7" (SIW_EPSTATE_RDMA_MODE) when an FPDU reaches the CM's
@@ -710,20 +759,44 @@ func checkRpingStderr(s string) error {
 	return nil
 }
 
-var buildMu sync.Mutex
-
-// buildIwping builds cmd/iwping for the host into t's temporary directory,
-// with -race if this test binary has the race detector.
+// buildIwping builds cmd/iwping for the host (once per test binary, see
+// hostBuild), with -race if this test binary has the race detector.
 func buildIwping(t *testing.T) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	out := filepath.Join(t.TempDir(), "iwping")
+	return hostBuild(t, "github.com/nvmetd/nvmetd/cmd/iwping", raceEnabled())
+}
+
+// hostBuilds holds the host binaries that hostBuild made, by package; the
+// kernels of the suite share them.
+var hostBuilds struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+// hostBuild builds the main package pkg for the host, with -race if race,
+// into a directory that lives as long as the test binary (TestMain removes
+// it), and returns the binary's path. Each package is built once.
+func hostBuild(t *testing.T, pkg string, race bool) string {
+	t.Helper()
+	hostBuilds.Lock()
+	defer hostBuilds.Unlock()
+	if b, ok := hostBuilds.bins[pkg]; ok {
+		return b
+	}
+	if hostBuilds.dir == "" {
+		d, err := os.MkdirTemp("", "nvmetd-interop-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostBuilds.dir, hostBuilds.bins = d, map[string]string{}
+	}
+	out := filepath.Join(hostBuilds.dir, filepath.Base(pkg))
 	args := []string{"build", "-o", out}
-	if raceEnabled() {
+	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/nvmetd/nvmetd/cmd/iwping")
+	args = append(args, pkg)
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -732,8 +805,18 @@ func buildIwping(t *testing.T) string {
 	if b, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
-	t.Logf("built iwping (race detector: %v) in %.1fs", raceEnabled(), time.Since(start).Seconds())
+	t.Logf("built %s (race detector: %v) in %.1fs", pkg, race, time.Since(start).Seconds())
+	hostBuilds.bins[pkg] = out
 	return out
+}
+
+// removeHostBuilds removes what hostBuild made.
+func removeHostBuilds() {
+	hostBuilds.Lock()
+	defer hostBuilds.Unlock()
+	if hostBuilds.dir != "" {
+		_ = os.RemoveAll(hostBuilds.dir)
+	}
 }
 
 func raceEnabled() bool {
