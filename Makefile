@@ -24,8 +24,8 @@ help:
 	@echo 'make alloc       the zero-allocation tests without -race (the race detector allocates)'
 	@echo 'make fuzz-smoke  every Fuzz target for FUZZTIME ($(FUZZTIME)) each'
 	@echo 'make bench       benchmarks of BENCH_PKGS, COUNT times, into BENCHOUT ($(BENCHOUT)); compare with benchstat'
-	@echo 'make interop     the interop tests against the Linux kernel in the lab VM (test/lab)'
-	@echo 'make lab         set up the lab VM (test/lab/setup.sh; root)'
+	@echo 'make interop     the interop tests against the Linux kernels (6.1, 6.12) in the lab VM (test/lab)'
+	@echo 'make lab         set up the lab VM, both kernels (test/lab/setup.sh; root)'
 	@echo 'make install     deploy/install.sh (root)'
 	@echo 'make clean       remove bin/ and $(BENCHOUT)'
 
@@ -99,8 +99,9 @@ bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) $(BENCH_PKGS) | tee $(BENCHOUT)
 	@echo "results in $(BENCHOUT); compare runs with: go run golang.org/x/perf/cmd/benchstat@latest old.out new.out"
 
+# Both lab kernels, one after the other (NVMETD_LAB_KERNEL=6.12 for one).
 interop:
-	$(GO) test ./test/interop/... -v -count=1 -timeout 20m
+	$(GO) test ./test/interop/... -v -count=1 -timeout 40m
 
 lab:
 	$(SUDO) test/lab/setup.sh
