@@ -13,7 +13,7 @@
 #   2. per kernel series: fetches the stock Debian kernel image .deb (apt-get
 #      download, checked against apt's SHA256) and extracts it; it is never
 #      installed on the host.
-#        6.1   what linux-image-amd64 points to (linux-image-6.1.0-N-amd64)
+#        6.1   what linux-image-amd64 points to (linux-image-6.1.0-N-amd64, signed)
 #        6.12  the newest linux-image-6.12.*+deb12-amd64-unsigned (through the
 #              linux-image-6.12-amd64 meta package)
 #   3. builds siw.ko (soft-iWARP) for that exact kernel out of tree from Debian's
@@ -163,7 +163,8 @@ BINS=(/usr/sbin/nvme /usr/bin/fio /usr/bin/rdma /usr/bin/ip /usr/sbin/tc /usr/bi
 resolve_kernel() {
   local pin="" rf="$KDIR/kernel.resolved" key meta
   if [ -n "${NVMETD_LAB_KPKG:-}" ] && [ "$(series_of "$NVMETD_LAB_KPKG")" = "$CUR" ]; then pin=$NVMETD_LAB_KPKG; fi
-  key="$pin $( { stat -c %Y /var/lib/apt/lists /var/lib/apt/lists/*Packages* 2>/dev/null || true; } | md5sum | cut -c1-16)"
+  # (the key: the pin, the apt lists' times, and this function's own text)
+  key="$pin $( { stat -c %Y /var/lib/apt/lists /var/lib/apt/lists/*Packages* 2>/dev/null || true; declare -f resolve_kernel; } | md5sum | cut -c1-16)"
   if [ -f "$rf" ] && [ "$(head -n1 "$rf")" = "$key" ]; then
     read -r KPKG KVER KSHA < <(sed -n 2p "$rf")
     return
@@ -183,9 +184,11 @@ resolve_kernel() {
     [ -n "$KPKG" ] || die "cannot resolve the kernel package behind $meta (apt lists?)"
     [ "$(series_of "$KPKG")" = "$CUR" ] ||
       die "$meta points to $KPKG, not a $CUR kernel; pin one with NVMETD_LAB_KPKG"
-    # Since 6.12 Debian has a signed image (linux-image-X) and the unsigned
-    # one it is made from (linux-image-X-unsigned); the lab boots the unsigned.
-    [ -z "$(apt_field "$KPKG-unsigned" Version)" ] || KPKG=$KPKG-unsigned
+    # Debian has a signed image (linux-image-X) and the unsigned one it is
+    # made from (linux-image-X-unsigned). 6.1 stays exactly what
+    # linux-image-amd64 depends on (the signed image, as ever); for the other
+    # series the lab boots the unsigned twin.
+    if [ "$CUR" != 6.1 ] && [ -n "$(apt_field "$KPKG-unsigned" Version)" ]; then KPKG=$KPKG-unsigned; fi
   fi
   KVER=$(apt_field "$KPKG" Version); KSHA=$(apt_field "$KPKG" SHA256)
   [ -n "$KVER" ] || die "apt knows no version of $KPKG"
