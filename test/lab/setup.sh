@@ -114,7 +114,8 @@ fetch_deb() {
   for f in "$CACHE/deb/${p}_${v//:/%3a}"_*.deb; do
     [ -f "$f" ] && { echo "$f"; return; }
   done
-  sha=$(apt_field "$p=$v" SHA256); arch=$(apt_field "$p=$v" Architecture)
+  read -r arch sha < <(apt-cache show --no-all-versions "$p=$v" 2>/dev/null |
+    awk '$1=="Architecture:" {a=$2} $1=="SHA256:" {h=$2} END {print a, h}')
   [ -n "$arch" ] || die "apt knows no $p=$v (apt lists out of date? apt-get update)"
   f="$CACHE/deb/${p}_${v//:/%3a}_${arch}.deb"
   sha_ok "$f" "$sha" && { echo "$f"; return; }
@@ -190,7 +191,8 @@ resolve_kernel() {
     # series the lab boots the unsigned twin.
     if [ "$CUR" != 6.1 ] && [ -n "$(apt_field "$KPKG-unsigned" Version)" ]; then KPKG=$KPKG-unsigned; fi
   fi
-  KVER=$(apt_field "$KPKG" Version); KSHA=$(apt_field "$KPKG" SHA256)
+  read -r KVER KSHA < <(apt-cache show --no-all-versions "$KPKG" 2>/dev/null |
+    awk '$1=="Version:" {v=$2} $1=="SHA256:" {h=$2} END {print v, h}')
   [ -n "$KVER" ] || die "apt knows no version of $KPKG"
   printf '%s\n%s %s %s\n' "$key" "$KPKG" "$KVER" "$KSHA" > "$rf.tmp"; mv "$rf.tmp" "$rf"
 }

@@ -179,11 +179,9 @@ type vmKey struct{ kernel, name string }
 var reg struct {
 	mu    sync.Mutex
 	vms   map[vmKey]*VM
-	keep  bool                 // inside Main: VMs live until Main returns (or StopKernel)
-	setup map[string]*setupRun // by kernel series: setup.sh ran (once per binary)
+	keep  bool             // inside Main: VMs live until Main returns (or StopKernel)
+	setup map[string]error // by kernel series: setup.sh ran (once per binary), and its error
 }
-
-type setupRun struct{ err error }
 
 // Main runs the tests with m and then stops every VM that Start booted.
 // Call it from TestMain: os.Exit(lab.Main(m)).
@@ -316,11 +314,14 @@ func preflight(t testing.TB, k string) string {
 	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	if r := reg.setup[k]; r != nil {
-		if r.err != nil {
-			t.Fatalf("lab: %v", r.err)
+	if err, ran := reg.setup[k]; ran {
+		if err != nil {
+			t.Fatalf("lab: %v", err)
 		}
 		return labDir
+	}
+	if reg.setup == nil {
+		reg.setup = map[string]error{}
 	}
 	if os.Geteuid() != 0 {
 		if !haveCache {
@@ -330,7 +331,7 @@ func preflight(t testing.TB, k string) string {
 			t.Skipf("lab: not root, and qemu-system-x86_64 is not installed: run `sudo %s/setup.sh`", labDir)
 		}
 		t.Logf("lab: not root: using Linux %s from the cache in %s as it is, without running setup.sh", k, kdir)
-		reg.setup = setupDone(reg.setup, k, nil)
+		reg.setup[k] = nil
 		return labDir
 	}
 	if !haveCache {
@@ -342,20 +343,12 @@ func preflight(t testing.TB, k string) string {
 	if err = runLogged(t, cmd, "setup: "); err != nil {
 		err = fmt.Errorf("NVMETD_LAB_KERNEL=%s %s/setup.sh: %w", k, labDir, err)
 	}
-	reg.setup = setupDone(reg.setup, k, err)
+	reg.setup[k] = err
 	if err != nil {
 		t.Fatalf("lab: %v", err)
 	}
 	t.Logf("lab: setup.sh (Linux %s) took %.1fs", k, time.Since(start).Seconds())
 	return labDir
-}
-
-func setupDone(m map[string]*setupRun, k string, err error) map[string]*setupRun {
-	if m == nil {
-		m = map[string]*setupRun{}
-	}
-	m[k] = &setupRun{err: err}
-	return m
 }
 
 func boot(t testing.TB, labDir string, opts Options) (*VM, error) {
