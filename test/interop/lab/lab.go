@@ -296,7 +296,7 @@ func preflight(t testing.TB, k string) string {
 		t.Skipf("lab: needs linux/amd64 (QEMU x86 guest); this is %s/%s", runtime.GOOS, runtime.GOARCH)
 	}
 	if testing.Short() {
-		t.Skip("lab: skipped in -short mode: the interop tests boot a QEMU VM (about 12 s, more on a cold cache)")
+		t.Skip("lab: skipped in -short mode: the interop tests boot a QEMU VM for each lab kernel (12–40 s each, more on a cold cache)")
 	}
 	labDir, err := findLabDir()
 	if err != nil {
