@@ -27,14 +27,18 @@ import (
 // survive a disconnect and a reconnect; a host the subsystem does not allow
 // and an unknown subsystem are refused with clear messages.
 //
-// It has a VM of its own ("initiator"): the Linux siw issue below can leave
-// nvmet's queues unreleasable, which must not spill into other tests.
+// It runs late against each kernel (see suite), on the suite's VM: the Linux
+// siw issue below can leave nvmet's queues unreleasable, which must not spill
+// into other tests, and only the iw_cm reproducer, which needs no nvmet, runs
+// after it before the VM is stopped. It checks the kernel log written since
+// it started.
 //
-// Known Linux issue (6.1 siw): with MPA CRC on, siw now and then reports
+// Known Linux issue (siw, 6.1 and 6.12): with MPA CRC on, siw now and then reports
 // "crc error ... op 2" on RDMA Read Responses that land in nvmet's buffers,
 // although every FPDU on the wire carries the right CRC (checked on a
 // host-side capture); nvmet then fails the RDMA READ, the queue errors, and
-// nvmet may hang releasing it (nvmet_sq_destroy). The CRC run therefore uses
+// nvmet may hang releasing it (nvmet_sq_destroy; seen on 6.12, see
+// docs/linux-interop.md). The CRC run therefore uses
 // loads without RDMA Reads by the target (in-capsule 4 KiB writes, large
 // reads); NVMETD_INTEROP_SIW_CRC_READ=1 adds the large-write CRC run that
 // shows the issue (the initiator reconnects and retries: the data verifies).
@@ -93,11 +97,7 @@ func (h *hostCLI) must(args ...string) string {
 
 func buildNvmeof(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "nvmeof")
-	if b, err := exec.Command("go", "build", "-o", out, "github.com/nvmetd/nvmetd/cmd/nvmeof").CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/nvmeof: %v\n%s", err, b)
-	}
-	return out
+	return hostBuild(t, "github.com/nvmetd/nvmetd/cmd/nvmeof", false)
 }
 
 // benchJSON is the part of nvmeof bench -o json the test checks.
@@ -114,8 +114,11 @@ type benchJSON struct {
 	} `json:"total"`
 }
 
-func TestInitiatorAgainstKernelTarget(t *testing.T) {
-	vm := lab.Start(t, lab.Options{Name: "initiator", Forwards: []int{4420, 4421}})
+func testInitiatorAgainstKernelTarget(t *testing.T, k kernel) {
+	opts := k.opts(labOpts)
+	opts.Forwards = []int{4420, 4421}
+	vm := startHealthy(t, opts)
+	mark := kmsgMark(t, vm)
 	guest(t, vm, 2*time.Minute, "nvmet.sh teardown; nvmet.sh setup && nvmet.sh show")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -267,7 +270,7 @@ func TestInitiatorAgainstKernelTarget(t *testing.T) {
 	if os.Getenv("NVMETD_INTEROP_SIW_CRC_READ") != "" {
 		return // the guest may be wedged (see the package comment)
 	}
-	for _, l := range strings.Split(vm.Dmesg(), "\n") {
+	for _, l := range strings.Split(dmesgSince(t, vm, mark), "\n") {
 		if (strings.Contains(l, "nvmet_rdma: ") || strings.Contains(l, "siw: ")) && strings.Contains(l, "rror") ||
 			strings.Contains(l, "BUG") || strings.Contains(l, "WARNING") || strings.Contains(l, "blocked for more") {
 			t.Errorf("guest kernel log: %s", l)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,19 +20,13 @@ import (
 	"github.com/nvmetd/nvmetd/test/interop/lab"
 )
 
-// labOpts is shared by every test, so the package boots a single VM: siw0 on
-// eth0 (the default link), and guest TCP port 7000 forwarded from the host.
-var labOpts = lab.Options{Forwards: []int{7000}}
-
-func TestMain(m *testing.M) { os.Exit(lab.Main(m)) }
-
-// TestLabKernelRping runs the kernel's rping server and client (librdmacm
+// testLabKernelRping runs the kernel's rping server and client (librdmacm
 // user verbs over the siw kernel driver) inside the guest, over siw0 (the siw
 // link on eth0) at the guest's address; the TCP connection runs over lo.
 // (127.0.0.1 cannot be used: rdma_cm fails to resolve it for siw, with or
 // without a siw link on lo; see test/lab/README.md.)
-func TestLabKernelRping(t *testing.T) {
-	vm := lab.Start(t, labOpts)
+func testLabKernelRping(t *testing.T, k kernel) {
+	vm := lab.Start(t, k.opts(labOpts))
 	if links := vm.MustExec(t, "rdma link show"); !strings.Contains(links, "link siw0/1 state ACTIVE") {
 		t.Fatalf("no active siw link siw0 in the guest; rdma link show:\n%s", links)
 	}
@@ -58,11 +53,11 @@ func TestLabKernelRping(t *testing.T) {
 	t.Logf("rping over siw0 (%s:%d): %d x %d bytes verified", addr, port, len(pings), size)
 }
 
-// TestLabGuestReachesHost has guest clients connect to a Go listener on the
+// testLabGuestReachesHost has guest clients connect to a Go listener on the
 // host's 127.0.0.1 through 10.0.2.2 and exchange data both ways: socat (a
 // distribution binary) and netecho (a static Go binary, via BuildAndPut).
-func TestLabGuestReachesHost(t *testing.T) {
-	vm := lab.Start(t, labOpts)
+func testLabGuestReachesHost(t *testing.T, k kernel) {
+	vm := lab.Start(t, k.opts(labOpts))
 
 	t.Run("socat", func(t *testing.T) {
 		ln := listen(t)
@@ -121,10 +116,10 @@ func TestLabGuestReachesHost(t *testing.T) {
 	})
 }
 
-// TestLabHostReachesGuest connects from the host through a forwarded port to
+// testLabHostReachesGuest connects from the host through a forwarded port to
 // a server in the guest (netecho, a static Go binary) and checks the echo.
-func TestLabHostReachesGuest(t *testing.T) {
-	vm := lab.Start(t, labOpts)
+func testLabHostReachesGuest(t *testing.T, k kernel) {
+	vm := lab.Start(t, k.opts(labOpts))
 	bin := vm.BuildAndPut(t, "./test/interop/internal/netecho")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -188,10 +183,10 @@ func randBytes(t *testing.T, n int) []byte {
 	return b
 }
 
-// TestLabHarness checks the harness's own contract: exit codes and stderr in
+// testLabHarness checks the harness's own contract: exit codes and stderr in
 // ExecError, the kill of a command whose context ends, and Put/Get.
-func TestLabHarness(t *testing.T) {
-	vm := lab.Start(t, labOpts)
+func testLabHarness(t *testing.T, k kernel) {
+	vm := lab.Start(t, k.opts(labOpts))
 
 	t.Run("exit_code", func(t *testing.T) {
 		out, err := vm.Exec(context.Background(), "echo out; echo err >&2; exit 7")
@@ -218,6 +213,39 @@ func TestLabHarness(t *testing.T) {
 		}
 		if ps := vm.MustExec(t, "ps -o args | grep -c '^sleep 30[01]' || true"); strings.TrimSpace(ps) != "0" {
 			t.Errorf("the command's processes survived the kill: %s", ps)
+		}
+	})
+
+	// test/lab/vm.sh exec copies a job's output to its stdout while the
+	// guest still appends to it. It used to die of SIGPIPE there (status
+	// 141, under pipefail and set -e) whenever the output had grown between
+	// its stat and its "tail | head": the rest of the output and the
+	// command's exit status were lost.
+	t.Run("vmsh_exec_growing_output", func(t *testing.T) {
+		const outLines, errLines, width = 48, 16, 65536
+		cmd := vm.VMSh("exec", fmt.Sprintf(`l=$(head -c %d /dev/zero | tr '\0' x); yes "$l" | head -n %d; yes "e$l" | head -n %d >&2; exit 3`, width-1, outLines, errLines))
+		var out, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Errorf("vm.sh exec: %v, want exit status 3 (the command's); stdout %d bytes, stderr %d bytes", err, out.Len(), stderr.Len())
+		}
+		line := strings.Repeat("x", width-1) + "\n"
+		for _, c := range []struct {
+			name      string
+			got, want string
+		}{
+			{"stdout", out.String(), strings.Repeat(line, outLines)},
+			{"stderr", stderr.String(), strings.Repeat("e"+line, errLines)},
+		} {
+			if c.got != c.want {
+				n := 0
+				for n < min(len(c.got), len(c.want)) && c.got[n] == c.want[n] {
+					n++
+				}
+				t.Errorf("vm.sh exec: %s is %d bytes, want %d; they differ from byte %d", c.name, len(c.got), len(c.want), n)
+			}
 		}
 	})
 

@@ -26,8 +26,8 @@ import (
 // The rping interop tests run cmd/iwping (our engine, on the host) against
 // librdmacm's rping over the guest kernel's siw, both ways:
 //
-//	TestIwpingClientKernelServer: iwping -c on the host -> rping -s in the guest (forwarded port)
-//	TestKernelClientIwpingServer: rping -c in the guest -> iwping -s on the host (10.0.2.2)
+//	IwpingClientKernelServer: iwping -c on the host -> rping -s in the guest (forwarded port)
+//	KernelClientIwpingServer: rping -c in the guest -> iwping -s on the host (10.0.2.2)
 //
 // Each run does rpingCount pings with -V (validate) and -v, and the test
 // checks every ping line on both sides against rping's pattern, both exit
@@ -80,10 +80,10 @@ func rpingCases(extra ...rpingCase) []rpingCase {
 	return append(cs, extra...)
 }
 
-// TestIwpingClientKernelServer runs iwping -c on the host against the
+// testIwpingClientKernelServer runs iwping -c on the host against the
 // kernel's rping -s in the guest, through a forwarded port.
-func TestIwpingClientKernelServer(t *testing.T) {
-	vm := startHealthyVM(t)
+func testIwpingClientKernelServer(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
 	enableSiwRaceDebug(t, vm)
 	bin := buildIwping(t)
 	hostPort := vm.ForwardedPort(rpingGuestPort)
@@ -102,7 +102,7 @@ func TestIwpingClientKernelServer(t *testing.T) {
 				raced = append(raced, c.name())
 			}
 		}) && restartIfOopsed(t, vm, c) {
-			vm = lab.Start(t, labOpts)
+			vm = lab.Start(t, k.opts(labOpts))
 			enableSiwRaceDebug(t, vm)
 			hostPort = vm.ForwardedPort(rpingGuestPort)
 		}
@@ -110,10 +110,10 @@ func TestIwpingClientKernelServer(t *testing.T) {
 	t.Logf("%d runs in %.1fs; %d met the siw accept race: %s", len(cases), time.Since(start).Seconds(), len(raced), strings.Join(raced, " "))
 }
 
-// TestKernelClientIwpingServer runs the kernel's rping -c in the guest
+// testKernelClientIwpingServer runs the kernel's rping -c in the guest
 // against iwping -s on the host's 127.0.0.1 (10.0.2.2 in the guest).
-func TestKernelClientIwpingServer(t *testing.T) {
-	vm := startHealthyVM(t)
+func testKernelClientIwpingServer(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
 	bin := buildIwping(t)
 	// --p2p is an initiator option and does not apply to iwping -s; siw's
 	// initiator never asks for peer-to-peer mode.
@@ -126,20 +126,20 @@ func TestKernelClientIwpingServer(t *testing.T) {
 	start := time.Now()
 	for _, c := range cases {
 		if !t.Run(c.name(), func(t *testing.T) { runIwpingServer(t, vm, bin, c) }) && restartIfOopsed(t, vm, c) {
-			vm = lab.Start(t, labOpts)
+			vm = lab.Start(t, k.opts(labOpts))
 		}
 	}
 	t.Logf("%d runs in %.1fs", len(cases), time.Since(start).Seconds())
 }
 
-// TestIwpingMPARev1KernelServer documents siw's behaviour with an MPA
+// testIwpingMPARev1KernelServer documents siw's behaviour with an MPA
 // revision 1 request: there is no enhanced header to negotiate IRD/ORD,
 // siw gives the connection ORD 0, and rping -s fails to post its RDMA Read
 // ("post send error"). That is siw's choice, not a failure of ours (iwping
 // against itself works with revision 1; see cmd/iwping); the test checks
 // that it still fails that way, so that a change shows.
-func TestIwpingMPARev1KernelServer(t *testing.T) {
-	vm := startHealthyVM(t)
+func testIwpingMPARev1KernelServer(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
 	bin := buildIwping(t)
 	hostPort := vm.ForwardedPort(rpingGuestPort)
 	r := startIwpingClient(t, vm, bin, hostPort, rpingCase{100, []string{"--mpa-rev", "1"}}, 3)
@@ -154,6 +154,55 @@ func TestIwpingMPARev1KernelServer(t *testing.T) {
 		t.Errorf("rping -s printed \"post send error\" but exited 0\n%s", r.describe())
 	}
 	t.Logf("as expected: rping -s: %q; iwping: %v", strings.TrimSpace(r.srvErr), r.exitErr)
+}
+
+// testIwcmP2PResetBeforeRTR documents a Linux bug (docs/linux-interop.md,
+// problem 3): when an RFC 6581 peer-to-peer connection is reset after siw's
+// MPA Reply and before the initiator's ready-to-receive message, iw_cm's
+// cm_close_handler() finds the connection id still in IW_CM_STATE_CONN_RECV
+// and hits BUG() (drivers/infiniband/core/iwcm.c:969 in 6.1, :964 in 6.12).
+// Any remote peer can do that to a listening Linux siw; nvmetd's initiators
+// ask for peer-to-peer mode only when told to. The test runs mpaprobe (MPA
+// Request with P2P, read the Reply, RST) in the guest against rping -s and
+// checks that the guest kernel still oopses that way, so that a fix shows. It
+// runs last against each kernel: iw_cm is unusable after the oops, and the
+// kernel's VM is stopped after the suite.
+func testIwcmP2PResetBeforeRTR(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
+	bin := vm.BuildAndPut(t, "./test/interop/internal/mpaprobe")
+	// rping -s is left to the VM's stop: after the oops it cannot destroy
+	// its connection id.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const port = 7998
+	srv := vm.Background(ctx, fmt.Sprintf("rping -s -a %s -p %d -C 1", vm.GuestAddr(), port))
+	if err := srv.WaitListening(ctx, port); err != nil {
+		t.Fatal(err)
+	}
+	out, err := vm.Exec(ctx, fmt.Sprintf("%s -dial %s:%d", bin, vm.GuestAddr(), port))
+	if err != nil {
+		t.Fatalf("mpaprobe: %v", err)
+	}
+	if !strings.Contains(out, "p2p true") || !strings.Contains(out, "connection reset before the RTR") {
+		t.Fatalf("mpaprobe did not get a peer-to-peer MPA Reply and reset the connection:\n%s", out)
+	}
+	// The close event reaches iw_cm's work queue at once; allow for a
+	// loaded machine.
+	var oops string
+	for deadline := time.Now().Add(time.Minute); oops == "" && time.Now().Before(deadline); {
+		if oops = guestOops(vm); oops == "" {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	switch {
+	case oops == "":
+		t.Errorf("Linux %s: no oops within a minute of resetting a peer-to-peer connection before its RTR: "+
+			"iw_cm no longer hits BUG() there; update docs/linux-interop.md (mpaprobe: %s)", vm.Release(), strings.TrimSpace(out))
+	case !strings.Contains(oops, "kernel BUG at drivers/infiniband/core/iwcm.c:"):
+		t.Errorf("Linux %s: an oops, but not iw_cm's BUG():\n%s", vm.Release(), oops)
+	default:
+		t.Logf("as expected, Linux %s oopses:\n%s", vm.Release(), strings.Join(strings.SplitAfterN(oops, "\n", 8)[:min(7, strings.Count(oops, "\n"))], ""))
+	}
 }
 
 // siwRaceDebug is the guest's dynamic-debug switch for the one siw debug
@@ -210,13 +259,19 @@ func crashGuest(vm *lab.VM) {
 // startHealthyVM is lab.Start, but if the shared VM's kernel has oopsed (in
 // an earlier test; its RDMA stack is then unusable) it is crashed and a fresh
 // VM is booted.
-func startHealthyVM(t *testing.T) *lab.VM {
+func startHealthyVM(t *testing.T, k kernel) *lab.VM {
 	t.Helper()
-	vm := lab.Start(t, labOpts)
+	return startHealthy(t, k.opts(labOpts))
+}
+
+// startHealthy is startHealthyVM with other options.
+func startHealthy(t *testing.T, opts lab.Options) *lab.VM {
+	t.Helper()
+	vm := lab.Start(t, opts)
 	if oops := guestOops(vm); oops != "" {
 		t.Logf("the lab VM's kernel oopsed before this test; restarting the VM. The oops:\n%s", oops)
 		crashGuest(vm)
-		vm = lab.Start(t, labOpts)
+		vm = lab.Start(t, opts)
 	}
 	return vm
 }
@@ -704,20 +759,44 @@ func checkRpingStderr(s string) error {
 	return nil
 }
 
-var buildMu sync.Mutex
-
-// buildIwping builds cmd/iwping for the host into t's temporary directory,
-// with -race if this test binary has the race detector.
+// buildIwping builds cmd/iwping for the host (once per test binary, see
+// hostBuild), with -race if this test binary has the race detector.
 func buildIwping(t *testing.T) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	out := filepath.Join(t.TempDir(), "iwping")
+	return hostBuild(t, "github.com/nvmetd/nvmetd/cmd/iwping", raceEnabled())
+}
+
+// hostBuilds holds the host binaries that hostBuild made, by package; the
+// kernels of the suite share them.
+var hostBuilds struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+// hostBuild builds the main package pkg for the host, with -race if race,
+// into a directory that lives as long as the test binary (TestMain removes
+// it), and returns the binary's path. Each package is built once.
+func hostBuild(t *testing.T, pkg string, race bool) string {
+	t.Helper()
+	hostBuilds.Lock()
+	defer hostBuilds.Unlock()
+	if b, ok := hostBuilds.bins[pkg]; ok {
+		return b
+	}
+	if hostBuilds.dir == "" {
+		d, err := os.MkdirTemp("", "nvmetd-interop-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostBuilds.dir, hostBuilds.bins = d, map[string]string{}
+	}
+	out := filepath.Join(hostBuilds.dir, filepath.Base(pkg))
 	args := []string{"build", "-o", out}
-	if raceEnabled() {
+	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/nvmetd/nvmetd/cmd/iwping")
+	args = append(args, pkg)
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -726,8 +805,18 @@ func buildIwping(t *testing.T) string {
 	if b, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
-	t.Logf("built iwping (race detector: %v) in %.1fs", raceEnabled(), time.Since(start).Seconds())
+	t.Logf("built %s (race detector: %v) in %.1fs", pkg, race, time.Since(start).Seconds())
+	hostBuilds.bins[pkg] = out
 	return out
+}
+
+// removeHostBuilds removes what hostBuild made.
+func removeHostBuilds() {
+	hostBuilds.Lock()
+	defer hostBuilds.Unlock()
+	if hostBuilds.dir != "" {
+		_ = os.RemoveAll(hostBuilds.dir)
+	}
 }
 
 func raceEnabled() bool {

@@ -54,8 +54,8 @@ func step(t *testing.T, vm *lab.VM, timeout time.Duration, cmd string) string {
 	return out
 }
 
-func TestLinuxHostAgainstTarget(t *testing.T) {
-	vm := lab.Start(t, labOpts)
+func testLinuxHostAgainstTarget(t *testing.T, k kernel) {
+	vm := startHealthyVM(t, k)
 	port := freeTCPPort(t)
 	dir := t.TempDir()
 	cfg := &target.Config{

@@ -1,7 +1,11 @@
 #!/bin/bash
 # nvmetd interop lab: control of the QEMU guest(s). See README.md.
 #
-#   vm.sh [-n NAME | -r RUNDIR] COMMAND [ARGS]
+#   vm.sh [-k SERIES] [-n NAME | -r RUNDIR] COMMAND [ARGS]
+#
+# -k SERIES / NVMETD_LAB_KERNEL: the guest kernel series that start boots, 6.1
+# (default) or 6.12, from $NVMETD_LAB_CACHE/linux-SERIES (built by setup.sh).
+# The other commands act on the running instance, whatever its kernel.
 #
 # Several VMs can run at once; each instance has its own runtime directory
 # (pid file, monitor, console log and the 9p share mounted at guest /host):
@@ -12,8 +16,8 @@
 #   start                  boot in the background, wait until the guest is ready
 #   stop                   kill qemu (the guest is stateless) and its watchdog
 #   restart                stop + start
-#   status                 running? accel, forwards, readiness (exit 1 if stopped)
-#   list                   every running lab qemu on this machine (pid, rundir)
+#   status                 running? kernel, accel, forwards, readiness (exit 1 if stopped)
+#   list                   every running lab qemu on this machine (pid, kernel, rundir)
 #   exec [-t SECS] CMD...  run a shell command in the guest; its stdout/stderr are
 #                          passed through, exits with its status (124 on timeout)
 #   run [-t SECS] SCRIPT [ARGS...]   run a host shell script in the guest
@@ -28,6 +32,7 @@
 #
 # Env read by start:
 #   NVMETD_LAB_CACHE  kernel/initramfs from setup.sh (default /var/cache/nvmetd-lab)
+#   NVMETD_LAB_KERNEL kernel series (default 6.1; -k)
 #   LAB_FWD           TCP forwards from host 127.0.0.1 to the guest, comma separated:
 #                     HOSTPORT:GUESTPORT, or GUESTPORT alone for a free host port
 #                     (see "vm.sh port"). Default 4420 (a free host port); "" for none.
@@ -49,8 +54,10 @@ die() { echo "vm.sh: $*" >&2; exit 1; }
 
 NAME=${LAB_NAME:-default}
 RUN=${LAB_RUN:-}
+KSERIES=${NVMETD_LAB_KERNEL:-6.1}
 while [ $# -gt 0 ]; do
   case $1 in
+    -k) KSERIES=${2:?-k SERIES}; shift 2 ;;
     -n) NAME=${2:?-n NAME}; RUN=""; shift 2 ;;
     -r) RUN=${2:?-r RUNDIR}; shift 2 ;;
     *) break ;;
@@ -63,6 +70,8 @@ else
   mkdir -p "$RUN"; RUN=$(cd "$RUN" && pwd)
   NAME=$(basename "$RUN")
 fi
+[[ $KSERIES =~ ^[0-9]+\.[0-9]+$ ]] || die "bad kernel series '$KSERIES' (6.1 or 6.12)"
+KDIR="$CACHE/linux-$KSERIES"
 SHARE="$RUN/share"
 PIDF="$RUN/qemu.pid"
 MON="$RUN/mon.sock"
@@ -123,14 +132,18 @@ kvm_usable() {
 
 cmd_start() {
   if running; then
-    echo "$NAME already running (pid $(qpid), accel $(cat "$RUN/accel" 2>/dev/null))"
+    local k; k=$(cat "$RUN/kernel" 2>/dev/null || echo unknown)
+    [ "$k" = "$KSERIES" ] || die "$NAME is already running with Linux $k, not $KSERIES (stop it first)"
+    echo "$NAME already running (pid $(qpid), Linux $k, accel $(cat "$RUN/accel" 2>/dev/null))"
     return 0
   fi
-  [ -f "$CACHE/vmlinuz" ] && [ -f "$CACHE/initrd.img" ] || die "no $CACHE/vmlinuz or initrd.img: run test/lab/setup.sh first"
+  [ -f "$KDIR/vmlinuz" ] && [ -f "$KDIR/initrd.img" ] ||
+    die "no $KDIR/vmlinuz or initrd.img: run NVMETD_LAB_KERNEL=$KSERIES test/lab/setup.sh first"
   command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not installed: run test/lab/setup.sh"
   mkdir -p "$SHARE"/{jobs,bin,out,state}
   rm -f "$SHARE"/state/ready "$SHARE"/jobs/* "$RUN"/*.sock "$PIDF" "$RUN/ports" "$RUN/watchdog.pid"
   : > "$RUN/console.log"
+  echo "$KSERIES" > "$RUN/kernel"
 
   local fwdspec=${LAB_FWD-4420} fwd="" f
   for f in ${fwdspec//,/ }; do
@@ -150,7 +163,7 @@ cmd_start() {
   local base=(qemu-system-x86_64 -name "nvmetd-lab-$NAME" -nodefaults -no-user-config
     -display none -vga none -no-reboot
     -smp "${LAB_SMP:-2}" -m "${LAB_MEM:-2048}"
-    -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img" -append "$append"
+    -kernel "$KDIR/vmlinuz" -initrd "$KDIR/initrd.img" -append "$append"
     -serial "file:$RUN/console.log"
     -monitor "unix:$MON,server=on,wait=off"
     -netdev "user,id=n0,net=10.0.2.0/24,host=10.0.2.2$fwd"
@@ -190,7 +203,7 @@ cmd_start() {
     echo $! > "$RUN/watchdog.pid"
   fi
   record_ports || true
-  echo "$NAME: qemu pid $pid accel=$accel; waiting for the guest ($RUN)"
+  echo "$NAME: qemu pid $pid, Linux $KSERIES ($(cat "$KDIR/kver" 2>/dev/null)), accel=$accel; waiting for the guest ($RUN)"
 
   local lim=${LAB_BOOT_TIMEOUT:-$([ $accel = kvm ] && echo 120 || echo 300)}
   while [ ! -f "$SHARE/state/ready" ]; do
@@ -209,7 +222,7 @@ cmd_start() {
     fi
     sleep 0.2
   done
-  echo "$NAME: guest ready in $((SECONDS - t0))s (accel=$accel)"
+  echo "$NAME: guest ready in $((SECONDS - t0))s (Linux $KSERIES, accel=$accel)"
   sed 's/^/  /' "$SHARE/state/ready"
   [ -s "$RUN/ports" ] && echo "  forwards (guest port, host 127.0.0.1 port): $(tr '\n' ';' < "$RUN/ports")"
   return 0
@@ -227,7 +240,7 @@ cmd_stop() {
 
 cmd_status() {
   if running; then
-    echo "$NAME running: pid $(qpid) accel=$(cat "$RUN/accel") share=$SHARE"
+    echo "$NAME running: pid $(qpid) Linux $(cat "$RUN/kernel" 2>/dev/null) accel=$(cat "$RUN/accel") share=$SHARE"
     [ -s "$RUN/ports" ] && echo "  forwards (guest port, host 127.0.0.1 port): $(tr '\n' ';' < "$RUN/ports")"
     if [ -f "$SHARE/state/ready" ]; then sed 's/^/  /' "$SHARE/state/ready"; else echo "  (guest not ready)"; fi
   else
@@ -236,14 +249,32 @@ cmd_status() {
 }
 
 cmd_list() {
-  local p cmd
+  local p cmd rd
   for p in /proc/[0-9]*; do
     cmd=$(tr '\0' ' ' 2>/dev/null < "$p/cmdline") || continue
     case $cmd in
       qemu-system-x86_64\ -name\ nvmetd-lab-*)
-        echo "pid ${p#/proc/} $(sed -n 's/.*-pidfile \([^ ]*\)\/qemu.pid .*/rundir \1/p' <<<"$cmd")" ;;
+        rd=$(sed -n 's/.*-pidfile \([^ ]*\)\/qemu.pid .*/\1/p' <<<"$cmd")
+        echo "pid ${p#/proc/} Linux $(cat "$rd/kernel" 2>/dev/null || echo '?') rundir $rd" ;;
     esac
   done
+}
+
+# copy_new FILE OFFSETVAR: writes the bytes of FILE past offset $OFFSETVAR, up
+# to FILE's size when it starts, to stdout, and advances $OFFSETVAR. The guest
+# may append to FILE meanwhile (a job's output grows while the host copies it),
+# so a single dd copies exactly that range. (A "tail -c +N | head -c LEN" pipe
+# here used to die of SIGPIPE whenever the file had grown between the stat and
+# the tail: head exits after LEN bytes while tail still writes, and under
+# pipefail and set -e vm.sh exited with status 141 in the middle of the
+# output, losing the rest of it and the command's exit status.)
+copy_new() {
+  local f=$1 var=$2 off sz
+  off=${!var}
+  sz=$(stat -c %s "$f" 2>/dev/null) || return 0
+  [ "$sz" -gt "$off" ] || return 0
+  dd if="$f" iflag=skip_bytes,count_bytes skip="$off" count=$((sz - off)) bs=64K status=none
+  printf -v "$var" %s "$sz"
 }
 
 cmd_exec() {
@@ -257,13 +288,11 @@ cmd_exec() {
   local J="$SHARE/jobs"
   { echo "echo \$\$ > /host/jobs/$id.pid"; printf '%s\n' "$*"; } > "$J/$id.tmp"
   mv "$J/$id.tmp" "$J/$id.job"
-  local oo=0 eo=0 sz start=$SECONDS rc="" n=0
+  local oo=0 eo=0 start=$SECONDS rc="" n=0
   while :; do
     if [ -f "$J/$id.out" ]; then
-      sz=$(stat -c %s "$J/$id.out")
-      if [ "$sz" -gt "$oo" ]; then tail -c +$((oo+1)) "$J/$id.out" | head -c $((sz-oo)); oo=$sz; fi
-      sz=$(stat -c %s "$J/$id.err" 2>/dev/null || echo 0)
-      if [ "$sz" -gt "$eo" ]; then tail -c +$((eo+1)) "$J/$id.err" | head -c $((sz-eo)) >&2; eo=$sz; fi
+      copy_new "$J/$id.out" oo
+      copy_new "$J/$id.err" eo >&2
     fi
     [ -f "$J/$id.rc" ] && break
     if [ "$tmo" != 0 ] && [ $((SECONDS-start)) -ge "$tmo" ]; then
@@ -281,8 +310,9 @@ cmd_exec() {
   if [ "$rc" = 124 ]; then
     sleep 0.5; rm -f "$J/$id".*; return 124
   fi
-  sz=$(stat -c %s "$J/$id.out"); [ "$sz" -gt "$oo" ] && tail -c +$((oo+1)) "$J/$id.out"
-  sz=$(stat -c %s "$J/$id.err"); [ "$sz" -gt "$eo" ] && tail -c +$((eo+1)) "$J/$id.err" >&2
+  # The job has ended: what is in the files now is all of it.
+  copy_new "$J/$id.out" oo
+  copy_new "$J/$id.err" eo >&2
   rc=$(cat "$J/$id.rc")
   rm -f "$J/$id".*
   return "$rc"

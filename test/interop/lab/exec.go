@@ -21,6 +21,7 @@ const DefaultExecTimeout = 5 * time.Minute
 // or it did not finish (context done, VM gone), in which case Err says why.
 type ExecError struct {
 	VM       string // the VM's name
+	Kernel   string // the guest kernel's release (uname -r)
 	Cmd      string // the shell command
 	ExitCode int    // the exit status; -1 if the command did not finish
 	Stdout   string // what the command wrote to stdout
@@ -28,11 +29,11 @@ type ExecError struct {
 	Err      error  // why the command did not finish (e.g. context.DeadlineExceeded), or nil
 }
 
-// Error names the VM and the command, the exit status or the reason it did
+// Error names the VM, its kernel and the command, the exit status or the reason it did
 // not finish, and the tail of its stderr (or stdout).
 func (e *ExecError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "lab: VM %q: guest command %q", e.VM, e.Cmd)
+	fmt.Fprintf(&b, "lab: VM %q (Linux %s): guest command %q", e.VM, e.Kernel, e.Cmd)
 	if e.Err != nil {
 		fmt.Fprintf(&b, ": %v", e.Err)
 	} else {
@@ -207,7 +208,7 @@ func (j *Job) finish(stdout, stderr string, code int, cause error) {
 	}
 	j.out = stdout
 	if code != 0 || cause != nil {
-		j.err = &ExecError{VM: j.vm.name, Cmd: j.cmd, ExitCode: code, Stdout: stdout, Stderr: stderr, Err: cause}
+		j.err = &ExecError{VM: j.vm.name, Kernel: j.vm.Release(), Cmd: j.cmd, ExitCode: code, Stdout: stdout, Stderr: stderr, Err: cause}
 	}
 	close(j.done)
 }
@@ -236,7 +237,7 @@ func (vm *VM) waitListening(ctx context.Context, port int, j *Job) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("lab: VM %q: nothing listens on guest TCP port %d: %w", vm.name, port, ctx.Err())
+			return fmt.Errorf("lab: %s: nothing listens on guest TCP port %d: %w", vm, port, ctx.Err())
 		}
 		if err != nil && !vm.alive() {
 			return err
@@ -248,7 +249,7 @@ func (vm *VM) waitListening(ctx context.Context, port int, j *Job) error {
 			if err == nil {
 				err = fmt.Errorf("exited with status 0; stdout: %s", tail(out, 20))
 			}
-			return fmt.Errorf("lab: VM %q: waiting for guest TCP port %d: the server ended: %w", vm.name, port, err)
+			return fmt.Errorf("lab: %s: waiting for guest TCP port %d: the server ended: %w", vm, port, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

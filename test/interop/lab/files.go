@@ -29,10 +29,10 @@ func (vm *VM) PutAs(localPath, name string) (string, error) {
 	dst := filepath.Join(vm.runDir, "share", "bin", name)
 	tmp := filepath.Join(filepath.Dir(dst), "."+name+".tmp")
 	if err := copyFile(localPath, tmp, 0o755); err != nil {
-		return "", fmt.Errorf("lab: put %s into VM %q: %w", localPath, vm.name, err)
+		return "", fmt.Errorf("lab: put %s into %s: %w", localPath, vm, err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
-		return "", fmt.Errorf("lab: put %s into VM %q: %w", localPath, vm.name, err)
+		return "", fmt.Errorf("lab: put %s into %s: %w", localPath, vm, err)
 	}
 	return "/host/bin/" + name, nil
 }
@@ -51,7 +51,7 @@ func (vm *VM) Get(guestPath, localPath string) error {
 		return nil
 	}
 	if err := copyFile(src, localPath, 0o644); err != nil {
-		return fmt.Errorf("lab: get %s from VM %q: %w", guestPath, vm.name, err)
+		return fmt.Errorf("lab: get %s from %s: %w", guestPath, vm, err)
 	}
 	return nil
 }
@@ -97,7 +97,7 @@ func (vm *VM) BuildAndPut(t testing.TB, pkg string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("lab: built %s (%.1fs) and put it into VM %q as %s", pkg, time.Since(start).Seconds(), vm.name, gp)
+	t.Logf("lab: built %s (%.1fs) and put it into %s as %s", pkg, time.Since(start).Seconds(), vm, gp)
 	if vm.built == nil {
 		vm.built = map[string]string{}
 	}

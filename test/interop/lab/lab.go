@@ -23,15 +23,23 @@
 // 127.0.0.1:[VM.ForwardedPort](port). Each VM has its own network, so several
 // VMs (one per test binary) run side by side.
 //
-// Start runs test/lab/setup.sh first (about 0.3 s when the cache is up to
-// date; a cold cache takes under a minute, 43 s on a fresh Debian 12, and its
-// output is streamed to the test log). Tests skip, saying why, when the lab cannot run: not Linux,
+// A VM runs one of the lab's Debian kernel series ([Options.Kernel]): 6.1
+// (Debian 12's own) or 6.12 (from bookworm's security updates). [Kernels]
+// lists the series a test run covers; the interop tests run their whole suite
+// against each in turn, and [StopKernel] stops one series' VMs before the next
+// boots.
+//
+// Start runs test/lab/setup.sh for the VM's kernel first (under a second when
+// the cache is up to date; a cold cache takes a minute or two per kernel, and
+// its output is streamed to the test log). Tests skip, saying why, when the lab cannot run: not Linux,
 // -short, or not root without a lab cache. The environment variables are:
 //
+//	NVMETD_LAB_KERNEL the kernel series to test, comma separated (default: 6.1,6.12)
 //	NVMETD_LAB_CACHE  cache directory of setup.sh and vm.sh (default /var/cache/nvmetd-lab)
 //	NVMETD_LAB_DIR    the test/lab directory (default: found from the working directory)
 //	NVMETD_LAB_VM     use a VM started by hand (vm.sh start): an instance name or a
-//	                  runtime directory; it is never stopped by the tests
+//	                  runtime directory; it is never stopped by the tests, and
+//	                  its kernel is the default of NVMETD_LAB_KERNEL
 //	NVMETD_LAB_KEEP=1 leave the VMs running after the tests (their vm.sh -r command is logged)
 //	LAB_ACCEL         kvm, tcg or auto, passed to vm.sh
 package lab
@@ -63,11 +71,47 @@ const (
 	GuestAddr = "10.0.2.15"
 )
 
-// Options configures a VM. Start calls with the same Name share one VM, so
-// they must agree on SIW, MemMB, CPUs and Src; Forwards may differ (missing
-// forwards are added to the running VM).
+// KnownKernels lists the kernel series test/lab/setup.sh builds, oldest first.
+var KnownKernels = []string{"6.1", "6.12"}
+
+// Kernels returns the kernel series to test: $NVMETD_LAB_KERNEL (comma or
+// space separated), else the kernel of the VM named by $NVMETD_LAB_VM, else
+// KnownKernels.
+func Kernels() []string {
+	if k := strings.Fields(strings.ReplaceAll(os.Getenv("NVMETD_LAB_KERNEL"), ",", " ")); len(k) > 0 {
+		return k
+	}
+	if ext := os.Getenv("NVMETD_LAB_VM"); ext != "" {
+		return []string{runDirKernel(externalRunDir(ext))}
+	}
+	return slices.Clone(KnownKernels)
+}
+
+// runDirKernel returns the kernel series that vm.sh recorded in a VM's
+// runtime directory ("6.1" for a VM of a vm.sh that did not record it).
+func runDirKernel(runDir string) string {
+	b, err := os.ReadFile(filepath.Join(runDir, "kernel"))
+	if k := strings.TrimSpace(string(b)); err == nil && k != "" {
+		return k
+	}
+	return "6.1"
+}
+
+func externalRunDir(ext string) string {
+	if strings.Contains(ext, "/") {
+		return ext
+	}
+	return filepath.Join(cacheDir(), "run", ext)
+}
+
+// Options configures a VM. Start calls with the same Kernel and Name share
+// one VM, so they must agree on SIW, MemMB, CPUs and Src; Forwards may differ
+// (missing forwards are added to the running VM).
 type Options struct {
-	// Name identifies the VM within the test binary (default "vm").
+	// Kernel is the guest kernel series, "6.1" or "6.12" (default: the
+	// first of Kernels()).
+	Kernel string
+	// Name identifies the VM within the test binary and kernel (default "vm").
 	Name string
 	// Forwards lists guest TCP ports to forward from free ports on host
 	// 127.0.0.1; see VM.ForwardedPort. More can be added later.
@@ -88,6 +132,9 @@ type Options struct {
 }
 
 func (o Options) normalized() Options {
+	if o.Kernel == "" {
+		o.Kernel = Kernels()[0]
+	}
 	if o.Name == "" {
 		o.Name = "vm"
 	}
@@ -110,6 +157,8 @@ func (o Options) compatible(p Options) bool {
 // VM is a running lab guest. Its methods are safe for concurrent use.
 type VM struct {
 	name     string
+	kernel   string // series, e.g. "6.12"
+	release  string // uname -r of the guest, e.g. "6.12.117+deb12-amd64"
 	runDir   string
 	vmsh     string
 	opts     Options
@@ -124,12 +173,14 @@ type VM struct {
 	built   map[string]string // BuildAndPut: package -> guest path
 }
 
+// vmKey identifies a VM in the registry.
+type vmKey struct{ kernel, name string }
+
 var reg struct {
-	mu       sync.Mutex
-	vms      map[string]*VM
-	keep     bool // inside Main: VMs live until Main returns
-	setupErr error
-	setupRan bool
+	mu    sync.Mutex
+	vms   map[vmKey]*VM
+	keep  bool             // inside Main: VMs live until Main returns (or StopKernel)
+	setup map[string]error // by kernel series: setup.sh ran (once per binary), and its error
 }
 
 // Main runs the tests with m and then stops every VM that Start booted.
@@ -154,23 +205,45 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// Start returns the VM named opts.Name, booting it if this test binary has
-// not yet done so. It skips the test when the lab cannot run here (with the
-// reason) and fails it when the lab should run but does not. On failure of t,
-// the guest's dmesg is written to the test log. See the package comment for
-// when the VM is stopped.
+// StopKernel stops every VM of the kernel series k that Start booted in this
+// test binary (Main would stop them at the end): the interop tests call it
+// when they are done with a kernel, so that one series' VMs do not idle while
+// the next series runs. A later Start boots a new VM.
+func StopKernel(k string) error {
+	reg.mu.Lock()
+	var stop []*VM
+	for key, vm := range reg.vms {
+		if key.kernel == k {
+			stop = append(stop, vm)
+			delete(reg.vms, key)
+		}
+	}
+	reg.mu.Unlock()
+	var errs []error
+	for _, vm := range stop {
+		errs = append(errs, vm.stop())
+	}
+	return errors.Join(errs...)
+}
+
+// Start returns the VM named opts.Name that runs opts.Kernel, booting it if
+// this test binary has not yet done so. It skips the test when the lab cannot
+// run here (with the reason) and fails it when the lab should run but does
+// not. On failure of t, the guest's dmesg is written to the test log. See the
+// package comment for when the VM is stopped.
 func Start(t testing.TB, opts Options) *VM {
 	t.Helper()
 	opts = opts.normalized()
-	labDir := preflight(t)
+	labDir := preflight(t, opts.Kernel)
 
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	vm := reg.vms[opts.Name]
+	key := vmKey{opts.Kernel, opts.Name}
+	vm := reg.vms[key]
 	if vm != nil && !vm.alive() {
-		t.Logf("lab: VM %q is no longer running; booting a new one", opts.Name)
+		t.Logf("lab: %s is no longer running; booting a new one", vm)
 		_ = vm.stop()
-		delete(reg.vms, opts.Name)
+		delete(reg.vms, key)
 		vm = nil
 	}
 	if vm == nil {
@@ -179,12 +252,12 @@ func Start(t testing.TB, opts Options) *VM {
 			t.Fatalf("lab: %v", err)
 		}
 		if reg.vms == nil {
-			reg.vms = map[string]*VM{}
+			reg.vms = map[vmKey]*VM{}
 		}
-		reg.vms[opts.Name] = vm
+		reg.vms[key] = vm
 	} else if !vm.opts.compatible(opts) {
-		t.Fatalf("lab: VM %q is already running with options %+v; cannot reuse it for %+v (use another Name)",
-			opts.Name, vm.opts, opts)
+		t.Fatalf("lab: VM %q (Linux %s) is already running with options %+v; cannot reuse it for %+v (use another Name)",
+			opts.Name, opts.Kernel, vm.opts, opts)
 	}
 	for _, p := range opts.Forwards {
 		if _, err := vm.AddForward(p); err != nil {
@@ -196,7 +269,7 @@ func Start(t testing.TB, opts Options) *VM {
 	vm.mu.Unlock()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("lab: guest dmesg (last 60 lines) of VM %q:\n%s", vm.name, tail(vm.Dmesg(), 60))
+			t.Logf("lab: guest dmesg (last 60 lines) of %s:\n%s", vm, tail(vm.Dmesg(), 60))
 		}
 		vm.mu.Lock()
 		vm.refs--
@@ -204,8 +277,9 @@ func Start(t testing.TB, opts Options) *VM {
 		vm.mu.Unlock()
 		reg.mu.Lock()
 		defer reg.mu.Unlock()
-		if last && !reg.keep && reg.vms[vm.name] == vm {
-			delete(reg.vms, vm.name)
+		key := vmKey{vm.kernel, vm.name}
+		if last && !reg.keep && reg.vms[key] == vm {
+			delete(reg.vms, key)
 			if err := vm.stop(); err != nil {
 				t.Errorf("lab: %v", err)
 			}
@@ -214,76 +288,83 @@ func Start(t testing.TB, opts Options) *VM {
 	return vm
 }
 
-// preflight skips t if the lab cannot run here, runs setup.sh (once per test
-// binary) and returns the test/lab directory.
-func preflight(t testing.TB) string {
+// preflight skips t if the lab cannot run here, runs setup.sh for kernel
+// series k (once per test binary) and returns the test/lab directory.
+func preflight(t testing.TB, k string) string {
 	t.Helper()
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skipf("lab: needs linux/amd64 (QEMU x86 guest); this is %s/%s", runtime.GOOS, runtime.GOARCH)
 	}
 	if testing.Short() {
-		t.Skip("lab: skipped in -short mode: the interop tests boot a QEMU VM (about 12 s, more on a cold cache)")
+		t.Skip("lab: skipped in -short mode: the interop tests boot a QEMU VM for each lab kernel (12–40 s each, more on a cold cache)")
 	}
 	labDir, err := findLabDir()
 	if err != nil {
 		t.Fatalf("lab: %v", err)
 	}
-	cache := cacheDir()
-	haveCache := fileExists(filepath.Join(cache, "vmlinuz")) && fileExists(filepath.Join(cache, "initrd.img"))
+	kdir := filepath.Join(cacheDir(), "linux-"+k)
+	haveCache := fileExists(filepath.Join(kdir, "vmlinuz")) && fileExists(filepath.Join(kdir, "initrd.img"))
 
-	reg.mu.Lock()
-	defer reg.mu.Unlock()
-	if reg.setupRan {
-		if reg.setupErr != nil {
-			t.Fatalf("lab: %v", reg.setupErr)
+	if ext := os.Getenv("NVMETD_LAB_VM"); ext != "" {
+		// The VM was started by hand; it runs the kernel it runs.
+		if vk := runDirKernel(externalRunDir(ext)); vk != k {
+			t.Skipf("lab: NVMETD_LAB_VM=%s runs Linux %s, and this test wants Linux %s (set NVMETD_LAB_KERNEL=%s, or start a %s VM)", ext, vk, k, vk, k)
 		}
 		return labDir
 	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if err, ran := reg.setup[k]; ran {
+		if err != nil {
+			t.Fatalf("lab: %v", err)
+		}
+		return labDir
+	}
+	if reg.setup == nil {
+		reg.setup = map[string]error{}
+	}
 	if os.Geteuid() != 0 {
 		if !haveCache {
-			t.Skipf("lab: not root, and no lab cache in %s: run `sudo %s/setup.sh` once (or run the tests as root)", cache, labDir)
+			t.Skipf("lab: not root, and no Linux %s in the lab cache (%s): run `sudo NVMETD_LAB_KERNEL=%s %s/setup.sh` once (or run the tests as root)", k, kdir, k, labDir)
 		}
 		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 			t.Skipf("lab: not root, and qemu-system-x86_64 is not installed: run `sudo %s/setup.sh`", labDir)
 		}
-		t.Logf("lab: not root: using the cache in %s as it is, without running setup.sh", cache)
-		reg.setupRan = true
-		return labDir
-	}
-	if os.Getenv("NVMETD_LAB_VM") != "" {
-		reg.setupRan = true // the VM was started by hand
+		t.Logf("lab: not root: using Linux %s from the cache in %s as it is, without running setup.sh", k, kdir)
+		reg.setup[k] = nil
 		return labDir
 	}
 	if !haveCache {
-		t.Logf("lab: no lab cache in %s: running setup.sh (a cold setup takes a few minutes)", cache)
+		t.Logf("lab: no Linux %s in the lab cache (%s): running setup.sh (a cold setup takes a minute or two)", k, kdir)
 	}
 	start := time.Now()
-	reg.setupErr = runLogged(t, exec.Command(filepath.Join(labDir, "setup.sh")), "setup: ")
-	reg.setupRan = true
-	if reg.setupErr != nil {
-		reg.setupErr = fmt.Errorf("%s/setup.sh: %w", labDir, reg.setupErr)
-		t.Fatalf("lab: %v", reg.setupErr)
+	cmd := exec.Command(filepath.Join(labDir, "setup.sh"))
+	cmd.Env = append(os.Environ(), "NVMETD_LAB_KERNEL="+k)
+	if err = runLogged(t, cmd, "setup: "); err != nil {
+		err = fmt.Errorf("NVMETD_LAB_KERNEL=%s %s/setup.sh: %w", k, labDir, err)
 	}
-	t.Logf("lab: setup.sh took %.1fs", time.Since(start).Seconds())
+	reg.setup[k] = err
+	if err != nil {
+		t.Fatalf("lab: %v", err)
+	}
+	t.Logf("lab: setup.sh (Linux %s) took %.1fs", k, time.Since(start).Seconds())
 	return labDir
 }
 
 func boot(t testing.TB, labDir string, opts Options) (*VM, error) {
-	vm := &VM{name: opts.Name, vmsh: filepath.Join(labDir, "vm.sh"), opts: opts}
+	vm := &VM{name: opts.Name, kernel: opts.Kernel, vmsh: filepath.Join(labDir, "vm.sh"), opts: opts}
 	if ext := os.Getenv("NVMETD_LAB_VM"); ext != "" {
 		vm.external = true
-		vm.runDir = ext
-		if !strings.Contains(ext, "/") {
-			vm.runDir = filepath.Join(cacheDir(), "run", ext)
-		}
+		vm.runDir = externalRunDir(ext)
 		if !vm.alive() || !fileExists(filepath.Join(vm.runDir, "share/state/ready")) {
 			return nil, fmt.Errorf("NVMETD_LAB_VM=%s: no ready VM in %s (start it with %s -r %s start)", ext, vm.runDir, vm.vmsh, vm.runDir)
 		}
-		t.Logf("lab: using the VM in %s (NVMETD_LAB_VM); its boot options are its own", vm.runDir)
+		vm.readRelease()
+		t.Logf("lab: using the VM in %s (NVMETD_LAB_VM, Linux %s); its boot options are its own", vm.runDir, vm.release)
 		return vm, vm.readPorts()
 	}
 	removeStaleRunDirs()
-	dir, err := os.MkdirTemp("", "nvmetd-lab-"+sanitize(opts.Name)+"-")
+	dir, err := os.MkdirTemp("", "nvmetd-lab-"+sanitize(opts.Name)+"-"+sanitize(opts.Kernel)+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +378,7 @@ func boot(t testing.TB, labDir string, opts Options) (*VM, error) {
 	}
 	cmd := exec.Command(vm.vmsh, "-r", dir, "start")
 	cmd.Env = append(os.Environ(),
+		"NVMETD_LAB_KERNEL="+opts.Kernel,
 		"LAB_FWD="+strings.Join(fwd, ","),
 		"LAB_SIW="+strings.Join(opts.SIW, ","),
 		"LAB_MEM="+strconv.Itoa(opts.MemMB),
@@ -310,11 +392,24 @@ func boot(t testing.TB, labDir string, opts Options) (*VM, error) {
 	start := time.Now()
 	if err := runLogged(t, cmd, "vm.sh: "); err != nil {
 		_ = vm.stop()
-		return nil, fmt.Errorf("booting VM %q: %w", opts.Name, err)
+		return nil, fmt.Errorf("booting VM %q (Linux %s): %w", opts.Name, opts.Kernel, err)
 	}
-	t.Logf("lab: VM %q ready in %.1fs; by hand: %s -r %s exec|console|log|dmesg", opts.Name,
+	vm.readRelease()
+	t.Logf("lab: %s ready in %.1fs; by hand: %s -r %s exec|console|log|dmesg", vm,
 		time.Since(start).Seconds(), vm.vmsh, dir)
 	return vm, vm.readPorts()
+}
+
+// readRelease sets vm.release from the guest's ready file (its uname -r),
+// or to the series if the file does not say.
+func (vm *VM) readRelease() {
+	vm.release = vm.kernel
+	b, _ := os.ReadFile(filepath.Join(vm.runDir, "share", "state", "ready"))
+	for _, l := range strings.Split(string(b), "\n") {
+		if r, ok := strings.CutPrefix(l, "kernel="); ok && r != "" {
+			vm.release = r
+		}
+	}
 }
 
 // removeStaleRunDirs removes the runtime directories of VMs whose test
@@ -346,18 +441,40 @@ func (vm *VM) stop() error {
 	}
 	vm.stopped = true
 	if os.Getenv("NVMETD_LAB_KEEP") == "1" {
-		fmt.Fprintf(os.Stderr, "lab: NVMETD_LAB_KEEP=1: VM %q left running: %s -r %s stop\n", vm.name, vm.vmsh, vm.runDir)
+		fmt.Fprintf(os.Stderr, "lab: NVMETD_LAB_KEEP=1: %s left running: %s -r %s stop\n", vm, vm.vmsh, vm.runDir)
 		return nil
 	}
 	out, err := exec.Command(vm.vmsh, "-r", vm.runDir, "stop").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("stopping VM %q: %v: %s", vm.name, err, out)
+		return fmt.Errorf("stopping %s: %v: %s", vm, err, out)
 	}
 	return os.RemoveAll(vm.runDir)
 }
 
 // Name returns the VM's name (Options.Name).
 func (vm *VM) Name() string { return vm.name }
+
+// String names the VM and its kernel, e.g. `VM "vm" (Linux 6.12.117+deb12-amd64)`,
+// as the harness's messages do.
+func (vm *VM) String() string { return fmt.Sprintf("VM %q (Linux %s)", vm.name, vm.Release()) }
+
+// Kernel returns the VM's kernel series (Options.Kernel), e.g. "6.12".
+func (vm *VM) Kernel() string { return vm.kernel }
+
+// Release returns the guest kernel's release (uname -r), e.g.
+// "6.12.117+deb12-amd64".
+func (vm *VM) Release() string {
+	if vm.release == "" {
+		return vm.kernel
+	}
+	return vm.release
+}
+
+// VMSh returns the command test/lab/vm.sh -r RUNDIR args..., which acts on
+// this VM (exec, dmesg, log, ...).
+func (vm *VM) VMSh(args ...string) *exec.Cmd {
+	return exec.Command(vm.vmsh, append([]string{"-r", vm.runDir}, args...)...)
+}
 
 // RunDir returns the VM's runtime directory, for test/lab/vm.sh -r RUNDIR.
 func (vm *VM) RunDir() string { return vm.runDir }
@@ -394,11 +511,11 @@ func (vm *VM) AddForward(guestPort int) (int, error) {
 	}
 	out, err := exec.Command(vm.vmsh, "-r", vm.runDir, "port", strconv.Itoa(guestPort)).Output()
 	if err != nil {
-		return 0, fmt.Errorf("forwarding guest port %d of VM %q: %v: %s", guestPort, vm.name, err, stderrOf(err))
+		return 0, fmt.Errorf("forwarding guest port %d of %s: %v: %s", guestPort, vm, err, stderrOf(err))
 	}
 	p, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil {
-		return 0, fmt.Errorf("forwarding guest port %d of VM %q: vm.sh port said %q", guestPort, vm.name, out)
+		return 0, fmt.Errorf("forwarding guest port %d of %s: vm.sh port said %q", guestPort, vm, out)
 	}
 	if vm.ports == nil {
 		vm.ports = map[int]int{}
@@ -410,7 +527,7 @@ func (vm *VM) AddForward(guestPort int) (int, error) {
 func (vm *VM) readPorts() error {
 	b, err := os.ReadFile(filepath.Join(vm.runDir, "ports"))
 	if err != nil {
-		return fmt.Errorf("VM %q: %w", vm.name, err)
+		return fmt.Errorf("%s: %w", vm, err)
 	}
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
