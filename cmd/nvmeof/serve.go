@@ -44,7 +44,15 @@ type daemon struct {
 	shutdown chan struct{}
 	stopMu   sync.Mutex // one teardown at a time
 	stopped  bool
-	wg       sync.WaitGroup
+	// saveMu orders state writes: start and the controller's events
+	// (reconnects, namespace changes) save concurrently, and the last
+	// snapshot taken must be the last written.
+	saveMu sync.Mutex
+	// removed is set once stop has removed the instance directory: a
+	// late event must not recreate a state file there (the directory
+	// may already belong to the next controller).
+	removed bool
+	wg      sync.WaitGroup
 }
 
 // ctlRequest is a request on the control socket (one JSON line).
@@ -300,7 +308,14 @@ func (d *daemon) state() *ctrlState {
 	return &st
 }
 
-func (d *daemon) saveState() error { return writeState(d.state()) }
+func (d *daemon) saveState() error {
+	d.saveMu.Lock()
+	defer d.saveMu.Unlock()
+	if d.removed {
+		return nil
+	}
+	return writeState(d.state())
+}
 
 // serveCtl answers the control socket.
 func (d *daemon) serveCtl() {
@@ -445,7 +460,10 @@ func (d *daemon) stop(force bool) ([]string, error) {
 		}
 		cancel()
 	}
+	d.saveMu.Lock()
+	d.removed = true
 	_ = removeInstance(d.dev)
+	d.saveMu.Unlock()
 	if len(errs) > 0 {
 		d.log.Warn("disconnect", zap.Error(errors.Join(errs...)))
 	}

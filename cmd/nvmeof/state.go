@@ -115,18 +115,33 @@ func removeInstance(dev string) error {
 	return os.RemoveAll(d)
 }
 
-// writeState replaces the state file atomically.
+// writeState replaces the state file atomically. Each write has its own
+// temporary file, so two writers never rename each other's file away.
 func writeState(st *ctrlState) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
 	d := instanceDir(st.Device)
-	tmp := filepath.Join(d, ".state.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	f, err := os.CreateTemp(d, ".state.json.*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(d, "state.json"))
+	tmp := f.Name()
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(d, "state.json"))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 func readState(dev string) (*ctrlState, error) {

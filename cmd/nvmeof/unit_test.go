@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,5 +185,42 @@ func TestBenchVerify(t *testing.T) {
 	res, err := runBenchmark(ctx, ns, p, nil)
 	if err != nil || res.VerifyErrors == 0 {
 		t.Fatalf("the zeroed block was not noticed: %+v %v", res, err)
+	}
+}
+
+// TestWriteStateConcurrent: the daemon's start and its controller events
+// save state at the same time; no save may rename another's file away
+// (seen in CI: "rename .state.json.tmp state.json: no such file").
+func TestWriteStateConcurrent(t *testing.T) {
+	old := stateDirFlag
+	stateDirFlag = t.TempDir()
+	t.Cleanup(func() { stateDirFlag = old })
+	if err := os.Mkdir(instanceDir("nvme0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 800)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				errs <- writeState(&ctrlState{Device: "nvme0", PID: g*1000 + i})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := readState("nvme0"); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(instanceDir("nvme0"))
+	if len(ents) != 1 {
+		t.Fatalf("instance directory holds %d files, want state.json alone", len(ents))
 	}
 }
