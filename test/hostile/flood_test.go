@@ -145,7 +145,7 @@ func TestFlood(t *testing.T) {
 		peakMax = 256 << 20
 		backMax = 64 << 20
 	)
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"}})
+	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s"}})
 	d.healthy(t, "before the flood")
 	base := d.rss()
 	baseFDs := d.fds()

@@ -172,8 +172,7 @@ func TestStaleWriteAfterReconnect(t *testing.T) {
 	}
 	file.mu.Unlock()
 	d := startDaemon(t, config{
-		Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"},
-		Backend:   "{kind: file, path: " + path + ", no_lock: true}",
+		Backend: "{kind: file, path: " + path + ", no_lock: true}",
 	})
 	// Cleanups run last first: open the gate before the daemon is stopped,
 	// so that its shutdown does not wait for a held write.

@@ -30,7 +30,7 @@ import (
 func TestPendingConnections(t *testing.T) {
 	t.Parallel()
 	const bound = 2 * time.Second
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"}})
+	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s"}})
 	dial := func(qid uint16, size int) (*rawpeer.Queue, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), guard(bound))
 		defer cancel()
@@ -168,7 +168,7 @@ func TestPendingConnections(t *testing.T) {
 func TestStallTimeout(t *testing.T) {
 	t.Parallel()
 	const bound = time.Second
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 1s"}})
+	d := startDaemon(t, config{Transport: []string{"stall_timeout: 1s"}})
 	for _, n := range []int{1, 2, 3, 4, 10, 21} {
 		t.Run(fmt.Sprintf("%d bytes", n), func(t *testing.T) {
 			t.Parallel()
@@ -200,7 +200,7 @@ func TestStallTimeout(t *testing.T) {
 func TestWriteTimeout(t *testing.T) {
 	t.Parallel()
 	const bound = 2 * time.Second
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s", "write_timeout: 2s"}})
+	d := startDaemon(t, config{Transport: []string{"write_timeout: 2s"}})
 	for _, keepSending := range []bool{false, true} {
 		name := "queue full, then quiet"
 		if keepSending {
