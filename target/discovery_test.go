@@ -196,7 +196,7 @@ func TestConnectAccess(t *testing.T) {
 	// The allowed host gets in; CNTLIDs are unique in the subsystem.
 	a := mustConnect(t, p1, testSubNQN)
 	b := mustConnect(t, p2, testSubNQN)
-	c, err := connectHost(t, p1, testSubNQN2, otherHost, 5000)
+	c, err := connectHost(t, p1, testSubNQN2, otherHost, testKATO)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,12 +323,12 @@ func TestCNTLIDRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	_, err = connectCmd(t, q, testSubNQN, testHostNQN, nvmeof.CNTLIDDynamic, 5000)
+	_, err = connectCmd(t, q, testSubNQN, testHostNQN, nvmeof.CNTLIDDynamic, testKATO)
 	wantStatus(t, "third controller", err, nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR)
 	// A freed ID is handed out again once the others are taken.
 	a.close()
-	waitFor(t, "controller 0x20 gone", 5*time.Second, func() bool { return len(s.status().Controllers) == 1 })
-	res, err := connectCmd(t, q, testSubNQN, testHostNQN, nvmeof.CNTLIDDynamic, 5000)
+	waitFor(t, "controller 0x20 gone", hang, func() bool { return len(s.status().Controllers) == 1 })
+	res, err := connectCmd(t, q, testSubNQN, testHostNQN, nvmeof.CNTLIDDynamic, testKATO)
 	if err != nil || res != 0x20 {
 		t.Fatalf("connect after a controller left: %#x %v", res, err)
 	}

@@ -106,7 +106,7 @@ func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 	for _, q := range append(h.io, h.admin) {
 		select {
 		case <-q.Done():
-		case <-time.After(5 * time.Second):
+		case <-time.After(hang):
 			t.Fatal("queue still connected after shutdown")
 		}
 	}
