@@ -294,7 +294,17 @@ func TestMisbehavingControllerAtConnect(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startRawCtl(t, tc.fault)
 			cfg := testConfig(t, r.addr())
-			cfg.ConnectTimeout = 2 * time.Second
+			// The silent peer is ended by the connect timeout: 2 s. Every
+			// other fault must be met by its own error (the controller
+			// that never gets ready by the CAP.TO wait), so the timeout is
+			// long there: a loaded machine's slow Connect must not end in
+			// the timeout before the fault is reached (and a host that
+			// waited for the timeout instead of failing on the fault fails
+			// the error check, not a clock).
+			cfg.ConnectTimeout = time.Minute
+			if tc.want == "deadline exceeded" {
+				cfg.ConnectTimeout = 2 * time.Second
+			}
 			start := time.Now()
 			c, err := Connect(context.Background(), cfg)
 			if err == nil {
@@ -303,9 +313,6 @@ func TestMisbehavingControllerAtConnect(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q, want it to mention %q", err, tc.want)
-			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Fatalf("took %v", d)
 			}
 			t.Logf("%v (%v)", err, time.Since(start).Round(time.Millisecond))
 		})

@@ -258,7 +258,7 @@ func TestConfigLoggerReachesQP(t *testing.T) {
 	defer srv.qp.Close()
 	defer cli.qp.Close()
 	_ = cli.qp.PostSend(&SendWR{Opcode: WRWrite, Local: [][]byte{nil}, RemoteSTag: 0})
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(hang)
 	for logs.FilterMessageSnippet("nudging").Len() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no nudge logged; logs: %v", logs.All())

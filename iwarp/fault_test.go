@@ -36,7 +36,7 @@ func acceptOne(t testing.TB, cfg *Config, attr QPAttr, recvs int) (*Listener, ch
 	t.Cleanup(func() { ln.Close() })
 	ch := make(chan *side, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
 		defer cancel()
 		req, err := ln.Accept(ctx)
 		if err != nil {
@@ -58,12 +58,12 @@ func acceptOne(t testing.TB, cfg *Config, attr QPAttr, recvs int) (*Listener, ch
 
 func dialRaw(t testing.TB, addr string, req wire.MPAFrame) (*rawPeer, wire.MPAFrame, error) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, err := net.DialTimeout("tcp", addr, hang)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(hang))
 	if _, err := c.Write(req.Append(nil)); err != nil {
 		return nil, wire.MPAFrame{}, err
 	}
@@ -447,7 +447,7 @@ func TestMPAResponderRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = c.SetDeadline(time.Now().Add(hang))
 			_, _ = c.Write(tc.raw)
 			got, _ := io.ReadAll(c)
 			if tc.wantReject {
@@ -560,7 +560,7 @@ func TestMPATimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(hang))
 	if _, err := io.ReadAll(c); err != nil {
 		t.Fatalf("want EOF, got %v", err)
 	}
@@ -583,7 +583,7 @@ func TestMPATimeouts(t *testing.T) {
 	q := newSide(t, QPAttr{})
 	start := time.Now()
 	err = Dial(context.Background(), "tcp", silent.Addr().String(), q.qp, nil, &Config{ConnectTimeout: 300 * time.Millisecond})
-	if err == nil || time.Since(start) > 5*time.Second {
+	if err == nil || time.Since(start) > hang {
 		t.Fatalf("dial: %v after %v", err, time.Since(start))
 	}
 	silent.Close()
@@ -728,7 +728,7 @@ func TestNudgeSilentResponder(t *testing.T) {
 				t.Fatal(f.err)
 			}
 			return f.h
-		case <-time.After(5 * time.Second):
+		case <-time.After(hang):
 			t.Fatal("no FPDU")
 		}
 		return wire.Header{}

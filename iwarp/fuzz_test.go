@@ -48,7 +48,7 @@ func FuzzRxStream(f *testing.F) {
 		if _, err := c.Write(req.Append(nil)); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
 		defer cancel()
 		cr, err := ln.Accept(ctx)
 		if err != nil {
@@ -77,7 +77,7 @@ func FuzzRxStream(f *testing.F) {
 		}()
 		select {
 		case <-s.qp.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(hang):
 			t.Fatalf("QP did not end; state %v", s.qp.State())
 		}
 	})

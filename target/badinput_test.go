@@ -297,7 +297,7 @@ func TestBadCommands(t *testing.T) {
 	}
 	select {
 	case <-r.qp.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(hang):
 		t.Fatal("short capsule did not end the connection")
 	}
 	h.alive("after a short capsule on another queue")

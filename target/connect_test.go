@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"testing"
-	"time"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
@@ -179,7 +178,7 @@ func TestLinuxConnectSequence(t *testing.T) {
 	if err := h.adminDo(ka); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := h.getFeature(nvmeof.FeatKeepAliveTimer); err != nil || v != 5000 {
+	if v, err := h.getFeature(nvmeof.FeatKeepAliveTimer); err != nil || v != testKATO {
 		t.Fatalf("KATO %d %v", v, err)
 	}
 	if v, err := h.getFeature(nvmeof.FeatVolatileWC); err != nil || v != 1 {
@@ -231,7 +230,7 @@ func TestLinuxConnectSequence(t *testing.T) {
 	// Status shows the controller and its queues.
 	st := s.status()
 	if len(st.Controllers) != 1 || st.Controllers[0].CNTLID != h.cntlid || st.Controllers[0].IOQueues != 2 ||
-		st.Controllers[0].HostNQN != testHostNQN || st.Controllers[0].IO.WriteCommands != 2 || st.Controllers[0].KATOMillis != 5000 {
+		st.Controllers[0].HostNQN != testHostNQN || st.Controllers[0].IO.WriteCommands != 2 || st.Controllers[0].KATOMillis != testKATO {
 		t.Fatalf("status controllers %+v", st.Controllers)
 	}
 	if st.Ports[0].Connections != 3 || !st.Ports[0].Listening {
@@ -247,12 +246,12 @@ func TestLinuxConnectSequence(t *testing.T) {
 	if err := h.propSet(nvmeof.PropCC, uint64(cc)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "SHST complete", 5*time.Second, func() bool {
+	waitFor(t, "SHST complete", hang, func() bool {
 		v, err := h.propGet(nvmeof.PropCSTS)
 		return err == nil && nvmeof.CSTS(v).SHST() == nvmeof.SHSTComplete
 	})
 	h.close()
-	waitFor(t, "controller gone", 5*time.Second, func() bool { return len(s.status().Controllers) == 0 })
+	waitFor(t, "controller gone", hang, func() bool { return len(s.status().Controllers) == 0 })
 	// The AER was released when the admin queue went.
 	<-aerDone
 }

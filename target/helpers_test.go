@@ -44,8 +44,27 @@ func testConfig(t testing.TB, ns ...NamespaceConfig) *Config {
 		Subsystems: []SubsystemConfig{{
 			NQN: testSubNQN, AllowAnyHost: true, Namespaces: ns,
 		}},
+		// No test here is about the transport's timeouts: long ones, so
+		// that a test connection that waits (a refused Connect tried
+		// again, a host the test holds) never runs into them on a loaded
+		// machine.
+		Transport: TransportConfig{ConnectTimeout: testTransportTimeout, StallTimeout: testTransportTimeout, WriteTimeout: testTransportTimeout},
 	}
 }
+
+// hang is how long a test waits for something the target does at once (a
+// response, a teardown, a drain): a hang guard, generous so that a loaded
+// machine never fails it, never a bound the target must meet.
+const hang = time.Minute
+
+// testTransportTimeout is connect_timeout, stall_timeout and write_timeout
+// of testConfig.
+const testTransportTimeout = 5 * time.Minute
+
+// testKATO is the keep-alive timeout (ms) of the test hosts: they send no
+// Keep Alive, so it is long, so that a test host idle on a loaded machine
+// keeps its controller (TestKeepAliveExpiry tests the timer).
+const testKATO = 120000
 
 func memNS(nsid uint32, size string) NamespaceConfig {
 	return NamespaceConfig{NSID: nsid, Backend: BackendConfig{Kind: "memory", Size: size}}
@@ -69,7 +88,7 @@ func startServer(t testing.TB, cfg *Config) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
 		defer cancel()
 		if err := s.shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
@@ -101,14 +120,14 @@ type host struct {
 
 func do(t testing.TB, q *rdma.HostQueue, r *rdma.HostRequest) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	return q.Do(ctx, r)
 }
 
 func dial(t testing.TB, addr string, qid uint16, size int) (*rdma.HostQueue, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	return rdma.Dial(ctx, "tcp", addr, rdma.HostConfig{QID: qid, QueueSize: size, InlineDataSize: 4096})
 }
@@ -146,7 +165,7 @@ func connectHost(t testing.TB, addr, subnqn, hostnqn string, kato uint32) (*host
 
 func mustConnect(t testing.TB, addr, subnqn string) *host {
 	t.Helper()
-	h, err := connectHost(t, addr, subnqn, testHostNQN, 5000)
+	h, err := connectHost(t, addr, subnqn, testHostNQN, testKATO)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +225,7 @@ func (h *host) enable() {
 	if err := h.propSet(nvmeof.PropCC, uint64(cc)); err != nil {
 		t.Fatalf("set CC.EN: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(hang)
 	for {
 		v, err := h.propGet(nvmeof.PropCSTS)
 		if err != nil {
@@ -384,7 +403,7 @@ func dialRaw(t testing.TB, addr string, qid uint16, size int) *raw {
 		}
 	}
 	cm := rdma.CMRequest{QID: qid, HRQSize: uint16(size), HSQSize: uint16(size - 1)}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	if err := iwarp.Dial(ctx, "tcp", addr, r.qp, cm.Append(nil), &iwarp.Config{}); err != nil {
 		t.Fatal(err)
@@ -403,7 +422,7 @@ func (r *raw) send(capsule ...[]byte) (nvmeof.CQE, error) {
 	if err := r.qp.PostSend(&iwarp.SendWR{Opcode: iwarp.WRSend, Local: capsule}); err != nil {
 		return nvmeof.CQE{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	var wc [1]iwarp.WC
 	for {

@@ -258,7 +258,7 @@ func testManyQueues(t *testing.T, busyPoll time.Duration) {
 	var wg sync.WaitGroup
 	errs := make(chan error, hosts*queues)
 	for hi := 0; hi < hosts; hi++ {
-		h, err := connectHost(t, portAddr(s, 1), testSubNQN, fmt.Sprintf("nqn.2024-01.io.nvmetd.test:host%d", hi), 5000)
+		h, err := connectHost(t, portAddr(s, 1), testSubNQN, fmt.Sprintf("nqn.2024-01.io.nvmetd.test:host%d", hi), testKATO)
 		if err != nil {
 			t.Fatal(err)
 		}

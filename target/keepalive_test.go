@@ -142,17 +142,16 @@ func TestKATOZeroGetsTheDefault(t *testing.T) {
 	if v, err := h.setFeature(nvmeof.FeatKeepAliveTimer, 0); err != nil || v != 120000 {
 		t.Fatalf("set KATO 0: %d %v, want the default 120000", v, err)
 	}
+	// The Set Features is the host's last command (a command after it
+	// could come too late on a loaded machine: the timeout is short).
 	if v, err := h.setFeature(nvmeof.FeatKeepAliveTimer, 1500); err != nil || v != 2000 {
 		t.Fatalf("set KATO: %d %v", v, err)
-	}
-	if err := h.adminDo(ka); err != nil {
-		t.Fatal(err)
 	}
 	// Expiry is detected between one and two timeouts after the last
 	// command; the wait only guards against a hang.
 	select {
 	case <-h.admin.Done():
-	case <-time.After(120 * time.Second):
-		t.Fatal("controller alive 120 s after KATO 2 s was set and the host went silent")
+	case <-time.After(hang):
+		t.Fatalf("controller alive %v after KATO 2 s was set and the host went silent", hang)
 	}
 }

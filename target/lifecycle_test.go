@@ -92,8 +92,15 @@ func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// Shut down while writes flow, once some have been acknowledged
+	// (waiting for a count, not a time: on a loaded machine 300 ms may not
+	// see any).
+	waitFor(t, "100 acknowledged writes", hang, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= 100 || len(nvmeErrs) > 0
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	if err := tgt.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
@@ -106,7 +113,7 @@ func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 	for _, q := range append(h.io, h.admin) {
 		select {
 		case <-q.Done():
-		case <-time.After(5 * time.Second):
+		case <-time.After(hang):
 			t.Fatal("queue still connected after shutdown")
 		}
 	}

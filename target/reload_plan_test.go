@@ -263,7 +263,7 @@ func TestReloadDrainBounded(t *testing.T) {
 		t.Fatalf("reload with a stuck command: %v", err)
 	}
 	ns.put() // the command ends: the backend closes in the background
-	waitFor(t, "the retired namespace to close", 10*time.Second, func() bool {
+	waitFor(t, "the retired namespace to close", hang, func() bool {
 		return errors.Is(ns.be.ReadAt(make([]byte, 512), 0), backend.ErrClosed)
 	})
 
@@ -277,7 +277,7 @@ func TestReloadDrainBounded(t *testing.T) {
 	cfg.Subsystems[0].Namespaces = cfg.Subsystems[0].Namespaces[:1]
 	reloaded := make(chan error, 1)
 	go func() { reloaded <- tryReload(t, s, cfg) }()
-	waitFor(t, "the reload to wait for namespace 3", 10*time.Second, func() bool { return ns3.ref.Load()&refClosing != 0 })
+	waitFor(t, "the reload to wait for namespace 3", hang, func() bool { return ns3.ref.Load()&refClosing != 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	shut := make(chan error, 1)

@@ -33,7 +33,7 @@ func waitAEN(t testing.TB, ch <-chan *rdma.HostRequest, want nvmeof.AEN) {
 		if got := nvmeof.AEN(r.CQE.Result()); got != want {
 			t.Fatalf("AEN %#x, want %#x", uint32(got), uint32(want))
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(hang):
 		t.Fatalf("no AEN %#x", uint32(want))
 	}
 }
@@ -196,7 +196,7 @@ func TestReload(t *testing.T) {
 	reload(t, s, cfg)
 	select {
 	case <-b2.admin.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(hang):
 		t.Fatal("disallowed host still connected")
 	}
 	<-b2.io[0].Done()
@@ -204,7 +204,7 @@ func TestReload(t *testing.T) {
 	if _, e := readDiscoveryLog(t, d); len(e) != 2 {
 		t.Fatalf("entries after disallowing %+v", e)
 	}
-	if _, err := connectHost(t, addr, testSubNQN2, testHostNQN, 5000); err == nil {
+	if _, err := connectHost(t, addr, testSubNQN2, testHostNQN, testKATO); err == nil {
 		t.Fatal("disallowed host connected")
 	}
 	a.alive("after disallowing another host")
@@ -212,7 +212,7 @@ func TestReload(t *testing.T) {
 	// 5. A port is added, then the subsystem is removed with it.
 	cfg.Ports = append(cfg.Ports, PortConfig{ID: 2, Address: "127.0.0.1", ServiceID: freePort(t), Subsystems: []string{testSubNQN2}})
 	reload(t, s, cfg)
-	c2, err := connectHost(t, portAddr(s, 2), testSubNQN2, otherHost, 5000)
+	c2, err := connectHost(t, portAddr(s, 2), testSubNQN2, otherHost, testKATO)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestReload(t *testing.T) {
 	reload(t, s, cfg)
 	select {
 	case <-c2.admin.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(hang):
 		t.Fatal("host of a removed port still connected")
 	}
 	if st := s.status(); len(st.Ports) != 1 || len(st.Subsystems) != 1 || len(st.Controllers) != 2 {
@@ -267,7 +267,7 @@ func TestReloadListener(t *testing.T) {
 	reload(t, s, cfg)
 	select {
 	case <-a.admin.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(hang):
 		t.Fatal("connection kept on a moved port")
 	}
 	mustConnect(t, portAddr(s, 1), testSubNQN)

@@ -115,7 +115,11 @@ func (s *server) start(ctx context.Context) error {
 		sc := &cfg.Subsystems[i]
 		sub := newSubsystem(sc)
 		sub.ns.Store(newNSTable(s.openNamespaces(cfg, sc.NQN, sc.Namespaces, nil)))
+		// status (the control socket, served while the target starts)
+		// reads the registry under regMu.
+		s.regMu.Lock()
 		s.subsystems[sc.NQN] = sub
+		s.regMu.Unlock()
 	}
 	var errs []error
 	for i := range cfg.Ports {
@@ -125,7 +129,9 @@ func (s *server) start(ctx context.Context) error {
 		}
 		pc := cfg.Ports[i]
 		p := newPort(s, pc)
+		s.regMu.Lock()
 		s.ports[pc.ID] = p
+		s.regMu.Unlock()
 		cc, err := s.controllerConfig(cfg, &pc)
 		if err == nil {
 			err = p.listen(pc, cc)

@@ -67,7 +67,7 @@ func kill(t *testing.T, s *server, h *host) {
 		q.Abort(errors.New("test: host gone"))
 	}
 	h.admin.Abort(errors.New("test: host gone"))
-	waitFor(t, "the target to tear the controller down", 60*time.Second, func() bool { return len(s.allControllers()) == 0 })
+	waitFor(t, "the target to tear the controller down", hang, func() bool { return len(s.allControllers()) == 0 })
 }
 
 func gatedFileNS(t *testing.T, workers int) NamespaceConfig {
@@ -103,7 +103,7 @@ func TestStaleWriteAfterReconnect(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		var err error
-		h2, err = connectHost(t, addr, testSubNQN, testHostNQN, 5000)
+		h2, err = connectHost(t, addr, testSubNQN, testHostNQN, testKATO)
 		if err != nil {
 			newDone <- err
 			return
@@ -159,12 +159,12 @@ func TestQueuedCommandsOfAGoneHostAreDropped(t *testing.T) {
 	first := submit(t, h1.io[0], rw(true, 1, 0, bytes.Repeat([]byte{0xEE}, 4096), 512))
 	<-g.entered // the only worker is busy
 	second := submit(t, h1.io[0], rw(true, 1, 8, bytes.Repeat([]byte{0xDD}, 4096), 512))
-	waitFor(t, "the second write to wait for a worker", 60*time.Second, func() bool { return ns.pool.queued() == 1 })
+	waitFor(t, "the second write to wait for a worker", hang, func() bool { return ns.pool.queued() == 1 })
 	kill(t, s, h1)
 	g.release()
 	<-first
 	<-second
-	waitFor(t, "the worker queue to empty", 60*time.Second, func() bool { return ns.pool.queued() == 0 })
+	waitFor(t, "the worker queue to empty", hang, func() bool { return ns.pool.queued() == 0 })
 
 	h2 := mustConnect(t, addr, testSubNQN)
 	h2.setup(1)

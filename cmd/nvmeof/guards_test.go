@@ -175,7 +175,7 @@ func TestE2EForeignMountNamespaceDisconnect(t *testing.T) {
 		holder.Wait()
 	})
 	nsMounts := fmt.Sprintf("/proc/%d/mounts", holder.Process.Pid)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if m, _ := os.ReadFile(nsMounts); strings.Contains(string(m), fuseDir) {
 			break

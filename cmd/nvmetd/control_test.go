@@ -207,7 +207,7 @@ func TestFetchStatusErrors(t *testing.T) {
 			c.Close()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := fetchStatus(ctx, sock, false); err == nil || !strings.Contains(err.Error(), "500") {
 		t.Errorf("500: %v", err)

@@ -27,7 +27,7 @@ func TestCrashDoubleCompletion(t *testing.T) {
 	for _, how := range []string{"RST", "FIN"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"}})
+			d := startDaemon(t, config{})
 			for i := range 3 {
 				stalledReadsThenClose(t, d, how == "RST", i)
 				d.healthy(t, "after the stalled host's connection ended ("+how+")")

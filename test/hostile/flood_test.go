@@ -145,7 +145,7 @@ func TestFlood(t *testing.T) {
 		peakMax = 256 << 20
 		backMax = 64 << 20
 	)
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"}})
+	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s"}})
 	d.healthy(t, "before the flood")
 	base := d.rss()
 	baseFDs := d.fds()
@@ -209,12 +209,12 @@ func TestFlood(t *testing.T) {
 // only the daemon's limits (limits.max_pending, max_connections and the
 // reserve; default values) can let the host in, not the timeout.
 //
-// Bound: the legitimate host's own connect timeouts (10 s for MPA, 30 s
-// per attempt); the silent peers wait up to 30 s for an answer.
+// Bound: the legitimate host gets in within legitGuard, trying again when
+// it is refused or evicted; the silent peers wait up to 30 s for an answer.
 func TestFloodFDLimit(t *testing.T) {
 	t.Parallel()
 	const peers = 600
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m", "stall_timeout: 2s"}, NoFile: 512})
+	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m"}, NoFile: 512})
 	var replied, closed, started atomic.Int64
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -257,17 +257,19 @@ func TestFloodFDLimit(t *testing.T) {
 	fds := d.fds()
 	t.Logf("%d silent peers connected: %d got an MPA reply, %d were refused or closed; the daemon holds %d fds (limit 512)",
 		started.Load(), replied.Load(), closed.Load(), fds)
+	// The legitimate host tries again when it is refused or evicted, as a
+	// Linux host reconnects: the flood's connections still waiting in the
+	// kernel's accept queue when it connects arrive after it, and on a
+	// loaded machine the daemon may take enough of them while the host
+	// logs in to evict it as the oldest pending connection (until the
+	// queue is drained).
+	var release sync.Once
+	releasePeers := func() { release.Do(func() { close(done); wg.Wait() }) }
+	defer releasePeers()
 	start := time.Now()
-	err := d.legitIO()
-	d.alive(t, "under the fd-limit flood")
-	if err != nil {
-		t.Errorf("with %d silent peers and 512 fds, a legitimate host failed after %v: %v; log tail:\n%s",
-			peers, time.Since(start).Round(time.Millisecond), err, tail(d.stderr.String(), 1500))
-	} else {
-		t.Logf("a legitimate host connected, wrote and read in %v during the flood", time.Since(start).Round(time.Millisecond))
-	}
-	close(done)
-	wg.Wait()
+	d.healthy(t, "under the fd-limit flood")
+	t.Logf("a legitimate host connected, wrote and read %v after it started, during the flood", time.Since(start).Round(time.Millisecond))
+	releasePeers()
 	d.healthy(t, "after the fd-limit flood")
 }
 

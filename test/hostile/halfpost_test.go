@@ -45,13 +45,15 @@ func chunkPattern(i int) []byte {
 func TestHalfPostedResponse(t *testing.T) {
 	t.Parallel()
 	const n = 2000
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"}})
+	d := startDaemon(t, config{})
 	// The namespace: chunk i holds chunkPattern(i), written by the
 	// legitimate host.
 	func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		c, err := initiator.Connect(ctx, initiator.Config{Address: d.addr, SubNQN: subNQN, HostNQN: legitNQN, NrIOQueues: 1, NoReconnect: true})
+		cfg := d.legitConfig()
+		cfg.QueueSize = 0 // the initiator's default
+		c, err := initiator.Connect(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ func openSilent(t *testing.T, d *daemon, n int, o rawpeer.Options) []*rawpeer.Qu
 	t.Helper()
 	out := make([]*rawpeer.Queue, n)
 	for i := range out {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), guard(time.Second))
 		q, err := rawpeer.DialQueue(ctx, d.addr, rawpeer.QueueRequest(rawpeer.CMRequest(1, 32)), o)
 		cancel()
 		if err == nil {
@@ -61,7 +61,7 @@ func closedWithin(c *rawpeer.Queue, limit time.Duration) bool {
 // (guard 30 s); connect_timeout is 5 minutes so that it does not do it.
 func TestLimitsMaxPending(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m", "stall_timeout: 2s"}, Limits: []string{"max_pending: 8"}})
+	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m"}, Limits: []string{"max_pending: 8"}})
 	qs := openSilent(t, d, 20, rawpeer.Options{})
 	for i, q := range qs[:12] {
 		if !closedWithin(q, guard(time.Second)) {
@@ -79,7 +79,7 @@ func TestLimitsMaxPending(t *testing.T) {
 // Bound: as TestLimitsMaxPending.
 func TestLimitsMaxPendingPerAddress(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m", "stall_timeout: 2s"},
+	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m"},
 		Limits: []string{"max_pending: 100", "max_pending_per_address: 4"}})
 	qs := openSilent(t, d, 10, rawpeer.Options{})
 	for i, q := range qs[:6] {
@@ -88,7 +88,7 @@ func TestLimitsMaxPendingPerAddress(t *testing.T) {
 		}
 	}
 	other := rawpeer.Options{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(time.Second))
 	defer cancel()
 	h, err := rawpeer.ConnectHost(ctx, d.addr, subNQN, evilNQN2, evilID2, 60000, other)
 	if err != nil {
@@ -108,11 +108,11 @@ func TestLimitsMaxPendingPerAddress(t *testing.T) {
 // Bound: guard 30 s for the daemon to get back under the limit.
 func TestLimitsMaxConnections(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m", "stall_timeout: 2s"},
+	d := startDaemon(t, config{Transport: []string{"connect_timeout: 5m"},
 		Limits: []string{"max_pending: 100", "max_connections: 16"}})
 	var hosts []*rawpeer.Host
 	for i := range 10 {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), guard(time.Second))
 		h, err := rawpeer.ConnectHost(ctx, d.addr, subNQN, fmt.Sprintf("%s-%d", evilNQN, i), hostID(200+i), 60000, rawpeer.Options{})
 		cancel()
 		if err != nil {
@@ -175,7 +175,7 @@ func refused(err error) bool {
 // Bound: a refusal answers the CM request or the Connect (guard 30 s).
 func TestLimitsPerHost(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, config{Transport: []string{"connect_timeout: 2s", "stall_timeout: 2s"},
+	d := startDaemon(t, config{
 		Limits: []string{"max_controllers_per_host: 2", "max_queues_per_host: 4"}})
 	connect := func() (*rawpeer.Host, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), guard(time.Second))

@@ -268,7 +268,7 @@ subsystems:
 			}
 		}
 	})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(hang); ; time.Sleep(100 * time.Millisecond) {
 		out, _ := exec.Command("ip", "netns", "exec", tp.target, "ss", "-ltnH", "sport", "= :4420").Output()
 		if len(bytes.TrimSpace(out)) > 0 {
 			return
@@ -280,7 +280,7 @@ subsystems:
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("nvmetd does not listen")
+			t.Fatalf("nvmetd does not listen after %v", hang)
 		}
 	}
 }
@@ -377,13 +377,24 @@ func TestRoutedMTU1500(t *testing.T) {
 	}
 	// A short capture of a fresh connection and some I/O.
 	pcap := filepath.Join(tp.dir, "r1.pcap")
-	cap := exec.Command("ip", "netns", "exec", tp.router, "tcpdump", "-i", "r1", "-s", "0", "-B", "16384", "-U", "-w", pcap, "tcp port 4420")
-	var capErr bytes.Buffer
-	cap.Stderr = &capErr
+	// A 256 MiB capture buffer holds all of the few MiB the bench moves,
+	// so that a tcpdump starved of CPU on a loaded machine loses nothing.
+	cap := exec.Command("ip", "netns", "exec", tp.router, "tcpdump", "-i", "r1", "-s", "0", "-B", "262144", "-U", "-w", pcap, "tcp port 4420")
+	capErr := &stderrWatch{want: "listening on", seen: make(chan struct{})}
+	cap.Stderr = capErr
 	if err := cap.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // tcpdump attaches
+	// tcpdump says "listening on r1" once its capture (and filter) is in
+	// place: the bench starts after that, not after a second that a
+	// loaded machine may not give it.
+	select {
+	case <-capErr.seen:
+	case <-time.After(hang):
+		_ = cap.Process.Kill()
+		_ = cap.Wait()
+		t.Fatalf("tcpdump did not start capturing within %v: %s", hang, capErr.String())
+	}
 	tp.must("bench", "-a", tgtAddr, "-s", "4420", "-n", nqn, "-i", "1", "--rw", "randrw", "--bs", "64k", "--iodepth", "4",
 		"--runtime", "1s", "--size", "8m", "--verify")
 	time.Sleep(500 * time.Millisecond)
@@ -420,6 +431,37 @@ func TestRoutedMTU1500(t *testing.T) {
 		t.Fatalf("an FPDU of %d bytes exceeds the MSS (%d)", largest, mss)
 	}
 	t.Logf("%d FPDUs in %d connections, the largest %d bytes (MSS %d)", checked, len(conns), largest, mss)
+}
+
+// hang is how long a test waits for a subprocess to do something it does at
+// once (start capturing, exit after a signal): a hang guard, never a bound.
+const hang = time.Minute
+
+// stderrWatch keeps a subprocess's stderr and closes seen once want has
+// appeared in it.
+type stderrWatch struct {
+	want string
+	seen chan struct{}
+	mu   sync.Mutex
+	b    bytes.Buffer
+	done bool
+}
+
+func (w *stderrWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if !w.done && strings.Contains(w.b.String(), w.want) {
+		w.done = true
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *stderrWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // fpdus walks one direction of an iWARP connection: the MPA frame, then
