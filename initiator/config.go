@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // Defaults of the Linux host (drivers/nvme/host/fabrics.h, core.c) and of
@@ -57,7 +57,7 @@ type Config struct {
 	// a discovery controller.
 	SubNQN string
 	// HostNQN and HostID identify the host (hostnqn=, hostid=); when
-	// empty they come from nvmeof.HostIdentity, as with nvme-cli.
+	// empty they come from HostIdentity, as with nvme-cli.
 	HostNQN string
 	HostID  [16]byte
 	// NrIOQueues is the number of I/O queues to ask for (nr_io_queues,
@@ -92,8 +92,9 @@ type Config struct {
 	// MaxTransferSize caps one command's data (default 1 MiB); the
 	// controller's MDTS may lower it.
 	MaxTransferSize int
-	// Engine holds the iWARP settings (MPA CRC policy etc.).
-	Engine iwarp.Config
+	// Transport holds the NVMe/RDMA connection settings (MPA CRC policy,
+	// FPDU size, timeouts, busy polling).
+	Transport rdma.TransportConfig
 	// Logger receives controller events (default: none).
 	Logger *zap.Logger
 	// OnEvent, if set, is called for controller events (reconnects,
@@ -119,7 +120,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("initiator: no controller address")
 	}
 	if d.HostNQN == "" || d.HostID == ([16]byte{}) {
-		id, err := nvmeof.HostIdentity()
+		id, err := HostIdentity()
 		if err != nil {
 			return d, fmt.Errorf("initiator: host identity: %w", err)
 		}
@@ -189,7 +190,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if d.MaxTransferSize < 4096 || d.MaxTransferSize > nvmeof.MaxKeyedSGLLength {
 		return d, fmt.Errorf("initiator: max transfer size %d: want 4 KiB..16 MiB", d.MaxTransferSize)
 	}
-	if err := d.Engine.Validate(); err != nil {
+	if err := d.Transport.Validate(); err != nil {
 		return d, err
 	}
 	if d.Logger == nil {

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -284,7 +283,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	cfg := &c.cfg
 	a := &association{gen: c.gen.Load() + 1}
 	a.ctx, a.cancel = context.WithCancel(c.baseCtx)
-	pd := iwarp.NewPD() // one protection domain per association
+	pd := rdma.NewPD() // one protection domain per association
 	defer func() {
 		if err != nil {
 			a.cancel()
@@ -293,7 +292,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 		}
 	}()
 	a.admin, err = rdma.Dial(ctx, cfg.Network, cfg.Address, rdma.HostConfig{
-		Engine: cfg.Engine, QID: 0, QueueSize: nvmeof.AdminQueueDepth, PD: pd, Logger: c.log,
+		Transport: cfg.Transport, QID: 0, QueueSize: nvmeof.AdminQueueDepth, PD: pd, Logger: c.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: admin queue to %s: %w", cfg.Address, err)
@@ -374,7 +373,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	// (nvme_rdma_start_io_queues).
 	for qid := 1; qid <= n; qid++ {
 		hq, err := rdma.Dial(ctx, cfg.Network, cfg.Address, rdma.HostConfig{
-			Engine: cfg.Engine, QID: uint16(qid), QueueSize: a.queueSize, InlineDataSize: a.inline, PD: pd, Logger: c.log,
+			Transport: cfg.Transport, QID: uint16(qid), QueueSize: a.queueSize, InlineDataSize: a.inline, PD: pd, Logger: c.log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("initiator: I/O queue %d to %s: %w", qid, cfg.Address, err)

@@ -105,7 +105,7 @@ func TestConcurrentIO(t *testing.T) {
 func testConcurrentIO(t *testing.T, busyPoll time.Duration) {
 	tg := startTarget(t, nil)
 	cfg := testConfig(t, tg.Addr())
-	cfg.Engine.BusyPoll = busyPoll
+	cfg.Transport.BusyPoll = busyPoll
 	c := connect(t, cfg)
 	ns := c.Namespace(1)
 	const workers, region = 96, 256 << 10

@@ -1,7 +1,7 @@
 package target
 
 import (
-	"github.com/nvmetd/nvmetd/iwarp"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 
 	"crypto/sha256"
 	"encoding/hex"
@@ -199,7 +199,7 @@ func (c *Config) ApplyDefaults() {
 		l.MaxPendingPerAddress = DefaultMaxPendingPerAddress
 	}
 	if l.MaxConnections == 0 {
-		l.MaxConnections = iwarp.DefaultMaxConns()
+		l.MaxConnections = rdma.DefaultMaxConnections()
 	}
 	if l.MaxControllersPerHost == 0 {
 		l.MaxControllersPerHost = DefaultMaxControllersPerHost

@@ -1,15 +1,12 @@
 package target
 
 import (
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
-	"github.com/nvmetd/nvmetd/iwarp"
-	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -141,8 +138,8 @@ func (q *queue) QueueClosed(cq *rdma.ControllerQueue, err error) {
 	if c != nil {
 		lf = append(lf, zap.Uint16("cntlid", c.cntlid), zap.String("subsystem", c.sub.nqn), zap.String("host_nqn", c.hostNQN))
 	}
-	if err != nil && !errors.Is(err, iwarp.ErrPeerClosed) {
-		q.s.adm.Log(zap.InfoLevel, endReason(err), "queue disconnected", append(lf, zap.Error(err))...)
+	if cause := rdma.CauseOf(err); err != nil && cause != rdma.EndPeerClosed {
+		q.s.adm.Log(zap.InfoLevel, cause.String(), "queue disconnected", append(lf, zap.Error(err))...)
 	} else {
 		q.s.log.Debug("queue disconnected", lf...)
 	}
@@ -268,26 +265,4 @@ func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
 	}
 	r.SetResult(result)
 	q.finish(r, st)
-}
-
-// endReason names why a connection ended, for the rate-limited log's
-// summary.
-func endReason(err error) string {
-	var te *iwarp.TerminateError
-	var wte *wire.TermError
-	switch {
-	case errors.As(err, &te):
-		return "terminate_received"
-	case errors.As(err, &wte):
-		return "terminate_sent"
-	case errors.Is(err, iwarp.ErrStalled):
-		return "stalled"
-	case errors.Is(err, iwarp.ErrWriteStalled):
-		return "not_reading"
-	case errors.Is(err, iwarp.ErrEvicted):
-		return "evicted"
-	case errors.Is(err, iwarp.ErrNotAdmitted):
-		return "not_logged_in"
-	}
-	return "connection_error"
 }

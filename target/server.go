@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/backend"
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -57,7 +56,7 @@ type server struct {
 	// controllers and queues of each host; drains remembers controllers
 	// gone with commands still running (a new association of their host
 	// waits for them).
-	adm     *iwarp.Admission
+	adm     *rdma.Admission
 	hostUse hostUsage
 	drains  drainRegistry
 	// drainWaits counts admin Connects waiting for a previous
@@ -104,7 +103,7 @@ func (s *server) start(ctx context.Context) error {
 	}
 	cfg := s.cfg
 	s.shared = newWorkerPool(cfg.Tuning.IOWorkers, s.execIO)
-	s.adm = iwarp.NewAdmission(admissionConfig(cfg), s.log)
+	s.adm = rdma.NewAdmission(admissionLimits(cfg), s.log)
 	s.startedAt = time.Now()
 	s.genctr.Store(1)
 	for i := range cfg.Subsystems {
@@ -169,15 +168,14 @@ func (s *server) openNamespaces(cfg *Config, nqn string, list []NamespaceConfig,
 
 // controllerConfig is the binding configuration of a port.
 func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (rdma.ControllerConfig, error) {
-	eng, err := cfg.Transport.IWARP()
+	tc, err := cfg.Transport.RDMA()
 	if err != nil {
 		return rdma.ControllerConfig{}, err
 	}
-	eng.Logger = s.log
-	eng.Admission = s.adm
+	tc.Admission = s.adm
 	tun := &cfg.Tuning
 	return rdma.ControllerConfig{
-		Engine:          eng,
+		Transport:       tc,
 		InlineDataSize:  pc.InlineDataSize,
 		MaxQueueSize:    pc.MaxQueueSize,
 		MaxTransferSize: int(tun.MaxTransferBytes()),

@@ -78,8 +78,8 @@ func TestConnectOptsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Address != "10.0.0.1:4421" || cfg.CtrlLossTimeout >= 0 || cfg.KeepAliveTimeout != 7*time.Second ||
-		cfg.HostID != [16]byte{0x6e, 0x76, 0x6d, 0x65, 0x74, 0x64, 0x4c, 0x61, 0x9b, 0, 0, 0, 0, 0, 0, 0xaa} || cfg.Engine.MaxFPDU != 1448 ||
-		cfg.Engine.BusyPoll != 50*time.Microsecond {
+		cfg.HostID != [16]byte{0x6e, 0x76, 0x6d, 0x65, 0x74, 0x64, 0x4c, 0x61, 0x9b, 0, 0, 0, 0, 0, 0, 0xaa} || cfg.Transport.MaxFPDU != 1448 ||
+		cfg.Transport.BusyPoll != 50*time.Microsecond {
 		t.Fatalf("config %+v", cfg)
 	}
 	o.fabrics.busyPoll = 2 * time.Second

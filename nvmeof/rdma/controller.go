@@ -46,8 +46,9 @@ const (
 
 // ControllerConfig configures the controller side of a port.
 type ControllerConfig struct {
-	// Engine holds the iWARP settings (MPA CRC, FPDU size, timeouts).
-	Engine iwarp.Config
+	// Transport holds the connection settings (MPA CRC, FPDU size,
+	// timeouts, admission limits).
+	Transport TransportConfig
 	// InlineDataSize is the in-capsule data accepted on a command (default
 	// DefaultInlineDataSize; at most MaxInlineDataSize).
 	InlineDataSize int
@@ -105,7 +106,7 @@ func (c *ControllerConfig) Validate() error {
 	case d.IOPoolSize < d.MaxTransferSize || d.AdminPoolSize < 64<<10:
 		return fmt.Errorf("nvme-rdma: buffer pools (I/O %d, admin %d bytes) must hold at least one largest transfer", d.IOPoolSize, d.AdminPoolSize)
 	}
-	return d.Engine.Validate()
+	return d.Transport.Validate()
 }
 
 // Listener accepts NVMe/RDMA queue connections on one address.
@@ -120,10 +121,7 @@ func Listen(network, address string, cfg ControllerConfig) (*Listener, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	ecfg := c.Engine
-	if ecfg.Logger == nil {
-		ecfg.Logger = c.Logger
-	}
+	ecfg := c.Transport.engine(c.Logger)
 	ln, err := iwarp.Listen(network, address, &ecfg)
 	if err != nil {
 		return nil, err

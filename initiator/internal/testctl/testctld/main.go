@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator/internal/testctl"
-	"github.com/nvmetd/nvmetd/iwarp"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 func main() {
@@ -35,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	pol, err := iwarp.ParseCRCPolicy(*crc)
+	pol, err := rdma.ParseCRCPolicy(*crc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -46,7 +46,7 @@ func main() {
 	}
 	cfg := testctl.Config{Addr: *listen, SubNQN: *nqn, Logger: log,
 		Namespaces: []testctl.NamespaceConfig{{NSID: 1, Size: n, BlockSize: *bs, Path: *file}}}
-	cfg.Transport.Engine.CRC = pol
+	cfg.Transport.Transport.CRC = pol
 	t, err := testctl.Start(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
