@@ -191,7 +191,6 @@ func (c *Controller) makeQueues(n, size int) {
 			m.owner = q
 			m.slot = j
 			m.hr.Done = m.done
-			m.hr.Ctx = m
 		}
 		c.ioq[i] = q
 	}
@@ -821,7 +820,7 @@ func (c *Controller) kill(err error) {
 	close(c.deadCh)
 	c.mu.Unlock()
 	for _, m := range c.takePending(err) {
-		c.finish(m, err)
+		c.retire(m, err)
 	}
 }
 
@@ -953,7 +952,7 @@ func (c *Controller) abandonOnFailure(ctx context.Context, a *association) (lost
 		c.log.Warn("closing: giving the association up, failing its I/O", zap.Error(cause))
 		err := fmt.Errorf("%w: %w", ErrControllerClosed, cause)
 		for _, m := range c.takePending(err) {
-			c.finish(m, err)
+			c.retire(m, err)
 		}
 		a.cancel()
 		abortQueues(a, cause) // outstanding commands fail through keep

@@ -370,9 +370,9 @@ func (s *server) closeAll(deadline <-chan struct{}) error {
 	// Wait for the connections to end (their goroutines exit).
 	for _, p := range ports {
 		for _, q := range p.queueList() {
-			if cq := q.cq.Load(); cq != nil {
+			if conn := q.conn.Load(); conn != nil {
 				select {
-				case <-cq.Done():
+				case <-conn.Done():
 				case <-deadline:
 				}
 			}

@@ -173,6 +173,11 @@ type QueueRequest struct {
 // Size is the queue size the host asks for (HSQSIZE+1).
 func (r *QueueRequest) Size() int { return int(r.CM.HSQSize) + 1 }
 
+// Contexts is the number of request contexts the queue will have at most:
+// the range of Request.Index. The controller logic keeps its per-command
+// state in a table of that many entries.
+func (r *QueueRequest) Contexts() int { return 2 * r.Size() }
+
 // Reject refuses the queue with a CM reject status.
 func (r *QueueRequest) Reject(st CMRejectStatus) error {
 	return r.cr.Reject(AppendCMReject(nil, st))
@@ -285,9 +290,6 @@ type ControllerQueue struct {
 	wHead    int
 	closed   bool
 	stats    Stats
-
-	// Ctx is for the controller logic: the queue's controller, etc.
-	Ctx any
 }
 
 // capsule is a received command waiting for resources.
@@ -337,7 +339,7 @@ func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 	// Request contexts: a command's context lives until its response Send
 	// has gone out, which can be after the host already sent the next
 	// command; twice the queue size covers that.
-	nctx := 2 * size
+	nctx := r.Contexts()
 	q.sqAvail = sqPerCommand * nctx
 	q.qp, err = iwarp.NewQP(iwarp.QPAttr{PD: q.pd, SendCQ: cq, RecvCQ: cq, SendDepth: q.sqAvail, RecvDepth: size, IRD: 1, ORD: controllerORD})
 	if err != nil {
@@ -409,7 +411,7 @@ func (q *ControllerQueue) grow() error {
 	}
 	q.mu.Lock()
 	q.pool, q.poolMR = pool, mr
-	q.addContexts(2 * q.size)
+	q.addContexts(cap(q.reqs)) // all: reqs has room for QueueRequest.Contexts()
 	q.mu.Unlock()
 	if n := min(preAdmitRecvs, q.size); n < q.size {
 		if err := q.postRecvs(n, q.size); err != nil {
@@ -470,8 +472,9 @@ func (q *ControllerQueue) ended() {
 	q.h.QueueClosed(q, q.qp.Err())
 }
 
-// fail ends the queue after a transport protocol error of the host.
-func (q *ControllerQueue) fail(err error) {
+// protocolError ends the queue after a transport protocol error of the
+// host.
+func (q *ControllerQueue) protocolError(err error) {
 	q.log.Debug("nvme-rdma: host protocol error, closing queue", zap.Error(err))
 	q.qp.Disconnect()
 }
@@ -502,10 +505,6 @@ type Request struct {
 	active   bool
 	answered bool // Complete ran
 	want     int  // data buffer size while waiting for one
-
-	// Ctx is for the controller logic (for example the namespace a command
-	// targets); it is cleared when the request is released.
-	Ctx any
 }
 
 // token is the work request ID of the request's current use: its index and
@@ -514,6 +513,12 @@ func (r *Request) token() uint64 { return uint64(r.gen)<<32 | uint64(uint32(r.in
 
 // SQE is the command.
 func (r *Request) SQE() *nvmeof.SQE { return r.sqe }
+
+// Index is the request's context number on its queue, in
+// [0, QueueRequest.Contexts()): the controller logic indexes its own,
+// typed, per-command state with it. A context is reused only after the
+// request it carried was completed and its response has gone out.
+func (r *Request) Index() int { return int(r.index) }
 
 // Queue is the queue the command arrived on.
 func (r *Request) Queue() *ControllerQueue { return r.q }
@@ -653,7 +658,7 @@ func (q *ControllerQueue) countStale() {
 // at once if a context and send queue room are free, else it waits.
 func (q *ControllerQueue) onCapsule(slot, n int) {
 	if n < nvmeof.SQESize {
-		q.fail(fmt.Errorf("command capsule of %d bytes", n))
+		q.protocolError(fmt.Errorf("command capsule of %d bytes", n))
 		return
 	}
 	q.mu.Lock()

@@ -77,8 +77,6 @@ type HostRequest struct {
 	// Err is a transport failure (wrapping ErrQueueClosed); the command's
 	// NVMe status is in CQE.
 	Err error
-	// Ctx is for the caller.
-	Ctx any
 }
 
 // Status is the command's NVMe status, or an error for a transport failure.

@@ -94,6 +94,7 @@ type Target struct {
 	ns       map[uint32]*namespace
 	ctrls    map[uint16]*ctrl
 	queues   map[*rdma.ControllerQueue]bool
+	qctrl    map[*rdma.ControllerQueue]*ctrl // a connected queue's controller
 	held     []*rdma.Request
 	nextCtrl uint16
 	genctr   uint64
@@ -155,7 +156,7 @@ func Start(cfg Config) (*Target, error) {
 		cfg.Transport.Logger = cfg.Logger
 	}
 	t := &Target{cfg: cfg, log: cfg.Logger, ns: map[uint32]*namespace{}, ctrls: map[uint16]*ctrl{},
-		queues: map[*rdma.ControllerQueue]bool{}, nextCtrl: 1, genctr: 1, commands: map[string]int{}, done: make(chan struct{})}
+		queues: map[*rdma.ControllerQueue]bool{}, qctrl: map[*rdma.ControllerQueue]*ctrl{}, nextCtrl: 1, genctr: 1, commands: map[string]int{}, done: make(chan struct{})}
 	for _, nc := range cfg.Namespaces {
 		if err := t.addNamespace(nc); err != nil {
 			return nil, err
@@ -487,7 +488,8 @@ func (t *Target) QueueClosed(q *rdma.ControllerQueue, err error) {
 		}
 	}
 	t.held = keep
-	c, _ := q.Ctx.(*ctrl)
+	c := t.qctrl[q]
+	delete(t.qctrl, q)
 	t.mu.Unlock()
 	for _, r := range drop {
 		r.Complete(nvmeof.StatusAbortSQDeleted)
@@ -530,7 +532,7 @@ func (t *Target) execute(r *rdma.Request) {
 		t.fabrics(r)
 		return
 	}
-	c, _ := q.Ctx.(*ctrl)
+	c := t.ctrlOf(q)
 	if c == nil {
 		r.Complete(nvmeof.StatusCommandSequenceError | nvmeof.StatusDNR)
 		return
@@ -553,7 +555,7 @@ func (t *Target) execute(r *rdma.Request) {
 func (t *Target) fabrics(r *rdma.Request) {
 	sqe := r.SQE()
 	q := r.Queue()
-	c, _ := q.Ctx.(*ctrl)
+	c := t.ctrlOf(q)
 	switch sqe[4] {
 	case nvmeof.FCTypeConnect:
 		t.connect(r)
@@ -662,7 +664,7 @@ func (t *Target) connect(r *rdma.Request) {
 		t.ctrls[c.cntlid] = c
 		t.mu.Unlock()
 		c.queues = append(c.queues, q)
-		q.Ctx = c
+		t.setCtrl(q, c)
 		if c.kato > 0 && !t.cfg.IgnoreKATO {
 			ctx, cancel := context.WithCancel(context.Background())
 			c.kaCancel = cancel
@@ -687,7 +689,7 @@ func (t *Target) connect(r *rdma.Request) {
 	}
 	c.queues = append(c.queues, q)
 	c.mu.Unlock()
-	q.Ctx = c
+	t.setCtrl(q, c)
 	r.SetResult(uint32(nvmeof.NewConnectResponse(c.cntlid)))
 	r.Complete(nvmeof.StatusSuccess)
 }
@@ -1103,4 +1105,16 @@ func (ns *namespace) sync() error {
 		return ns.file.Sync()
 	}
 	return nil
+}
+
+func (t *Target) ctrlOf(q *rdma.ControllerQueue) *ctrl {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.qctrl[q]
+}
+
+func (t *Target) setCtrl(q *rdma.ControllerQueue, c *ctrl) {
+	t.mu.Lock()
+	t.qctrl[q] = c
+	t.mu.Unlock()
 }
