@@ -119,6 +119,9 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 	}
 	c := q.cmd(r)
 	c.r, c.kind, c.ns = r, cmdOther, nil
+	if h := q.s.hooks; h != nil && !q.hookCommand(h, r) {
+		return
+	}
 	sqe := r.SQE()
 	// nvmet_req_init: no fused commands; on fabrics PSDT must select SGLs
 	// with a contiguous metadata buffer (01b).
@@ -198,6 +201,9 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 // bit, as nvmet), then the response capsule. Nothing of r may be used
 // after.
 func (q *queue) respond(r *rdma.Request, st nvmeof.Status) {
+	if h := q.s.hooks; h != nil {
+		st = q.hookResponse(h, r, st)
+	}
 	sqe := r.SQE()
 	if st != nvmeof.StatusSuccess {
 		q.errs.Add(1)
@@ -233,6 +239,9 @@ func (q *queue) hold(*rdma.Request) { q.inflight.Add(-1) }
 
 // completeHeld completes a held command.
 func (q *queue) completeHeld(r *rdma.Request, st nvmeof.Status) {
+	if h := q.s.hooks; h != nil {
+		st = q.hookResponse(h, r, st)
+	}
 	if st == nvmeof.StatusSuccess {
 		q.others.Add(1)
 	}

@@ -75,6 +75,10 @@ type server struct {
 
 	lastCompleted atomic.Uint64
 	lastCheck     atomic.Int64
+
+	// hooks are the test hooks (SetTestHooks, before start; nil in
+	// production).
+	hooks *TestHooks
 }
 
 // Values of server.phase.
