@@ -28,16 +28,19 @@ func isIdentifyCtrl(sqe *nvmeof.SQE) bool {
 // Controller through, except what data or response replace: data sees the
 // segments of the RDMA Write of the Identify data (seg counts them from 0;
 // it returns true when it took care of the segment), response the response
-// capsule (the Send).
+// capsule (the Send), next the response capsule of the command after it
+// (with the Identify command's STag).
 type identifyFault struct {
 	data     func(l *rawpeer.Link, f *rawpeer.FPDU, seg int) bool
 	response func(l *rawpeer.Link, f *rawpeer.FPDU) bool
+	next     func(l *rawpeer.Link, f *rawpeer.FPDU, stag uint32) bool
 
 	mu    sync.Mutex
 	stag  map[*rawpeer.Link]uint32 // the Identify Controller command's STag
 	cid   map[*rawpeer.Link]uint16 // and its CID
 	armed map[*rawpeer.Link]bool
 	segs  map[*rawpeer.Link]int
+	after map[*rawpeer.Link]bool // Identify answered: the next response is next's
 }
 
 func (x *identifyFault) hook(l *rawpeer.Link, d rawpeer.Direction, f *rawpeer.FPDU) bool {
@@ -45,7 +48,7 @@ func (x *identifyFault) hook(l *rawpeer.Link, d rawpeer.Direction, f *rawpeer.FP
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.stag == nil {
-		x.stag, x.cid, x.armed, x.segs = map[*rawpeer.Link]uint32{}, map[*rawpeer.Link]uint16{}, map[*rawpeer.Link]bool{}, map[*rawpeer.Link]int{}
+		x.stag, x.cid, x.armed, x.segs, x.after = map[*rawpeer.Link]uint32{}, map[*rawpeer.Link]uint16{}, map[*rawpeer.Link]bool{}, map[*rawpeer.Link]int{}, map[*rawpeer.Link]bool{}
 	}
 	switch {
 	case d == rawpeer.ToResponder:
@@ -58,6 +61,11 @@ func (x *identifyFault) hook(l *rawpeer.Link, d rawpeer.Direction, f *rawpeer.FP
 				}
 			}
 		}
+	case x.after[l] && (h.Opcode == wire.OpSend || h.Opcode == wire.OpSendInv):
+		x.after[l] = false
+		if x.next != nil {
+			return x.next(l, f, x.stag[l])
+		}
 	case !x.armed[l]:
 	case h.Opcode == wire.OpWrite && h.STag == x.stag[l]:
 		seg := x.segs[l]
@@ -67,7 +75,7 @@ func (x *identifyFault) hook(l *rawpeer.Link, d rawpeer.Direction, f *rawpeer.FP
 		}
 	case (h.Opcode == wire.OpSend || h.Opcode == wire.OpSendInv) && len(f.Payload) >= nvmeof.CQESize &&
 		(*nvmeof.CQE)(f.Payload[:nvmeof.CQESize]).CID() == x.cid[l]:
-		x.armed[l] = false
+		x.armed[l], x.after[l] = false, true
 		if x.response != nil {
 			return x.response(l, f)
 		}
@@ -130,7 +138,14 @@ func TestMisbehavingControllerAtConnect(t *testing.T) {
 		}}, want: "message too long"},
 		{name: "bogus remote invalidation", wire: &identifyFault{response: func(l *rawpeer.Link, f *rawpeer.FPDU) bool {
 			return sendAs(l, f, wire.OpSendInv, 0x12345678, f.Payload[:nvmeof.CQESize])
-		}}, want: "invalidat"},
+		}}, want: "STag cannot be invalidated"},
+		{name: "remote invalidation of another command's STag", wire: &identifyFault{next: func(l *rawpeer.Link, f *rawpeer.FPDU, stag uint32) bool {
+			// The command after Identify carries no data, yet its response
+			// invalidates the Identify buffer's STag: an STag the engine
+			// knows, which the binding must refuse (nvme-rdma "Bogus
+			// remote invalidation").
+			return sendAs(l, f, wire.OpSendInv, stag, f.Payload[:nvmeof.CQESize])
+		}}, want: "remote invalidation of STag"},
 		{name: "error status", command: func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict {
 			if isIdentifyCtrl(sqe) {
 				return target.Verdict{Action: target.HookFail, Status: nvmeof.StatusInternalError | nvmeof.StatusDNR}
@@ -217,8 +232,21 @@ func TestMisbehavingControllerAtRuntime(t *testing.T) {
 			cfg.NrIOQueues = 1
 			cfg.ReconnectDelay = 50 * time.Millisecond
 			cfg.NoReconnect = keepBreaking
+			// The bad completion itself must start the recovery, not the
+			// I/O timeout: a host that dropped it would wait this long.
+			cfg.IOTimeout = 10 * time.Minute
 			c := connect(t, cfg)
-			_, err := c.Namespace(1).ReadAt(make([]byte, 4096), 0)
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Namespace(1).ReadAt(make([]byte, 4096), 0)
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("the read never completed: the bad completion went unnoticed")
+			}
 			if keepBreaking {
 				if !errors.Is(err, ErrControllerLost) {
 					t.Fatalf("read: %v", err)
