@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -110,9 +111,7 @@ func (c *Config) Discovery() bool { return nvmeof.IsDiscoveryNQN(c.SubNQN) }
 // identity filled in.
 func (c *Config) withDefaults() (Config, error) {
 	d := *c
-	if d.Network == "" {
-		d.Network = "tcp"
-	}
+	defaults.Set(&d.Network, "tcp")
 	if d.SubNQN == "" {
 		return d, fmt.Errorf("initiator: no subsystem NQN")
 	}
@@ -124,9 +123,7 @@ func (c *Config) withDefaults() (Config, error) {
 		if err != nil {
 			return d, fmt.Errorf("initiator: host identity: %w", err)
 		}
-		if d.HostNQN == "" {
-			d.HostNQN = id.NQN
-		}
+		defaults.Set(&d.HostNQN, id.NQN)
 		if d.HostID == ([16]byte{}) {
 			d.HostID = id.ID
 		}
@@ -137,18 +134,14 @@ func (c *Config) withDefaults() (Config, error) {
 	if err := nvmeof.ValidateNQN(d.HostNQN); err != nil {
 		return d, fmt.Errorf("initiator: host NQN: %w", err)
 	}
-	if d.NrIOQueues == 0 {
-		d.NrIOQueues = runtime.NumCPU()
-	}
+	defaults.Set(&d.NrIOQueues, runtime.NumCPU())
 	if d.Discovery() {
 		d.NrIOQueues = 0 // nvmf_parse_options: discovery has no I/O queues
 	}
 	if d.NrIOQueues < 0 || d.NrIOQueues > 0xFFFE {
 		return d, fmt.Errorf("initiator: nr_io_queues %d out of range", d.NrIOQueues)
 	}
-	if d.QueueSize == 0 {
-		d.QueueSize = nvmeof.DefaultIOQueueSize
-	}
+	defaults.Set(&d.QueueSize, nvmeof.DefaultIOQueueSize)
 	if d.QueueSize < nvmeof.MinIOQueueSize || d.QueueSize > nvmeof.MaxIOQueueSize {
 		return d, fmt.Errorf("initiator: queue_size %d: want %d..%d", d.QueueSize, nvmeof.MinIOQueueSize, nvmeof.MaxIOQueueSize)
 	}
@@ -163,15 +156,11 @@ func (c *Config) withDefaults() (Config, error) {
 		// takes whole seconds. Keep what the user gave, in ms.
 		d.KeepAliveTimeout = d.KeepAliveTimeout.Round(time.Millisecond)
 	}
-	if d.ReconnectDelay == 0 {
-		d.ReconnectDelay = DefaultReconnectDelay
-	}
+	defaults.Set(&d.ReconnectDelay, DefaultReconnectDelay)
 	if d.ReconnectDelay < 0 {
 		return d, fmt.Errorf("initiator: reconnect_delay %v is negative", d.ReconnectDelay)
 	}
-	if d.CtrlLossTimeout == 0 {
-		d.CtrlLossTimeout = DefaultCtrlLossTimeout
-	}
+	defaults.Set(&d.CtrlLossTimeout, DefaultCtrlLossTimeout)
 	if d.ShutdownTimeout <= 0 {
 		d.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -184,18 +173,14 @@ func (c *Config) withDefaults() (Config, error) {
 	if d.ConnectTimeout <= 0 {
 		d.ConnectTimeout = DefaultConnectTimeout
 	}
-	if d.MaxTransferSize == 0 {
-		d.MaxTransferSize = DefaultMaxTransferSize
-	}
+	defaults.Set(&d.MaxTransferSize, DefaultMaxTransferSize)
 	if d.MaxTransferSize < 4096 || d.MaxTransferSize > nvmeof.MaxKeyedSGLLength {
 		return d, fmt.Errorf("initiator: max transfer size %d: want 4 KiB..16 MiB", d.MaxTransferSize)
 	}
 	if err := d.Transport.Validate(); err != nil {
 		return d, err
 	}
-	if d.Logger == nil {
-		d.Logger = zap.NewNop()
-	}
+	defaults.Set(&d.Logger, zap.NewNop())
 	return d, nil
 }
 

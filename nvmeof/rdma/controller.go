@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -72,24 +73,12 @@ type ControllerConfig struct {
 
 func (c *ControllerConfig) withDefaults() ControllerConfig {
 	d := *c
-	if d.InlineDataSize == 0 {
-		d.InlineDataSize = DefaultInlineDataSize
-	}
-	if d.MaxQueueSize == 0 {
-		d.MaxQueueSize = DefaultMaxQueueSize
-	}
-	if d.MaxTransferSize == 0 {
-		d.MaxTransferSize = DefaultMaxTransferSize
-	}
-	if d.IOPoolSize == 0 {
-		d.IOPoolSize = DefaultIOPoolSize
-	}
-	if d.AdminPoolSize == 0 {
-		d.AdminPoolSize = DefaultAdminPoolSize
-	}
-	if d.Logger == nil {
-		d.Logger = zap.NewNop()
-	}
+	defaults.Set(&d.InlineDataSize, DefaultInlineDataSize)
+	defaults.Set(&d.MaxQueueSize, DefaultMaxQueueSize)
+	defaults.Set(&d.MaxTransferSize, DefaultMaxTransferSize)
+	defaults.Set(&d.IOPoolSize, DefaultIOPoolSize)
+	defaults.Set(&d.AdminPoolSize, DefaultAdminPoolSize)
+	defaults.Set(&d.Logger, zap.NewNop())
 	return d
 }
 

@@ -258,24 +258,6 @@ func (q *HostQueue) Abort(err error) {
 	q.qp.Disconnect()
 }
 
-// SetInlineDataSize sets the in-capsule data size after Identify (I/O
-// queues only).
-func (q *HostQueue) SetInlineDataSize(n int) {
-	if q.qid == 0 {
-		return
-	}
-	q.mu.Lock()
-	q.inline = max(n, 0)
-	q.mu.Unlock()
-}
-
-// Outstanding is the number of commands submitted and not completed.
-func (q *HostQueue) Outstanding() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.slots) - len(q.free)
-}
-
 // Submit sends a command. Read data lands in r.Data, write data is taken
 // from it: through a keyed SGL naming exactly that buffer with a fresh STag
 // (as the Linux host's per-command fast registration), or as in-capsule data
