@@ -259,8 +259,6 @@ type ControllerQueue struct {
 	log      *zap.Logger
 	pd       *iwarp.PD
 	qp       *iwarp.QP
-	remote   net.Addr
-	local    net.Addr
 	sqHead   atomic.Uint32 // SQ head pointer reported in completions
 	closedCh chan struct{} // closed after the handler's QueueClosed returned
 	admitted atomic.Bool
@@ -307,8 +305,6 @@ func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 		inline:   cfg.InlineDataSize,
 		maxXfer:  cfg.MaxTransferSize,
 		h:        h,
-		remote:   r.RemoteAddr,
-		local:    r.LocalAddr,
 		closedCh: make(chan struct{}),
 		pd:       iwarp.NewPD(),
 	}
@@ -413,20 +409,8 @@ func (q *ControllerQueue) grow() error {
 // QID is the queue identifier (0 = admin).
 func (q *ControllerQueue) QID() uint16 { return q.qid }
 
-// Size is the queue size (HSQSIZE+1): commands the host may have outstanding.
-func (q *ControllerQueue) Size() int { return q.size }
-
-// InlineDataSize is the in-capsule data the queue accepts.
-func (q *ControllerQueue) InlineDataSize() int { return q.inline }
-
 // MaxTransferSize is the largest data transfer of one command.
 func (q *ControllerQueue) MaxTransferSize() int { return q.maxXfer }
-
-// RemoteAddr is the host's address; LocalAddr the address it connected to.
-func (q *ControllerQueue) RemoteAddr() net.Addr { return q.remote }
-
-// LocalAddr is the local address of the connection.
-func (q *ControllerQueue) LocalAddr() net.Addr { return q.local }
 
 // Done is closed when the connection has ended and the handler's
 // QueueClosed has returned, so that whoever waits for it (a shutdown) also
@@ -434,15 +418,9 @@ func (q *ControllerQueue) LocalAddr() net.Addr { return q.local }
 // for Done.
 func (q *ControllerQueue) Done() <-chan struct{} { return q.closedCh }
 
-// Err is why the connection ended (nil while it runs or after a clean close).
-func (q *ControllerQueue) Err() error { return q.qp.Err() }
-
 // Close disconnects the queue gracefully: responses already posted go out
 // first.
 func (q *ControllerQueue) Close() { q.qp.Disconnect() }
-
-// CRC reports whether MPA CRCs are in use on the connection.
-func (q *ControllerQueue) CRC() bool { return q.qp.CRC() }
 
 // Live reports whether the connection is up and answers can still be
 // sent (one atomic load).
@@ -516,9 +494,6 @@ func (r *Request) Queue() *ControllerQueue { return r.q }
 // command carries no data): in-capsule data, or a registered buffer that
 // FetchData fills or that the controller fills before Complete.
 func (r *Request) Data() []byte { return r.data }
-
-// InCapsule reports that the data came in the command capsule.
-func (r *Request) InCapsule() bool { return r.inCap }
 
 // SetResult sets completion DW0.
 func (r *Request) SetResult(dw0 uint32) { r.result = r.result&^0xFFFFFFFF | uint64(dw0) }

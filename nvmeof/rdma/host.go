@@ -209,9 +209,6 @@ func (q *HostQueue) Size() int { return q.size }
 // Accept is the controller's CM accept data.
 func (q *HostQueue) Accept() CMAccept { return q.accept }
 
-// RemoteAddr is the controller's address.
-func (q *HostQueue) RemoteAddr() net.Addr { return q.qp.RemoteAddr() }
-
 // LocalAddr is our address.
 func (q *HostQueue) LocalAddr() net.Addr { return q.qp.LocalAddr() }
 
