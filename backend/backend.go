@@ -191,8 +191,10 @@ type Health struct {
 	// device-reported health"), or where it came from ("nvme smart log",
 	// "ata smart").
 	Reason string
-	// Valid has a bit set for each field below that holds a device-reported
-	// value. NVMe devices report them all; ATA devices a subset.
+	// Valid says which fields below hold device-reported values: HealthAll
+	// (NVMe devices report every field), or the bits of the fields an ATA
+	// device reported; a field without a bit of its own is valid only with
+	// HealthAll.
 	Valid HealthFields
 
 	CriticalWarning         uint8  // bit set of CriticalWarning* values
@@ -217,25 +219,18 @@ type Health struct {
 // HealthFields is a bit set naming fields of [Health].
 type HealthFields uint32
 
-// The fields of [Health] that [Health.Valid] can name.
+// The fields of [Health] that [Health.Valid] can name one by one: those an
+// ATA device may report (NVMe devices report all, HealthAll).
 const (
 	HealthCriticalWarning HealthFields = 1 << iota
 	HealthTemperature
 	HealthAvailableSpare
 	HealthAvailableSpareThreshold
 	HealthPercentageUsed
-	HealthDataUnitsRead
-	HealthDataUnitsWritten
-	HealthHostReadCommands
-	HealthHostWriteCommands
-	HealthControllerBusyMinutes
 	HealthPowerCycles
 	HealthPowerOnHours
 	HealthUnsafeShutdowns
 	HealthMediaErrors
-	HealthErrorLogEntries
-	HealthWarningTempMinutes
-	HealthCriticalTempMinutes
 
 	// HealthAll is every field, as an NVMe SMART log reports.
 	HealthAll = HealthCriticalWarning<<iota - 1
@@ -261,12 +256,6 @@ type Stats struct {
 	ZeroFallbacks uint64 // WriteZeroes calls emulated by writing zeroes
 	// AllocatedBytes is the memory held by a memory backend.
 	AllocatedBytes int64
-}
-
-// StatsReporter is implemented by backends that count their slow paths
-// (file, block, memory).
-type StatsReporter interface {
-	Stats() Stats
 }
 
 // HealthReporter is implemented by backends that can describe device health

@@ -277,49 +277,33 @@ func (f *fdio) close() error {
 // preadFull reads len(p) bytes at off. Reaching the end of the file early
 // is io.ErrUnexpectedEOF (the file shrank under us).
 func preadFull(fd int, p []byte, off int64) error {
-	for len(p) > 0 {
-		n, err := unix.Pread(fd, p, off)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return err
-		case n == 0:
-			return io.ErrUnexpectedEOF
-		}
-		p, off = p[n:], off+int64(n)
-	}
-	return nil
+	return full(p, off, io.ErrUnexpectedEOF, func(b []byte, o int64) (int, error) { return unix.Pread(fd, b, o) })
 }
 
 // pwriteFull writes all of p at off.
 func pwriteFull(fd int, p []byte, off int64) error {
-	for len(p) > 0 {
-		n, err := unix.Pwrite(fd, p, off)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return err
-		case n == 0:
-			return io.ErrShortWrite
-		}
-		p, off = p[n:], off+int64(n)
-	}
-	return nil
+	return full(p, off, io.ErrShortWrite, func(b []byte, o int64) (int, error) { return unix.Pwrite(fd, b, o) })
 }
 
 // pwritev2Full writes all of p at off with pwritev2 flags.
 func pwritev2Full(fd int, p []byte, off int64, flags int) error {
+	return full(p, off, io.ErrShortWrite, func(b []byte, o int64) (int, error) { return unix.Pwritev2(fd, [][]byte{b}, o, flags) })
+}
+
+// full repeats one positioned read or write until all of p is done: a
+// short count goes on where it stopped, EINTR retries, and a call that
+// moves nothing fails with short. op does not escape: nothing is
+// allocated.
+func full(p []byte, off int64, short error, op func([]byte, int64) (int, error)) error {
 	for len(p) > 0 {
-		n, err := unix.Pwritev2(fd, [][]byte{p}, off, flags)
+		n, err := op(p, off)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
 			return err
 		case n == 0:
-			return io.ErrShortWrite
+			return short
 		}
 		p, off = p[n:], off+int64(n)
 	}

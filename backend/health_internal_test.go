@@ -62,7 +62,7 @@ func TestParseNVMeSMARTLog(t *testing.T) {
 	if h.TemperatureCelsius() != 50 {
 		t.Errorf("TemperatureCelsius = %d, want 50", h.TemperatureCelsius())
 	}
-	if HealthAll != 1<<17-1 {
+	if HealthAll != 1<<9-1 {
 		t.Errorf("HealthAll = %#x", HealthAll)
 	}
 	if _, err := parseNVMeSMARTLog(b[:511]); err == nil {

@@ -33,10 +33,7 @@ type MemoryOptions struct {
 // one chunk run in parallel, and a write of one chunk is never seen half
 // done by a read of that chunk.
 type Memory struct {
-	size      int64
-	bs        uint32
-	ro        bool
-	closed    atomic.Bool
+	ram
 	allocated atomic.Int64
 	chunks    []atomic.Pointer[memChunk]
 	locks     []sync.RWMutex // locks[i] guards the bytes of chunks[i]
@@ -46,14 +43,8 @@ var _ Backend = (*Memory)(nil)
 
 // OpenMemory returns an empty (all zeroes) memory backend.
 func OpenMemory(opts MemoryOptions) (*Memory, error) {
-	if err := checkBlockSize(opts.BlockSize); err != nil {
-		return nil, err
-	}
-	bs := opts.BlockSize
-	if bs == 0 {
-		bs = 512
-	}
-	if err := checkSize(opts.Size, bs, true); err != nil {
+	m := &Memory{}
+	if err := m.init(opts.Size, opts.BlockSize, opts.ReadOnly); err != nil {
 		return nil, err
 	}
 	n := (opts.Size + MemoryChunkSize - 1) / MemoryChunkSize
@@ -65,22 +56,15 @@ func OpenMemory(opts MemoryOptions) (*Memory, error) {
 		return nil, cfgErr("size", "%s needs a chunk table of %s, more than a quarter of this machine's physical memory (%s)",
 			FormatSize(opts.Size), FormatSize(n*memoryChunkOverhead), FormatSize(phys))
 	}
-	return &Memory{
-		size:   opts.Size,
-		bs:     bs,
-		ro:     opts.ReadOnly,
-		chunks: make([]atomic.Pointer[memChunk], n),
-		locks:  make([]sync.RWMutex, n),
-	}, nil
+	m.chunks = make([]atomic.Pointer[memChunk], n)
+	m.locks = make([]sync.RWMutex, n)
+	return m, nil
 }
 
 // ReadAt copies from the written chunks into p and zeroes the rest. See
 // [Backend].
 func (m *Memory) ReadAt(p []byte, off int64) error {
-	if m.closed.Load() {
-		return ErrClosed
-	}
-	if err := CheckRange(OpRead, off, int64(len(p)), m.size, m.bs); err != nil {
+	if err := m.checkRead(off, int64(len(p))); err != nil {
 		return err
 	}
 	for len(p) > 0 {
@@ -163,30 +147,6 @@ func (m *Memory) zero(off, length int64) {
 		length -= n
 	}
 }
-
-func (m *Memory) check(op Op, off, length int64) error {
-	if m.closed.Load() {
-		return ErrClosed
-	}
-	if m.ro {
-		return ErrReadOnly
-	}
-	return CheckRange(op, off, length, m.size, m.bs)
-}
-
-// Flush does nothing: RAM has no stable media to flush to. See [Backend].
-func (m *Memory) Flush() error {
-	if m.closed.Load() {
-		return ErrClosed
-	}
-	return nil
-}
-
-// Size returns the capacity in bytes.
-func (m *Memory) Size() int64 { return m.size }
-
-// BlockSize returns the logical block size.
-func (m *Memory) BlockSize() uint32 { return m.bs }
 
 // Info describes the memory backend.
 func (m *Memory) Info() Info {

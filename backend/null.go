@@ -1,7 +1,5 @@
 package backend
 
-import "sync/atomic"
-
 // NullOptions configures [OpenNull].
 type NullOptions struct {
 	Size      int64  // capacity in bytes; a positive multiple of BlockSize
@@ -24,33 +22,23 @@ type NullOptions struct {
 // NoFill), reads return the pattern even after WriteZeroes: the null
 // backend does not keep the zeroes guarantee of [Backend] then.
 type Null struct {
-	size    int64
-	bs      uint32
-	ro      bool
+	ram
 	noFill  bool
 	plen    int    // len(Pattern), 0 for zeroes
 	pattern []byte // Pattern repeated to at least 64 KiB plus plen bytes
-	closed  atomic.Bool
 }
 
 var _ Backend = (*Null)(nil)
 
 // OpenNull returns a null backend.
 func OpenNull(opts NullOptions) (*Null, error) {
-	if err := checkBlockSize(opts.BlockSize); err != nil {
-		return nil, err
-	}
-	bs := opts.BlockSize
-	if bs == 0 {
-		bs = 512
-	}
-	if err := checkSize(opts.Size, bs, true); err != nil {
+	n := &Null{noFill: opts.NoFill}
+	if err := n.init(opts.Size, opts.BlockSize, opts.ReadOnly); err != nil {
 		return nil, err
 	}
 	if len(opts.Pattern) > maxPattern {
 		return nil, cfgErr("pattern", "%d bytes is longer than the limit of %d", len(opts.Pattern), maxPattern)
 	}
-	n := &Null{size: opts.Size, bs: bs, ro: opts.ReadOnly, noFill: opts.NoFill}
 	if !isZero(opts.Pattern) {
 		n.plen = len(opts.Pattern)
 		reps := (64<<10)/n.plen + 2
@@ -73,10 +61,7 @@ func isZero(p []byte) bool {
 
 // ReadAt fills p with zeroes or the pattern. See [Backend].
 func (n *Null) ReadAt(p []byte, off int64) error {
-	if n.closed.Load() {
-		return ErrClosed
-	}
-	if err := CheckRange(OpRead, off, int64(len(p)), n.size, n.bs); err != nil {
+	if err := n.checkRead(off, int64(len(p))); err != nil {
 		return err
 	}
 	switch {
@@ -111,30 +96,6 @@ func (n *Null) WriteZeroes(off, length int64, deallocate bool) error {
 func (n *Null) Discard(off, length int64) error {
 	return n.check(OpDiscard, off, length)
 }
-
-func (n *Null) check(op Op, off, length int64) error {
-	if n.closed.Load() {
-		return ErrClosed
-	}
-	if n.ro {
-		return ErrReadOnly
-	}
-	return CheckRange(op, off, length, n.size, n.bs)
-}
-
-// Flush does nothing. See [Backend].
-func (n *Null) Flush() error {
-	if n.closed.Load() {
-		return ErrClosed
-	}
-	return nil
-}
-
-// Size returns the capacity in bytes.
-func (n *Null) Size() int64 { return n.size }
-
-// BlockSize returns the logical block size.
-func (n *Null) BlockSize() uint32 { return n.bs }
 
 // Info describes the null backend. Reads of discarded or zeroed ranges
 // return the pattern, so DiscardZeroes is true only without one.

@@ -3,6 +3,8 @@ package initiator
 import (
 	"context"
 	"testing"
+
+	"github.com/nvmetd/nvmetd/target"
 )
 
 // TestNoAllocPerIO checks that the data path allocates nothing per I/O in
@@ -12,7 +14,7 @@ func TestNoAllocPerIO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped in -short mode: allocation counts need a warmed-up run of hundreds of I/Os")
 	}
-	tg := startTarget(t, nil)
+	tg := startTarget(t, memoryOnly)
 	c := connect(t, testConfig(t, tg.Addr()))
 	ns := c.Namespace(1)
 	small := make([]byte, 4096)  // in-capsule write
@@ -46,6 +48,13 @@ func TestNoAllocPerIO(t *testing.T) {
 	}
 }
 
+// memoryOnly makes namespace 1 a memory backend: the target then completes
+// I/O on its engine goroutines, and the benchmarks measure the host's path
+// and the transport rather than a file system.
+var memoryOnly = withConfig(func(c *target.Config) {
+	c.Subsystems[0].Namespaces = []target.NamespaceConfig{memNS(1, "64MiB")}
+})
+
 // BenchmarkReadAt4K is QD1 4 KiB reads over loopback (one goroutine).
 func BenchmarkReadAt4K(b *testing.B) { benchIO(b, 4096, false, 1) }
 
@@ -59,7 +68,7 @@ func BenchmarkReadAt128K(b *testing.B) { benchIO(b, 128<<10, false, 1) }
 func BenchmarkReadAt4KParallel(b *testing.B) { benchIO(b, 4096, false, 16) }
 
 func benchIO(b *testing.B, size int, write bool, par int) {
-	tg := startTarget(b, nil)
+	tg := startTarget(b, memoryOnly)
 	c := connect(b, testConfig(b, tg.Addr()))
 	ns := c.Namespace(1)
 	b.SetBytes(int64(size))

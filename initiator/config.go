@@ -7,8 +7,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nvmetd/nvmetd/iwarp"
+	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // Defaults of the Linux host (drivers/nvme/host/fabrics.h, core.c) and of
@@ -57,7 +58,7 @@ type Config struct {
 	// a discovery controller.
 	SubNQN string
 	// HostNQN and HostID identify the host (hostnqn=, hostid=); when
-	// empty they come from nvmeof.HostIdentity, as with nvme-cli.
+	// empty they come from HostIdentity, as with nvme-cli.
 	HostNQN string
 	HostID  [16]byte
 	// NrIOQueues is the number of I/O queues to ask for (nr_io_queues,
@@ -92,8 +93,9 @@ type Config struct {
 	// MaxTransferSize caps one command's data (default 1 MiB); the
 	// controller's MDTS may lower it.
 	MaxTransferSize int
-	// Engine holds the iWARP settings (MPA CRC policy etc.).
-	Engine iwarp.Config
+	// Transport holds the NVMe/RDMA connection settings (MPA CRC policy,
+	// FPDU size, timeouts, busy polling).
+	Transport rdma.TransportConfig
 	// Logger receives controller events (default: none).
 	Logger *zap.Logger
 	// OnEvent, if set, is called for controller events (reconnects,
@@ -109,9 +111,7 @@ func (c *Config) Discovery() bool { return nvmeof.IsDiscoveryNQN(c.SubNQN) }
 // identity filled in.
 func (c *Config) withDefaults() (Config, error) {
 	d := *c
-	if d.Network == "" {
-		d.Network = "tcp"
-	}
+	defaults.Set(&d.Network, "tcp")
 	if d.SubNQN == "" {
 		return d, fmt.Errorf("initiator: no subsystem NQN")
 	}
@@ -119,13 +119,11 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("initiator: no controller address")
 	}
 	if d.HostNQN == "" || d.HostID == ([16]byte{}) {
-		id, err := nvmeof.HostIdentity()
+		id, err := HostIdentity()
 		if err != nil {
 			return d, fmt.Errorf("initiator: host identity: %w", err)
 		}
-		if d.HostNQN == "" {
-			d.HostNQN = id.NQN
-		}
+		defaults.Set(&d.HostNQN, id.NQN)
 		if d.HostID == ([16]byte{}) {
 			d.HostID = id.ID
 		}
@@ -136,18 +134,14 @@ func (c *Config) withDefaults() (Config, error) {
 	if err := nvmeof.ValidateNQN(d.HostNQN); err != nil {
 		return d, fmt.Errorf("initiator: host NQN: %w", err)
 	}
-	if d.NrIOQueues == 0 {
-		d.NrIOQueues = runtime.NumCPU()
-	}
+	defaults.Set(&d.NrIOQueues, runtime.NumCPU())
 	if d.Discovery() {
 		d.NrIOQueues = 0 // nvmf_parse_options: discovery has no I/O queues
 	}
 	if d.NrIOQueues < 0 || d.NrIOQueues > 0xFFFE {
 		return d, fmt.Errorf("initiator: nr_io_queues %d out of range", d.NrIOQueues)
 	}
-	if d.QueueSize == 0 {
-		d.QueueSize = nvmeof.DefaultIOQueueSize
-	}
+	defaults.Set(&d.QueueSize, nvmeof.DefaultIOQueueSize)
 	if d.QueueSize < nvmeof.MinIOQueueSize || d.QueueSize > nvmeof.MaxIOQueueSize {
 		return d, fmt.Errorf("initiator: queue_size %d: want %d..%d", d.QueueSize, nvmeof.MinIOQueueSize, nvmeof.MaxIOQueueSize)
 	}
@@ -162,15 +156,11 @@ func (c *Config) withDefaults() (Config, error) {
 		// takes whole seconds. Keep what the user gave, in ms.
 		d.KeepAliveTimeout = d.KeepAliveTimeout.Round(time.Millisecond)
 	}
-	if d.ReconnectDelay == 0 {
-		d.ReconnectDelay = DefaultReconnectDelay
-	}
+	defaults.Set(&d.ReconnectDelay, DefaultReconnectDelay)
 	if d.ReconnectDelay < 0 {
 		return d, fmt.Errorf("initiator: reconnect_delay %v is negative", d.ReconnectDelay)
 	}
-	if d.CtrlLossTimeout == 0 {
-		d.CtrlLossTimeout = DefaultCtrlLossTimeout
-	}
+	defaults.Set(&d.CtrlLossTimeout, DefaultCtrlLossTimeout)
 	if d.ShutdownTimeout <= 0 {
 		d.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -183,18 +173,14 @@ func (c *Config) withDefaults() (Config, error) {
 	if d.ConnectTimeout <= 0 {
 		d.ConnectTimeout = DefaultConnectTimeout
 	}
-	if d.MaxTransferSize == 0 {
-		d.MaxTransferSize = DefaultMaxTransferSize
-	}
+	defaults.Set(&d.MaxTransferSize, DefaultMaxTransferSize)
 	if d.MaxTransferSize < 4096 || d.MaxTransferSize > nvmeof.MaxKeyedSGLLength {
 		return d, fmt.Errorf("initiator: max transfer size %d: want 4 KiB..16 MiB", d.MaxTransferSize)
 	}
-	if err := d.Engine.Validate(); err != nil {
+	if err := d.Transport.Validate(); err != nil {
 		return d, err
 	}
-	if d.Logger == nil {
-		d.Logger = zap.NewNop()
-	}
+	defaults.Set(&d.Logger, zap.NewNop())
 	return d, nil
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -192,7 +191,6 @@ func (c *Controller) makeQueues(n, size int) {
 			m.owner = q
 			m.slot = j
 			m.hr.Done = m.done
-			m.hr.Ctx = m
 		}
 		c.ioq[i] = q
 	}
@@ -284,7 +282,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	cfg := &c.cfg
 	a := &association{gen: c.gen.Load() + 1}
 	a.ctx, a.cancel = context.WithCancel(c.baseCtx)
-	pd := iwarp.NewPD() // one protection domain per association
+	pd := rdma.NewPD() // one protection domain per association
 	defer func() {
 		if err != nil {
 			a.cancel()
@@ -293,7 +291,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 		}
 	}()
 	a.admin, err = rdma.Dial(ctx, cfg.Network, cfg.Address, rdma.HostConfig{
-		Engine: cfg.Engine, QID: 0, QueueSize: nvmeof.AdminQueueDepth, PD: pd, Logger: c.log,
+		Transport: cfg.Transport, QID: 0, QueueSize: nvmeof.AdminQueueDepth, PD: pd, Logger: c.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: admin queue to %s: %w", cfg.Address, err)
@@ -374,7 +372,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	// (nvme_rdma_start_io_queues).
 	for qid := 1; qid <= n; qid++ {
 		hq, err := rdma.Dial(ctx, cfg.Network, cfg.Address, rdma.HostConfig{
-			Engine: cfg.Engine, QID: uint16(qid), QueueSize: a.queueSize, InlineDataSize: a.inline, PD: pd, Logger: c.log,
+			Transport: cfg.Transport, QID: uint16(qid), QueueSize: a.queueSize, InlineDataSize: a.inline, PD: pd, Logger: c.log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("initiator: I/O queue %d to %s: %w", qid, cfg.Address, err)
@@ -822,7 +820,7 @@ func (c *Controller) kill(err error) {
 	close(c.deadCh)
 	c.mu.Unlock()
 	for _, m := range c.takePending(err) {
-		c.finish(m, err)
+		c.retire(m, err)
 	}
 }
 
@@ -954,7 +952,7 @@ func (c *Controller) abandonOnFailure(ctx context.Context, a *association) (lost
 		c.log.Warn("closing: giving the association up, failing its I/O", zap.Error(cause))
 		err := fmt.Errorf("%w: %w", ErrControllerClosed, cause)
 		for _, m := range c.takePending(err) {
-			c.finish(m, err)
+			c.retire(m, err)
 		}
 		a.cancel()
 		abortQueues(a, cause) // outstanding commands fail through keep

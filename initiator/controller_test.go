@@ -7,17 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/initiator/internal/testctl"
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/target"
 )
 
 func TestConnectReadWriteClose(t *testing.T) {
-	tg := startTarget(t, nil)
+	tg := startTarget(t)
 	c := connect(t, testConfig(t, tg.Addr()))
 	if c.State() != StateLive {
 		t.Fatalf("state %v", c.State())
@@ -53,8 +53,8 @@ func TestConnectReadWriteClose(t *testing.T) {
 			t.Fatalf("target holds other data (%v)", err)
 		}
 	}
-	if tg.Commands("io:0x1") < 3+3 {
-		t.Fatalf("writes %d: the 3 MiB write should be split", tg.Commands("io:0x1"))
+	if n := tg.IOCommands(nvmeof.NVMWrite); n < 3+3 {
+		t.Fatalf("writes %d: the 3 MiB write should be split", n)
 	}
 	ctx := context.Background()
 	if err := ns.WriteZeroes(ctx, 0, 1<<20); err != nil {
@@ -88,8 +88,8 @@ func TestConnectReadWriteClose(t *testing.T) {
 	if _, err := ns.ReadAt(tail, 0); !errors.Is(err, ErrControllerClosed) {
 		t.Fatalf("read after close: %v", err)
 	}
-	if tg.Commands("io:0x0") < 2 {
-		t.Fatalf("close should have flushed (flushes: %d)", tg.Commands("io:0x0"))
+	if n := tg.IOCommands(nvmeof.NVMFlush); n < 2 {
+		t.Fatalf("close should have flushed (flushes: %d)", n)
 	}
 }
 
@@ -103,9 +103,9 @@ func TestConcurrentIO(t *testing.T) {
 }
 
 func testConcurrentIO(t *testing.T, busyPoll time.Duration) {
-	tg := startTarget(t, nil)
+	tg := startTarget(t)
 	cfg := testConfig(t, tg.Addr())
-	cfg.Engine.BusyPoll = busyPoll
+	cfg.Transport.BusyPoll = busyPoll
 	c := connect(t, cfg)
 	ns := c.Namespace(1)
 	const workers, region = 96, 256 << 10
@@ -143,21 +143,34 @@ func testConcurrentIO(t *testing.T, busyPoll time.Duration) {
 	}
 }
 
+// discoveryEntries returns the entries of l by subtype.
+func discoveryEntries(l *nvmeof.DiscoveryLog, st uint8) []nvmeof.DiscoveryEntry {
+	var out []nvmeof.DiscoveryEntry
+	for _, e := range l.Entries {
+		if e.SubType == st {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func TestDiscovery(t *testing.T) {
-	tg := startTarget(t, func(c *testctl.Config) {
-		c.Referrals = []nvmeof.DiscoveryEntry{{TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeNVMe,
-			SubNQN: "nqn.2024-01.io.nvmetd.test:other", TrAddr: "10.9.9.9", TrSvcID: "4420", PortID: 2}}
-	})
+	tg := startTarget(t, withConfig(func(c *target.Config) {
+		c.Ports[0].Referrals = []target.ReferralConfig{{Address: "10.9.9.9", ServiceID: 4420, PortID: 2}}
+	}))
 	ctx := context.Background()
 	l, err := Discover(ctx, discoveryConfig(t, tg.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.NumRec != 2 || len(l.Entries) != 2 || l.Entries[0].SubNQN != testSubNQN || l.Entries[1].TrAddr != "10.9.9.9" {
+	// The target lists itself (the current discovery subsystem), the
+	// subsystem and the referral.
+	subs, refs := discoveryEntries(l, nvmeof.SubTypeNVMe), discoveryEntries(l, nvmeof.SubTypeReferral)
+	if int(l.NumRec) != len(l.Entries) || len(subs) != 1 || subs[0].SubNQN != testSubNQN || len(refs) != 1 || refs[0].TrAddr != "10.9.9.9" || refs[0].PortID != 2 {
 		t.Fatalf("log %+v", l)
 	}
-	// libnvme's sequence: header (1024, RAE), entries (2048, RAE), header.
-	if n := tg.Commands("admin:0x2"); n != 3 {
+	// libnvme's sequence: header (1024, RAE), entries (RAE), header.
+	if n := tg.AdminCommands(nvmeof.AdminGetLogPage); n != 3 {
 		t.Fatalf("%d Get Log Page commands, want 3", n)
 	}
 	for deadline := time.Now().Add(5 * time.Second); tg.Controllers() != 0; time.Sleep(10 * time.Millisecond) {
@@ -168,45 +181,54 @@ func TestDiscovery(t *testing.T) {
 }
 
 func TestDiscoveryLargeLogChunks(t *testing.T) {
-	var refs []nvmeof.DiscoveryEntry
+	var refs []target.ReferralConfig
 	for i := 0; i < 9; i++ {
-		refs = append(refs, nvmeof.DiscoveryEntry{TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeNVMe,
-			SubNQN: "nqn.2024-01.io.nvmetd.test:s" + itoa(uint64(i)), TrAddr: "10.9.9.9", TrSvcID: "4420"})
+		refs = append(refs, target.ReferralConfig{Address: "10.9.9." + itoa(uint64(i+1)), ServiceID: 4420, PortID: uint16(i + 2)})
 	}
-	tg := startTarget(t, func(c *testctl.Config) { c.Referrals = refs })
+	tg := startTarget(t, withConfig(func(c *target.Config) { c.Ports[0].Referrals = refs }))
 	l, err := Discover(context.Background(), discoveryConfig(t, tg.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Entries) != 10 || l.Entries[9].SubNQN != "nqn.2024-01.io.nvmetd.test:s8" {
-		t.Fatalf("entries %d", len(l.Entries))
+	got := discoveryEntries(l, nvmeof.SubTypeReferral)
+	if len(l.Entries) < 10 || len(got) != 9 || got[8].TrAddr != "10.9.9.9" {
+		t.Fatalf("entries %d, referrals %d", len(l.Entries), len(got))
 	}
-	// 10 entries = 10 KiB in 4 KiB commands: 3, plus two header reads.
-	if n := tg.Commands("admin:0x2"); n != 5 {
-		t.Fatalf("%d Get Log Page commands, want 5", n)
+	// 10 or 11 entries = 10–11 KiB in 4 KiB commands: 3, plus two header
+	// reads.
+	if n := tg.AdminCommands(nvmeof.AdminGetLogPage); n != 5 {
+		t.Fatalf("%d Get Log Page commands for %d entries, want 5", n, len(l.Entries))
 	}
 }
 
 func TestDiscoveryReferrals(t *testing.T) {
-	second := startTarget(t, func(c *testctl.Config) { c.SubNQN = "nqn.2024-01.io.nvmetd.test:second" })
-	host, port, _ := splitHostPort(second.Addr())
-	first := startTarget(t, func(c *testctl.Config) {
-		c.Referrals = []nvmeof.DiscoveryEntry{{TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeReferral,
-			SubNQN: nvmeof.DiscoveryNQN, TrAddr: host, TrSvcID: port}}
-	})
+	const second = "nqn.2024-01.io.nvmetd.test:second"
+	tg2 := startTarget(t, withConfig(func(c *target.Config) {
+		c.Subsystems[0].NQN = second
+		c.Ports[0].Subsystems = []string{second}
+	}))
+	host, port, _ := splitHostPort(tg2.Addr())
+	svc, _ := strconv.Atoi(port)
+	first := startTarget(t, withConfig(func(c *target.Config) {
+		c.Ports[0].Referrals = []target.ReferralConfig{{Address: host, ServiceID: svc, PortID: 1}}
+	}))
 	res, err := DiscoverReferrals(context.Background(), discoveryConfig(t, first.Addr()), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 2 || res[1].Err != nil || res[1].Log.Entries[0].SubNQN != "nqn.2024-01.io.nvmetd.test:second" {
+	if len(res) != 2 || res[1].Err != nil {
 		t.Fatalf("results %+v", res)
+	}
+	if subs := discoveryEntries(res[1].Log, nvmeof.SubTypeNVMe); len(subs) != 1 || subs[0].SubNQN != second {
+		t.Fatalf("the referral's log: %+v", res[1].Log)
 	}
 }
 
 func TestConnectRefused(t *testing.T) {
-	tg := startTarget(t, func(c *testctl.Config) {
-		c.AllowedHosts = []string{"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001"}
-	})
+	tg := startTarget(t, withConfig(func(c *target.Config) {
+		c.Subsystems[0].AllowAnyHost = false
+		c.Subsystems[0].AllowedHosts = []string{"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001"}
+	}))
 	ctx := context.Background()
 	cfg := testConfig(t, tg.Addr())
 	_, err := Connect(ctx, cfg)
@@ -230,7 +252,7 @@ func TestConnectRefused(t *testing.T) {
 }
 
 func TestQueueSizeClamp(t *testing.T) {
-	tg := startTarget(t, func(c *testctl.Config) { c.Transport.MaxQueueSize = 64 })
+	tg := startTarget(t, withConfig(func(c *target.Config) { c.Ports[0].MaxQueueSize = 64 }))
 	cfg := testConfig(t, tg.Addr())
 	cfg.QueueSize = 1024
 	c := connect(t, cfg)
@@ -240,7 +262,7 @@ func TestQueueSizeClamp(t *testing.T) {
 }
 
 func TestSetFeaturesNumQueues(t *testing.T) {
-	tg := startTarget(t, func(c *testctl.Config) { c.MaxQueues = 3 })
+	tg := startTarget(t, withConfig(func(c *target.Config) { c.Tuning.MaxIOQueues = 3 }))
 	cfg := testConfig(t, tg.Addr())
 	cfg.NrIOQueues = 8
 	c := connect(t, cfg)
@@ -250,26 +272,26 @@ func TestSetFeaturesNumQueues(t *testing.T) {
 }
 
 func TestNamespaceEvents(t *testing.T) {
-	tg := startTarget(t, nil)
+	tg := startTarget(t)
 	events := make(chan Event, 16)
 	cfg := testConfig(t, tg.Addr())
 	cfg.OnEvent = func(e Event) { events <- e }
 	c := connect(t, cfg)
 	<-events // the first scan
-	if err := tg.AddNamespace(testctl.NamespaceConfig{NSID: 3, Size: 8 << 20}); err != nil {
-		t.Fatal(err)
-	}
+	tg.Reload(func(c *target.Config) {
+		c.Subsystems[0].Namespaces = append(c.Subsystems[0].Namespaces, memNS(3, "8MiB"))
+	})
 	e := waitEvent(t, events, EventNamespacesChanged)
 	if len(e.NSIDs) != 1 || e.NSIDs[0] != 3 || c.Namespace(3) == nil || c.Namespace(3).Size() != 8<<20 {
 		t.Fatalf("event %+v", e)
 	}
-	tg.ResizeNamespace(3, 16<<20)
+	tg.Reload(func(c *target.Config) { c.Subsystems[0].Namespaces[1].Backend.Size = "16MiB" })
 	waitEvent(t, events, EventNamespacesChanged)
 	if c.Namespace(3).Size() != 16<<20 {
 		t.Fatalf("size %d after resize", c.Namespace(3).Size())
 	}
 	ns3 := c.Namespace(3)
-	tg.RemoveNamespace(3)
+	tg.Reload(func(c *target.Config) { c.Subsystems[0].Namespaces = c.Subsystems[0].Namespaces[:1] })
 	waitEvent(t, events, EventNamespacesChanged)
 	if c.Namespace(3) != nil || !ns3.Gone() {
 		t.Fatal("namespace 3 still there")
@@ -295,7 +317,7 @@ func waitEvent(t *testing.T, ch <-chan Event, k EventKind) Event {
 }
 
 func TestInCapsuleWrites(t *testing.T) {
-	tg := startTarget(t, nil)
+	tg := startTarget(t)
 	c := connect(t, testConfig(t, tg.Addr()))
 	ns := c.Namespace(1)
 	before := inCapsule(c)
@@ -318,30 +340,29 @@ func inCapsule(c *Controller) uint64 {
 	return n
 }
 
-var _ = rdma.HostStats{}
-
 // TestDiscoveryChangeEvent: a discovery controller that reports a log
 // change (AER, Discovery Log Page Change) gives EventDiscoveryChanged, and
 // the log read afterwards shows the change.
 func TestDiscoveryChangeEvent(t *testing.T) {
-	tg := startTarget(t, nil)
+	tg := startTarget(t)
 	events := make(chan Event, 16)
 	cfg := discoveryConfig(t, tg.Addr())
 	cfg.OnEvent = func(e Event) { events <- e }
 	c := connect(t, cfg)
 	ctx := context.Background()
 	l, err := c.DiscoveryLog(ctx)
-	if err != nil || len(l.Entries) != 1 {
+	if err != nil || len(discoveryEntries(l, nvmeof.SubTypeNVMe)) != 1 {
 		t.Fatalf("%+v %v", l, err)
 	}
-	tg.SetReferrals([]nvmeof.DiscoveryEntry{{TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeReferral,
-		SubNQN: nvmeof.DiscoveryNQN, TrAddr: "10.1.2.3", TrSvcID: "4420"}})
+	tg.Reload(func(c *target.Config) {
+		c.Ports[0].Referrals = []target.ReferralConfig{{Address: "10.1.2.3", ServiceID: 4420, PortID: 2}}
+	})
 	e := waitEvent(t, events, EventDiscoveryChanged)
 	if e.AEN != nvmeof.AENDiscoveryChanged {
 		t.Fatalf("AEN %#x", uint32(e.AEN))
 	}
 	l2, err := c.DiscoveryLog(ctx)
-	if err != nil || len(l2.Entries) != 2 || l2.GenCtr == l.GenCtr {
+	if err != nil || len(l2.Entries) != len(l.Entries)+1 || len(discoveryEntries(l2, nvmeof.SubTypeReferral)) != 1 || l2.GenCtr == l.GenCtr {
 		t.Fatalf("after the change: %+v %v", l2, err)
 	}
 }

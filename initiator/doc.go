@@ -59,6 +59,18 @@
 // commands of at most 4 KiB at increasing offsets, the header again, and a
 // retry when GENCTR changed), and optionally follows referrals.
 //
+// # Host identity
+//
+// A Config without HostNQN or HostID takes them from this machine as
+// nvme-cli and libnvme do (HostIdentity: /etc/nvme/hostnqn and hostid, else
+// the DMI product UUID, the device tree or /etc/machine-id).
+//
+// # Testing
+//
+// The package's tests run against the real target (package target, through
+// its public API) on loopback; target.TestHooks and internal/rawpeer.Proxy
+// make it misbehave where a test needs a controller that breaks the rules.
+//
 // # References
 //
 // "protocol.md §N" refers to the project's wire reference

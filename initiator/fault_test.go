@@ -2,223 +2,103 @@ package initiator
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/iwarp"
+	"github.com/nvmetd/nvmetd/internal/rawpeer"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/target"
 )
 
-// rawCtl is a crafted controller on the iwarp verbs, below nvmeof/rdma's
-// controller side, so that it can break the NVMe/RDMA rules: it plays a
-// well-behaved controller except where fault says otherwise.
-type rawCtl struct {
-	ln    *iwarp.Listener
-	fault func(c *rawConn, sqe *nvmeof.SQE) bool // true: handled (misbehaved)
-	wg    sync.WaitGroup
+// A misbehaving controller is the real target made to misbehave: NVMe-level
+// faults through its test hooks (a rewritten CID, status or result, a held
+// command), wire-level faults through a raw peer between host and target
+// (rawpeer.Proxy) that replaces what the target sends.
+
+func isIdentifyCtrl(sqe *nvmeof.SQE) bool {
+	return !sqe.IsFabrics() && sqe.Opcode() == nvmeof.AdminIdentify && sqe.IdentifyCmd().CNS() == nvmeof.CNSController
+}
+
+// identifyFault is a proxy hook that lets the target's answer to Identify
+// Controller through, except what data or response replace: data sees the
+// segments of the RDMA Write of the Identify data (seg counts them from 0;
+// it returns true when it took care of the segment), response the response
+// capsule (the Send), next the response capsule of the command after it
+// (with the Identify command's STag).
+type identifyFault struct {
+	data     func(l *rawpeer.Link, f *rawpeer.FPDU, seg int) bool
+	response func(l *rawpeer.Link, f *rawpeer.FPDU) bool
+	next     func(l *rawpeer.Link, f *rawpeer.FPDU, stag uint32) bool
+
 	mu    sync.Mutex
-	qps   []*iwarp.QP
+	stag  map[*rawpeer.Link]uint32 // the Identify Controller command's STag
+	cid   map[*rawpeer.Link]uint16 // and its CID
+	armed map[*rawpeer.Link]bool
+	segs  map[*rawpeer.Link]int
+	after map[*rawpeer.Link]bool // Identify answered: the next response is next's
 }
 
-type rawConn struct {
-	ctl  *rawCtl
-	qp   *iwarp.QP
-	qid  uint16
-	recv []iwarp.RecvWR
-	mu   sync.Mutex
-	cc   nvmeof.CC
-	sqhd uint16
-	size int
+func (x *identifyFault) hook(l *rawpeer.Link, d rawpeer.Direction, f *rawpeer.FPDU) bool {
+	h := &f.Header
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stag == nil {
+		x.stag, x.cid, x.armed, x.segs, x.after = map[*rawpeer.Link]uint32{}, map[*rawpeer.Link]uint16{}, map[*rawpeer.Link]bool{}, map[*rawpeer.Link]int{}, map[*rawpeer.Link]bool{}
+	}
+	switch {
+	case d == rawpeer.ToResponder:
+		// A command capsule: its first segment starts with the SQE.
+		if !h.Tagged && (h.Opcode == wire.OpSend || h.Opcode == wire.OpSendSE) && h.MO == 0 && len(f.Payload) >= nvmeof.SQESize {
+			sqe := (*nvmeof.SQE)(f.Payload[:nvmeof.SQESize])
+			if isIdentifyCtrl(sqe) {
+				if desc, err := sqe.DecodeSGL1(); err == nil && desc.Kind == nvmeof.SGLKeyed {
+					x.stag[l], x.cid[l], x.armed[l] = desc.Key, sqe.CID(), true
+				}
+			}
+		}
+	case x.after[l] && (h.Opcode == wire.OpSend || h.Opcode == wire.OpSendInv):
+		x.after[l] = false
+		if x.next != nil {
+			return x.next(l, f, x.stag[l])
+		}
+	case !x.armed[l]:
+	case h.Opcode == wire.OpWrite && h.STag == x.stag[l]:
+		seg := x.segs[l]
+		x.segs[l]++
+		if x.data != nil {
+			return x.data(l, f, seg)
+		}
+	case (h.Opcode == wire.OpSend || h.Opcode == wire.OpSendInv) && len(f.Payload) >= nvmeof.CQESize &&
+		(*nvmeof.CQE)(f.Payload[:nvmeof.CQESize]).CID() == x.cid[l]:
+		x.armed[l], x.after[l] = false, true
+		if x.response != nil {
+			return x.response(l, f)
+		}
+	}
+	return false
 }
 
-func startRawCtl(t *testing.T, fault func(c *rawConn, sqe *nvmeof.SQE) bool) *rawCtl {
+// startProxy runs a raw peer between the host and tg with hook.
+func startProxy(t *testing.T, tg *testTarget, hook rawpeer.ProxyHook) *rawpeer.Proxy {
 	t.Helper()
-	ln, err := iwarp.Listen("tcp", "127.0.0.1:0", &iwarp.Config{})
+	p, err := rawpeer.NewProxy(tg.Addr(), hook, rawpeer.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rawCtl{ln: ln, fault: fault}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		for {
-			cr, err := ln.Accept(ctx)
-			if err != nil {
-				return
-			}
-			r.accept(cr)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		ln.Close()
-		r.wg.Wait()
-		r.mu.Lock()
-		qps := r.qps
-		r.mu.Unlock()
-		for _, qp := range qps {
-			qp.Close()
-		}
-	})
-	return r
+	t.Cleanup(p.Close)
+	return p
 }
 
-func (r *rawCtl) addr() string { return r.ln.Addr().String() }
-
-func (r *rawCtl) accept(cr *iwarp.ConnRequest) {
-	cm, err := rdma.ParseCMRequest(cr.PrivateData)
-	if err != nil {
-		_ = cr.Reject(nil)
-		return
-	}
-	size := int(cm.HSQSize) + 1
-	c := &rawConn{ctl: r, qid: cm.QID, size: size}
-	pd := iwarp.NewPD()
-	cq := iwarp.NewCQHandler(c.onWC)
-	qp, err := iwarp.NewQP(iwarp.QPAttr{PD: pd, SendCQ: cq, RecvCQ: cq, SendDepth: 4 * size, RecvDepth: size, IRD: 1, ORD: 16})
-	if err != nil {
-		_ = cr.Reject(nil)
-		return
-	}
-	c.qp = qp
-	c.recv = make([]iwarp.RecvWR, size)
-	for i := range c.recv {
-		c.recv[i] = iwarp.RecvWR{ID: uint64(i), Buf: make([]byte, nvmeof.SQESize+8192)}
-		_ = qp.PostRecv(&c.recv[i])
-	}
-	acc := rdma.CMAccept{CRQSize: uint16(size)}
-	if err := cr.Accept(qp, acc.Append(nil)); err != nil {
-		return
-	}
-	r.mu.Lock()
-	r.qps = append(r.qps, qp)
-	r.mu.Unlock()
-}
-
-func (c *rawConn) onWC(wc *iwarp.WC) {
-	if wc.Opcode != iwarp.WCRecv || wc.Status != iwarp.WCSuccess {
-		return
-	}
-	sqe := new(nvmeof.SQE)
-	copy(sqe[:], c.recv[wc.ID].Buf)
-	_ = c.qp.PostRecv(&c.recv[wc.ID])
-	c.mu.Lock()
-	c.sqhd = uint16((int(c.sqhd) + 1) % c.size) // the SQ head moves as commands are taken
-	c.mu.Unlock()
-	if c.ctl.fault != nil && c.ctl.fault(c, sqe) {
-		return
-	}
-	c.serve(sqe)
-}
-
-// complete sends the CQE for sqe.
-func (c *rawConn) complete(sqe *nvmeof.SQE, result uint64, st nvmeof.Status) {
-	cqe := make([]byte, nvmeof.CQESize)
-	q := (*nvmeof.CQE)(cqe)
-	c.mu.Lock()
-	sqhd := c.sqhd
-	c.mu.Unlock()
-	q.Complete(sqe, c.qid, sqhd, 0, st)
-	q.SetResult64(result)
-	_ = c.qp.PostSend(&iwarp.SendWR{Opcode: iwarp.WRSend, Local: [][]byte{cqe}})
-}
-
-// write RDMA-Writes data to the command's keyed buffer.
-func (c *rawConn) write(sqe *nvmeof.SQE, data []byte) {
-	d, _ := nvmeof.ParseSGL(sqe[24:40])
-	_ = c.qp.PostSend(&iwarp.SendWR{Opcode: iwarp.WRWrite, Local: [][]byte{data}, RemoteSTag: d.Key, RemoteTO: d.Addr})
-}
-
-// serve is the well-behaved controller: one 1 MiB namespace of zeroes,
-// one I/O queue, no in-capsule data, no AEN.
-func (c *rawConn) serve(sqe *nvmeof.SQE) {
-	switch {
-	case sqe.Opcode() == nvmeof.OpFabrics:
-		switch sqe[4] {
-		case nvmeof.FCTypeConnect:
-			c.complete(sqe, uint64(nvmeof.NewConnectResponse(1)), 0)
-		case nvmeof.FCTypePropertyGet:
-			var v uint64
-			switch sqe.PropertyGetCmd().Offset() {
-			case nvmeof.PropCAP:
-				var cp nvmeof.CAP
-				cp.SetMQES(31)
-				cp.SetTO(2)
-				cp.SetCSS(nvmeof.CAPCSSNVM)
-				v = uint64(cp)
-			case nvmeof.PropVS:
-				v = uint64(nvmeof.VS1_3)
-			case nvmeof.PropCC:
-				c.mu.Lock()
-				v = uint64(c.cc)
-				c.mu.Unlock()
-			case nvmeof.PropCSTS:
-				var s nvmeof.CSTS
-				c.mu.Lock()
-				s.SetRDY(c.cc.EN())
-				if c.cc.SHN() != 0 {
-					s.SetSHST(nvmeof.SHSTComplete)
-				}
-				c.mu.Unlock()
-				v = uint64(s)
-			}
-			c.complete(sqe, v, 0)
-		case nvmeof.FCTypePropertySet:
-			c.mu.Lock()
-			c.cc = nvmeof.CC(sqe.PropertySetCmd().Value())
-			c.mu.Unlock()
-			c.complete(sqe, 0, 0)
-		}
-	case c.qid == 0 && sqe.Opcode() == nvmeof.AdminIdentify:
-		buf := make([]byte, nvmeof.IdentifyDataSize)
-		switch sqe.IdentifyCmd().CNS() {
-		case nvmeof.CNSController:
-			id := (*nvmeof.IdentifyController)(buf)
-			id.SetCNTLID(1)
-			id.SetCNTRLTYPE(nvmeof.CntrlTypeIO)
-			id.SetSUBNQN(testSubNQN)
-			id.SetKAS(10)
-			id.SetIOCCSZ(4)
-			id.SetIORCSZ(1)
-			id.SetSGLS(nvmeof.SGLSSupported | nvmeof.SGLSKeyed)
-			id.SetNN(1)
-			id.SetMDTS(5)
-		case nvmeof.CNSActiveNSList:
-			binary.LittleEndian.PutUint32(buf, 1)
-		case nvmeof.CNSNSDescList:
-			_, _ = nvmeof.EncodeNSDescriptors(buf, nvmeof.NSIdentifiers{UUID: [16]byte{1}, HasUUID: true})
-		case nvmeof.CNSNamespace:
-			id := (*nvmeof.IdentifyNamespace)(buf)
-			id.SetNSZE(2048)
-			id.SetNCAP(2048)
-			id.SetLBAF(0, nvmeof.LBAFormat{LBADS: 9})
-		}
-		c.write(sqe, buf)
-		c.complete(sqe, 0, 0)
-	case c.qid == 0 && sqe.Opcode() == nvmeof.AdminSetFeatures:
-		c.complete(sqe, uint64(nvmeof.EncodeNumQueues(1, 1)), 0)
-	case c.qid == 0:
-		c.complete(sqe, 0, 0)
-	case sqe.Opcode() == nvmeof.NVMRead:
-		d, _ := nvmeof.ParseSGL(sqe[24:40])
-		c.write(sqe, make([]byte, d.Length))
-		c.complete(sqe, 0, 0)
-	default:
-		c.complete(sqe, 0, 0)
-	}
-}
-
-func isIdentifyCtrl(c *rawConn, sqe *nvmeof.SQE) bool {
-	return c.qid == 0 && sqe.Opcode() == nvmeof.AdminIdentify && sqe.IdentifyCmd().CNS() == nvmeof.CNSController
+// sendAs sends payload to the host as one untagged message of op in place
+// of the message f (same MSN).
+func sendAs(l *rawpeer.Link, f *rawpeer.FPDU, op wire.Opcode, inv uint32, payload []byte) bool {
+	_ = l.Initiator.WriteRaw(l.Initiator.Frame(rawpeer.Untagged(op, true, inv, wire.QNSend, f.Header.MSN, 0, payload)))
+	return true
 }
 
 // TestMisbehavingControllerAtConnect: each broken answer during the
@@ -226,81 +106,89 @@ func isIdentifyCtrl(c *rawConn, sqe *nvmeof.SQE) bool {
 // behind (goleak); none hangs.
 func TestMisbehavingControllerAtConnect(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		fault func(c *rawConn, sqe *nvmeof.SQE) bool
-		want  string
+		name string
+		// Either target hooks or a wire fault between host and target.
+		command  func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict
+		response func(q target.HookQueue, sqe *nvmeof.SQE, rsp target.HookResponse) target.HookResponse
+		wire     *identifyFault
+		want     string
 	}{
-		{"wrong command id", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			if !isIdentifyCtrl(c, sqe) {
-				return false
+		{name: "wrong command id", command: func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict {
+			if isIdentifyCtrl(sqe) {
+				sqe.SetCID(sqe.CID() ^ 0x0555) // the response names another command
 			}
-			bad := *sqe
-			bad.SetCID(sqe.CID() ^ 0x0555)
-			c.complete(&bad, 0, 0)
+			return target.Verdict{}
+		}, want: "unknown command id"},
+		{name: "oversized data", wire: &identifyFault{data: func(l *rawpeer.Link, f *rawpeer.FPDU, seg int) bool {
+			// An RDMA Write of twice the command's buffer to its STag.
+			if seg == 0 {
+				_ = l.Initiator.SendTagged(wire.OpWrite, f.Header.STag, f.Header.TO, make([]byte, 2*nvmeof.IdentifyDataSize), time.Time{})
+			}
 			return true
-		}, "unknown command id"},
-		{"oversized data", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			if !isIdentifyCtrl(c, sqe) {
-				return false
+		}}, want: "base or bounds violation"},
+		{name: "short data", wire: &identifyFault{data: func(l *rawpeer.Link, f *rawpeer.FPDU, seg int) bool {
+			// Only the first 100 bytes of the Identify data reach the host.
+			if seg == 0 {
+				_ = l.Initiator.SendTagged(wire.OpWrite, f.Header.STag, f.Header.TO, f.Payload[:min(100, len(f.Payload))], time.Time{})
 			}
-			c.write(sqe, make([]byte, 2*nvmeof.IdentifyDataSize))
-			c.complete(sqe, 0, 0)
 			return true
-		}, "base or bounds violation"},
-		{"short data", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			if !isIdentifyCtrl(c, sqe) {
-				return false
+		}}, want: "identify controller"},
+		{name: "oversized response capsule", wire: &identifyFault{response: func(l *rawpeer.Link, f *rawpeer.FPDU) bool {
+			return sendAs(l, f, wire.OpSend, 0, append(f.Payload[:nvmeof.CQESize:nvmeof.CQESize], make([]byte, 16)...))
+		}}, want: "message too long"},
+		{name: "bogus remote invalidation", wire: &identifyFault{response: func(l *rawpeer.Link, f *rawpeer.FPDU) bool {
+			return sendAs(l, f, wire.OpSendInv, 0x12345678, f.Payload[:nvmeof.CQESize])
+		}}, want: "STag cannot be invalidated"},
+		{name: "remote invalidation of another command's STag", wire: &identifyFault{next: func(l *rawpeer.Link, f *rawpeer.FPDU, stag uint32) bool {
+			// The command after Identify carries no data, yet its response
+			// invalidates the Identify buffer's STag: an STag the engine
+			// knows, which the binding must refuse (nvme-rdma "Bogus
+			// remote invalidation").
+			return sendAs(l, f, wire.OpSendInv, stag, f.Payload[:nvmeof.CQESize])
+		}}, want: "remote invalidation of STag"},
+		{name: "error status", command: func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict {
+			if isIdentifyCtrl(sqe) {
+				return target.Verdict{Action: target.HookFail, Status: nvmeof.StatusInternalError | nvmeof.StatusDNR}
 			}
-			c.write(sqe, make([]byte, 100))
-			c.complete(sqe, 0, 0)
-			return true
-		}, "identify controller"},
-		{"oversized response capsule", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			if !isIdentifyCtrl(c, sqe) {
-				return false
+			return target.Verdict{}
+		}, want: "Identify Controller: nvme status"},
+		{name: "silent peer", command: func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict {
+			if sqe.IsFabrics() && sqe.FCType() == nvmeof.FCTypeConnect {
+				return target.Verdict{Action: target.HookHold}
 			}
-			cqe := make([]byte, 32)
-			(*nvmeof.CQE)(cqe[:16]).Complete(sqe, 0, 0, 0, 0)
-			_ = c.qp.PostSend(&iwarp.SendWR{Opcode: iwarp.WRSend, Local: [][]byte{cqe}})
-			return true
-		}, "message too long"},
-		{"bogus remote invalidation", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			if !isIdentifyCtrl(c, sqe) {
-				return false
+			return target.Verdict{}
+		}, want: "deadline exceeded"},
+		{name: "controller never ready", response: func(q target.HookQueue, sqe *nvmeof.SQE, rsp target.HookResponse) target.HookResponse {
+			if !sqe.IsFabrics() || sqe.FCType() != nvmeof.FCTypePropertyGet {
+				return rsp
 			}
-			cqe := make([]byte, nvmeof.CQESize)
-			(*nvmeof.CQE)(cqe).Complete(sqe, 0, 0, 0, 0)
-			_ = c.qp.PostSend(&iwarp.SendWR{Opcode: iwarp.WRSendInv, Local: [][]byte{cqe}, InvalidateSTag: 0x12345678})
-			return true
-		}, "invalidat"},
-		{"error status", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			if !isIdentifyCtrl(c, sqe) {
-				return false
+			switch sqe.PropertyGetCmd().Offset() {
+			case nvmeof.PropCSTS:
+				rsp.Result, rsp.SetResult = 0, true // RDY never comes
+			case nvmeof.PropCAP:
+				var cp nvmeof.CAP
+				cp.SetMQES(31)
+				cp.SetTO(1) // the host waits 500 ms for RDY
+				cp.SetCSS(nvmeof.CAPCSSNVM)
+				rsp.Result, rsp.SetResult = uint64(cp), true
 			}
-			c.complete(sqe, 0, nvmeof.StatusInternalError|nvmeof.StatusDNR)
-			return true
-		}, "Identify Controller: nvme status"},
-		{"silent peer", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			return sqe.Opcode() == nvmeof.OpFabrics && sqe[4] == nvmeof.FCTypeConnect
-		}, "deadline exceeded"},
-		{"controller never ready", func(c *rawConn, sqe *nvmeof.SQE) bool {
-			if sqe.Opcode() == nvmeof.OpFabrics && sqe[4] == nvmeof.FCTypePropertyGet && sqe.PropertyGetCmd().Offset() == nvmeof.PropCSTS {
-				c.complete(sqe, 0, 0)
-				return true
-			}
-			return false
-		}, "not ready"},
+			return rsp
+		}, want: "not ready"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startRawCtl(t, tc.fault)
-			cfg := testConfig(t, r.addr())
+			tg := startTarget(t, withCommandHook(tc.command), withResponseHook(tc.response))
+			addr := tg.Addr()
+			if tc.wire != nil {
+				addr = startProxy(t, tg, tc.wire.hook).Addr()
+			}
+			cfg := testConfig(t, addr)
 			// The silent peer is ended by the connect timeout: 2 s. Every
 			// other fault must be met by its own error (the controller
-			// that never gets ready by the CAP.TO wait), so the timeout is
-			// long there: a loaded machine's slow Connect must not end in
-			// the timeout before the fault is reached (and a host that
-			// waited for the timeout instead of failing on the fault fails
-			// the error check, not a clock).
+			// that never gets ready by the host's CAP.TO wait), so the
+			// timeout is long there: a loaded machine's slow Connect must
+			// not end in the timeout before the fault is reached (and a
+			// host that waited for the timeout instead of failing on the
+			// fault fails the error check, not a clock).
 			cfg.ConnectTimeout = time.Minute
 			if tc.want == "deadline exceeded" {
 				cfg.ConnectTimeout = 2 * time.Second
@@ -332,27 +220,38 @@ func TestMisbehavingControllerAtRuntime(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var mu sync.Mutex
 			broken := 0
-			r := startRawCtl(t, func(c *rawConn, sqe *nvmeof.SQE) bool {
-				if c.qid == 0 || sqe.Opcode() != nvmeof.NVMRead {
-					return false
+			tg := startTarget(t, withCommandHook(func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict {
+				if q.QID() == 0 || sqe.Opcode() != nvmeof.NVMRead {
+					return target.Verdict{}
 				}
 				mu.Lock()
 				defer mu.Unlock()
 				if broken > 0 && !keepBreaking {
-					return false
+					return target.Verdict{}
 				}
 				broken++
-				bad := *sqe
-				bad.SetCID(sqe.CID() + 1)
-				c.complete(&bad, 0, 0)
-				return true
-			})
-			cfg := testConfig(t, r.addr())
+				sqe.SetCID(sqe.CID() + 1) // the completion names another command
+				return target.Verdict{}
+			}))
+			cfg := testConfig(t, tg.Addr())
 			cfg.NrIOQueues = 1
 			cfg.ReconnectDelay = 50 * time.Millisecond
 			cfg.NoReconnect = keepBreaking
+			// The bad completion itself must start the recovery, not the
+			// I/O timeout: a host that dropped it would wait this long.
+			cfg.IOTimeout = 10 * time.Minute
 			c := connect(t, cfg)
-			_, err := c.Namespace(1).ReadAt(make([]byte, 4096), 0)
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Namespace(1).ReadAt(make([]byte, 4096), 0)
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("the read never completed: the bad completion went unnoticed")
+			}
 			if keepBreaking {
 				if !errors.Is(err, ErrControllerLost) {
 					t.Fatalf("read: %v", err)
@@ -368,60 +267,29 @@ func TestMisbehavingControllerAtRuntime(t *testing.T) {
 	}
 }
 
-// TestTerminateFromController: a peer that answers the MPA exchange and
-// then sends an RDMAP Terminate: Connect fails with the Terminate.
+// TestTerminateFromController: a controller that answers the MPA exchange
+// and then, to the host's first FPDU (its Connect capsule), sends an RDMAP
+// Terminate: Connect fails with the Terminate.
 func TestTerminateFromController(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		conn, err := ln.Accept()
-		if err != nil {
-			return
+	tg := startTarget(t)
+	var once sync.Once
+	p := startProxy(t, tg, func(l *rawpeer.Link, d rawpeer.Direction, f *rawpeer.FPDU) bool {
+		if d != rawpeer.ToResponder {
+			return false
 		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		var hdr wire.MPAHeader
-		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-			return
-		}
-		if _, err := io.ReadFull(conn, make([]byte, hdr.PrivateDataLen())); err != nil {
-			return
-		}
-		acc := rdma.CMAccept{CRQSize: 32}
-		reply := wire.MPAFrame{Reply: true, Enhanced: true, Revision: 2, IRD: 1, ORD: 1, PrivateData: acc.Append(nil)}
-		if _, err := conn.Write(reply.Append(nil)); err != nil {
-			return
-		}
-		// Wait for the host's first FPDU (its Connect capsule), then answer
-		// with a Terminate: RDMAP layer, remote operation error, "catastrophic".
-		first := make([]byte, 2)
-		if _, err := io.ReadFull(conn, first); err != nil {
-			return
-		}
-		term := wire.Terminate{Cause: wire.MakeCause(wire.LayerRDMAP, 1, 0)}
-		payload := term.AppendPayload(nil)
-		ulpdu := wire.DDPUntaggedLen + len(payload)
-		fpdu := make([]byte, wire.UntaggedHeaderLen, wire.FPDULen(ulpdu))
-		wire.PutUntaggedHeader(fpdu, wire.OpTerminate, true, 0, 2, 1, 0, len(payload))
-		fpdu = append(fpdu, payload...)
-		fpdu = append(fpdu, wire.Pad(wire.PadLen(ulpdu))...)
-		fpdu = append(fpdu, 0, 0, 0, 0) // CRC field, zero without CRC
-		conn.Write(fpdu)
-		io.Copy(io.Discard, conn)
-	}()
-	cfg := testConfig(t, ln.Addr().String())
+		terminated := false
+		once.Do(func() {
+			// RDMAP layer, remote operation error, "catastrophic".
+			_ = l.Initiator.SendTerminate(wire.Terminate{Cause: wire.MakeCause(wire.LayerRDMAP, 1, 0)})
+			terminated = true
+		})
+		return terminated
+	})
+	cfg := testConfig(t, p.Addr())
 	cfg.ConnectTimeout = 3 * time.Second
-	_, err = Connect(context.Background(), cfg)
-	var te *iwarp.TerminateError
-	if !errors.As(err, &te) || !te.Remote {
-		t.Fatalf("connect: %v, want a received Terminate", err)
+	_, err := Connect(context.Background(), cfg)
+	if rdma.CauseOf(err) != rdma.EndTerminateReceived {
+		t.Fatalf("connect: %v (%v), want a received Terminate", err, rdma.CauseOf(err))
 	}
 	t.Log(err)
-	ln.Close()
-	<-done
 }

@@ -136,7 +136,7 @@ func (c *Controller) submit(m *cmd) {
 	q.mu.Lock()
 	if err := q.failErr; err != nil {
 		q.mu.Unlock()
-		c.finish(m, err)
+		c.retire(m, err)
 		return
 	}
 	hq := q.hq
@@ -185,7 +185,7 @@ func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bo
 		c.queueFailed(gen, err)
 		return false
 	}
-	c.finish(m, err) // cannot be sent at all (e.g. longer than a keyed SGL)
+	c.retire(m, err) // cannot be sent at all (e.g. longer than a keyed SGL)
 	return true
 }
 
@@ -197,7 +197,7 @@ func (q *ioQueue) keep(m *cmd, front bool) (hq *rdma.HostQueue, gen uint64, kept
 	q.mu.Lock()
 	if err := q.failErr; err != nil {
 		q.mu.Unlock()
-		q.c.finish(m, err)
+		q.c.retire(m, err)
 		return nil, 0, false
 	}
 	m.move(cmdHeld, cmdPending)
@@ -271,15 +271,15 @@ func (m *cmd) done(hr *rdma.HostRequest) {
 			c.submit(m)
 			return
 		}
-		c.finish(m, m.ioError(st))
+		c.retire(m, m.ioError(st))
 	} else {
-		c.finish(m, nil)
+		c.retire(m, nil)
 	}
 	q.drain()
 }
 
-// finish returns m's slot and reports its result to its request.
-func (c *Controller) finish(m *cmd, err error) {
+// retire returns m's slot and reports its result to its request.
+func (c *Controller) retire(m *cmd, err error) {
 	r := m.req
 	m.req = nil
 	m.retries = 0
@@ -319,7 +319,7 @@ func (c *Controller) resubmitPending() {
 	max := int(c.maxXfer.Load())
 	for _, m := range c.takePending(nil) {
 		if len(m.hr.Data) > max && m.hr.SQE.Opcode() != nvmeof.NVMDatasetManagement {
-			c.finish(m, &IOError{Op: opName(m.hr.SQE.Opcode()), Err: errors.New("transfer larger than the reconnected controller's MDTS")})
+			c.retire(m, &IOError{Op: opName(m.hr.SQE.Opcode()), Err: errors.New("transfer larger than the reconnected controller's MDTS")})
 			continue
 		}
 		c.submit(m)

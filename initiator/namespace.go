@@ -63,8 +63,6 @@ type Request struct {
 	// nvmeof.Status), or the reason the request could not be sent
 	// (ErrControllerLost, ErrControllerClosed, a canceled context).
 	Err error
-	// Ctx is for the caller.
-	Ctx any
 
 	mu      sync.Mutex
 	err     error

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
 
@@ -131,36 +132,16 @@ func (c *Config) withDefaults() Config {
 	if c != nil {
 		d = *c
 	}
-	if d.MPARevision == 0 {
-		d.MPARevision = 2
-	}
-	if d.MaxPrivateData == 0 {
-		d.MaxPrivateData = wire.SIWMaxPrivateData
-	}
-	if d.MaxIRDORD == 0 {
-		d.MaxIRDORD = defaultMaxIRDORD
-	}
-	if d.ConnectTimeout == 0 {
-		d.ConnectTimeout = defaultConnectTimeout
-	}
-	if d.StallTimeout == 0 {
-		d.StallTimeout = defaultStallTimeout
-	}
-	if d.WriteTimeout == 0 {
-		d.WriteTimeout = defaultWriteTimeout
-	}
-	if d.LingerTimeout == 0 {
-		d.LingerTimeout = defaultLinger
-	}
-	if d.Nudge == 0 {
-		d.Nudge = defaultNudge
-	}
-	if d.ReadBuffer == 0 {
-		d.ReadBuffer = defaultReadBuffer
-	}
-	if d.Logger == nil {
-		d.Logger = zap.NewNop()
-	}
+	defaults.Set(&d.MPARevision, 2)
+	defaults.Set(&d.MaxPrivateData, wire.SIWMaxPrivateData)
+	defaults.Set(&d.MaxIRDORD, defaultMaxIRDORD)
+	defaults.Set(&d.ConnectTimeout, defaultConnectTimeout)
+	defaults.Set(&d.StallTimeout, defaultStallTimeout)
+	defaults.Set(&d.WriteTimeout, defaultWriteTimeout)
+	defaults.Set(&d.LingerTimeout, defaultLinger)
+	defaults.Set(&d.Nudge, defaultNudge)
+	defaults.Set(&d.ReadBuffer, defaultReadBuffer)
+	defaults.Set(&d.Logger, zap.NewNop())
 	return d
 }
 

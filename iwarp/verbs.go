@@ -137,19 +137,16 @@ type RecvWR struct {
 // WCStatus is the status of a work completion.
 type WCStatus uint8
 
-// Work completion statuses (as IBV_WC_*).
+// Work completion statuses (as IBV_WC_*): the ones the engine produces. A
+// failed connection flushes every outstanding request (WCFlushErr); why it
+// failed is the QP's Err.
 const (
-	WCSuccess         WCStatus = iota
-	WCFlushErr                 // the QP went to error before the request ran
-	WCLocalLengthErr           // a received message was longer than the posted buffer
-	WCLocalProtErr             // a local buffer failed its protection check
-	WCRemoteAccessErr          // the peer refused access to its memory
-	WCRemoteOpErr              // the peer reported an operation error
-	WCFatalErr                 // the connection failed (see the QP's error)
-	WCGeneralErr               // other errors
+	WCSuccess        WCStatus = iota
+	WCFlushErr                // the QP went to error before the request ran
+	WCLocalLengthErr          // a received message was longer than the posted buffer
 )
 
-var wcStatusNames = [...]string{"success", "flush error", "local length error", "local protection error", "remote access error", "remote operation error", "fatal error", "general error"}
+var wcStatusNames = [...]string{"success", "flush error", "local length error"}
 
 // String names the status.
 func (s WCStatus) String() string {

@@ -3,39 +3,20 @@ package nvmeof
 // Asynchronous event types (AER completion DW0 bits 2..0; NVMe Base 2.0
 // Figure 147; Linux NVME_AER_*).
 const (
-	AERTypeError     = 0
-	AERTypeSMART     = 1
-	AERTypeNotice    = 2
-	AERTypeImmediate = 3
-	AERTypeOneShot   = 4
-	AERTypeIOCmdSet  = 6
-	AERTypeVendor    = 7
+	aerTypeSMART  = 1
+	AERTypeNotice = 2
 )
 
 // Notice event information (AERTypeNotice; Linux NVME_AER_NOTICE_*).
 const (
-	AERNoticeNSAttrChanged       = 0x00 // namespace attribute changed: read LIDChangedNSList
-	AERNoticeFWActivationStart   = 0x01
-	AERNoticeTelemetryLogChanged = 0x02
-	AERNoticeANAChange           = 0x03 // read LIDANA
-	AERNoticePredLatencyAgg      = 0x04
-	AERNoticeLBAStatusAlert      = 0x05
-	AERNoticeEnduranceGroupAgg   = 0x06
-	AERNoticeZoneDescChanged     = 0xEF
-	AERNoticeDiscoveryChanged    = 0xF0 // discovery log changed: read LIDDiscovery
+	AERNoticeNSAttrChanged    = 0x00 // namespace attribute changed: read LIDChangedNSList
+	AERNoticeANAChange        = 0x03 // read LIDANA
+	AERNoticeDiscoveryChanged = 0xF0 // discovery log changed: read LIDDiscovery
 )
 
 // Error event information (AERTypeError).
 const (
-	AERErrorInvalidDoorbell     = 0x00
-	AERErrorInvalidDoorbellVal  = 0x01
-	AERErrorDiagnosticFailure   = 0x02
-	AERErrorPersistentInternal  = 0x03
-	AERErrorTransientInternal   = 0x04
-	AERErrorFirmwareImageLoad   = 0x05
-	AERSMARTReliability         = 0x00 // AERTypeSMART: NVM subsystem reliability
-	AERSMARTTemperature         = 0x01 // AERTypeSMART: temperature threshold
-	AERSMARTSpareBelowThreshold = 0x02 // AERTypeSMART: spare below threshold
+	aerSMARTTemperature = 0x01 // AERTypeSMART: temperature threshold
 )
 
 // AEN is the DW0 of an Asynchronous Event Request completion: event type

@@ -31,8 +31,8 @@ func (c *CQE) Result() uint32 { return binary.LittleEndian.Uint32(c[0:]) }
 // SetResult sets DW0.
 func (c *CQE) SetResult(v uint32) { binary.LittleEndian.PutUint32(c[0:], v) }
 
-// DW1 returns command specific dword 1.
-func (c *CQE) DW1() uint32 { return binary.LittleEndian.Uint32(c[4:]) }
+// dw1 returns command specific dword 1.
+func (c *CQE) dw1() uint32 { return binary.LittleEndian.Uint32(c[4:]) }
 
 // SetDW1 sets command specific dword 1.
 func (c *CQE) SetDW1(v uint32) { binary.LittleEndian.PutUint32(c[4:], v) }
@@ -41,8 +41,8 @@ func (c *CQE) SetDW1(v uint32) { binary.LittleEndian.PutUint32(c[4:], v) }
 // Property Get for 8-byte properties (CAP).
 func (c *CQE) Result64() uint64 { return binary.LittleEndian.Uint64(c[0:]) }
 
-// SetResult64 sets DW0..DW1 to a 64-bit value.
-func (c *CQE) SetResult64(v uint64) { binary.LittleEndian.PutUint64(c[0:], v) }
+// setResult64 sets DW0..DW1 to a 64-bit value.
+func (c *CQE) setResult64(v uint64) { binary.LittleEndian.PutUint64(c[0:], v) }
 
 // SQHead returns the submission queue head pointer (SQHD). nvmet advances it
 // modulo the queue size; 0xFFFF when SQ flow control is disabled.
@@ -75,11 +75,11 @@ func (c *CQE) Status() Status { return StatusFromWire(c.RawStatus()) }
 // SetStatus sets the completion status, keeping the phase bit.
 func (c *CQE) SetStatus(s Status) { c.SetRawStatus(s.Wire() | c.RawStatus()&1) }
 
-// Phase returns the phase tag (bit 0 of the status field).
-func (c *CQE) Phase() bool { return c[14]&1 != 0 }
+// phase returns the phase tag (bit 0 of the status field).
+func (c *CQE) phase() bool { return c[14]&1 != 0 }
 
-// SetPhase sets the phase tag.
-func (c *CQE) SetPhase(p bool) {
+// setPhase sets the phase tag.
+func (c *CQE) setPhase(p bool) {
 	if p {
 		c[14] |= 1
 	} else {
@@ -87,8 +87,8 @@ func (c *CQE) SetPhase(p bool) {
 	}
 }
 
-// Err returns nil if the completion succeeded and its Status otherwise.
-func (c *CQE) Err() error { return c.Status().Err() }
+// err returns nil if the completion succeeded and its Status otherwise.
+func (c *CQE) err() error { return c.Status().Err() }
 
 // Complete fills c as the completion of the command sqe received on
 // submission queue sqid with head pointer sqhd: it zeroes c, echoes the CID

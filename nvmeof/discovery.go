@@ -14,7 +14,6 @@ const (
 
 // Address families (ADRFAM; Linux NVMF_ADDR_FAMILY_*).
 const (
-	AdrFamPCI  = 0
 	AdrFamIPv4 = 1
 	AdrFamIPv6 = 2
 	AdrFamIB   = 3
@@ -74,20 +73,20 @@ const (
 // RECFMT 16..17. Entries follow at 1024 + 1024*i.
 type DiscoveryLogHeader [DiscoveryLogHeaderSize]byte
 
-// GENCTR returns the generation counter, bumped on every change of the log.
-func (h *DiscoveryLogHeader) GENCTR() uint64 { return le.Uint64(h[0:]) }
+// genctr returns the generation counter, bumped on every change of the log.
+func (h *DiscoveryLogHeader) genctr() uint64 { return le.Uint64(h[0:]) }
 
 // SetGENCTR sets the generation counter.
 func (h *DiscoveryLogHeader) SetGENCTR(v uint64) { le.PutUint64(h[0:], v) }
 
-// NUMREC returns the number of records (entries) in the whole log.
-func (h *DiscoveryLogHeader) NUMREC() uint64 { return le.Uint64(h[8:]) }
+// numrec returns the number of records (entries) in the whole log.
+func (h *DiscoveryLogHeader) numrec() uint64 { return le.Uint64(h[8:]) }
 
 // SetNUMREC sets the number of records.
 func (h *DiscoveryLogHeader) SetNUMREC(v uint64) { le.PutUint64(h[8:], v) }
 
-// RECFMT returns the record format (0).
-func (h *DiscoveryLogHeader) RECFMT() uint16 { return le.Uint16(h[16:]) }
+// recfmt returns the record format (0).
+func (h *DiscoveryLogHeader) recfmt() uint16 { return le.Uint16(h[16:]) }
 
 // SetRECFMT sets the record format.
 func (h *DiscoveryLogHeader) SetRECFMT(v uint16) { le.PutUint16(h[16:], v) }

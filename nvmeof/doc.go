@@ -2,8 +2,21 @@
 // NVMe/RDMA target and initiator exchange: submission and completion queue
 // entries (SQE, CQE), SGL descriptors, the admin, NVM I/O and Fabrics commands,
 // the data structures they carry (Identify, log pages, features, Connect data),
-// the controller properties (CAP, VS, CC, CSTS), NVMe status codes, NQNs and
-// the host identity.
+// the controller properties (CAP, VS, CC, CSTS), NVMe status codes and NQNs.
+// It is pure: no file, network or system I/O (the host identity of this
+// machine is package initiator's).
+//
+// # API
+//
+// The exported names are what nvmetd's target, initiator and transport
+// binding use, and nothing else: the views of the fixed-size structures with
+// accessors for the fields they read or write, the command builders and
+// command views, the Parse/Append/Encode/Decode codecs of every structure
+// received or sent (each has golden bytes and a fuzz target), [Status] and
+// the errors, and the protocol constants in use. Fields and values of the
+// specification that nothing here uses are not exported (those the tests
+// check against golden bytes are unexported accessors) or not defined at
+// all: add them, with their golden test, when a feature needs them.
 //
 // # Design
 //

@@ -40,9 +40,9 @@ func (s *SQE) ConnectCmd() ConnectCmd { return ConnectCmd{s} }
 
 // Connect attributes (CATTR).
 const (
-	// CATTRDisableSQFlow asks the controller to disable SQ flow control: it
+	// cattrDisableSQFlow asks the controller to disable SQ flow control: it
 	// then reports SQHD 0xFFFF (Linux NVME_CONNECT_DISABLE_SQFLOW).
-	CATTRDisableSQFlow = 1 << 2
+	cattrDisableSQFlow = 1 << 2
 )
 
 // BuildConnect fills s with a Connect command for queue qid with a 0's based
@@ -80,11 +80,11 @@ func (c ConnectCmd) SetSQSize(v uint16) { binary.LittleEndian.PutUint16(c.SQE[44
 // QueueSize returns the 1's based queue size (SQSIZE+1).
 func (c ConnectCmd) QueueSize() int { return int(c.SQSize()) + 1 }
 
-// CATTR returns the connect attributes byte.
-func (c ConnectCmd) CATTR() uint8 { return c.SQE[46] }
+// cattr returns the connect attributes byte.
+func (c ConnectCmd) cattr() uint8 { return c.SQE[46] }
 
-// SetCATTR sets the connect attributes byte.
-func (c ConnectCmd) SetCATTR(v uint8) { c.SQE[46] = v }
+// setCATTR sets the connect attributes byte.
+func (c ConnectCmd) setCATTR(v uint8) { c.SQE[46] = v }
 
 // KATO returns the keep-alive timeout in milliseconds (admin queue only; 0
 // disables keep alive, but nvmet gives discovery controllers 120 s then).
@@ -96,10 +96,8 @@ func (c ConnectCmd) SetKATO(v uint32) { binary.LittleEndian.PutUint32(c.SQE[48:]
 // Offsets of the Connect SQE fields, for ConnectInvalidParamResult (IPO
 // values nvmet uses: IPO_IATTR_CONNECT_SQE).
 const (
-	ConnectSQEOffRECFMT = 40
 	ConnectSQEOffQID    = 42
 	ConnectSQEOffSQSIZE = 44
-	ConnectSQEOffCATTR  = 46
 	ConnectSQEOffKATO   = 48
 )
 
@@ -280,7 +278,6 @@ func (r ConnectResponse) InvalidParam() (inData bool, offset uint16) {
 
 // Property attribute sizes (ATTRIB bits 2..0).
 const (
-	PropertySize4 = 0 // 4-byte property
 	PropertySize8 = 1 // 8-byte property
 )
 
@@ -304,12 +301,12 @@ func (s *SQE) BuildPropertyGet(offset uint32) PropertyGetCmd {
 // Attrib returns the ATTRIB byte.
 func (c PropertyGetCmd) Attrib() uint8 { return c.SQE[40] }
 
-// SetAttrib sets the ATTRIB byte.
-func (c PropertyGetCmd) SetAttrib(v uint8) { c.SQE[40] = v }
+// setAttrib sets the ATTRIB byte.
+func (c PropertyGetCmd) setAttrib(v uint8) { c.SQE[40] = v }
 
-// Size returns the property size in bytes the command asks for: 8 if ATTRIB
+// size returns the property size in bytes the command asks for: 8 if ATTRIB
 // bits 2..0 are 1, else 4 (nvmet tests bit 0 only).
-func (c PropertyGetCmd) Size() int { return attribSize(c.SQE[40]) }
+func (c PropertyGetCmd) size() int { return attribSize(c.SQE[40]) }
 
 // SetSize sets ATTRIB for a 4- or 8-byte property.
 func (c PropertyGetCmd) SetSize(n int) { c.SQE[40] = sizeAttrib(c.SQE[40], n) }
@@ -340,9 +337,6 @@ func (s *SQE) BuildPropertySet(offset uint32, value uint64) PropertySetCmd {
 
 // Attrib returns the ATTRIB byte.
 func (c PropertySetCmd) Attrib() uint8 { return c.SQE[40] }
-
-// SetAttrib sets the ATTRIB byte.
-func (c PropertySetCmd) SetAttrib(v uint8) { c.SQE[40] = v }
 
 // Size returns the property size in bytes: 8 if ATTRIB bits 2..0 are 1, else 4.
 func (c PropertySetCmd) Size() int { return attribSize(c.SQE[40]) }
@@ -390,20 +384,17 @@ func sizeAttrib(a uint8, n int) uint8 {
 // hosts do not send it; Identify Controller OFCS bit 0 advertises it.
 type DisconnectCmd struct{ *SQE }
 
-// DisconnectCmd returns the Disconnect view of s.
-func (s *SQE) DisconnectCmd() DisconnectCmd { return DisconnectCmd{s} }
-
 // BuildDisconnect fills s with a Disconnect command (RECFMT 0).
 func (s *SQE) BuildDisconnect() DisconnectCmd {
 	s.initFabrics(FCTypeDisconnect)
 	return DisconnectCmd{s}
 }
 
-// RECFMT returns the record format (0).
-func (c DisconnectCmd) RECFMT() uint16 { return binary.LittleEndian.Uint16(c.SQE[40:]) }
+// recfmt returns the record format (0).
+func (c DisconnectCmd) recfmt() uint16 { return binary.LittleEndian.Uint16(c.SQE[40:]) }
 
-// SetRECFMT sets the record format.
-func (c DisconnectCmd) SetRECFMT(v uint16) { binary.LittleEndian.PutUint16(c.SQE[40:], v) }
+// setRECFMT sets the record format.
+func (c DisconnectCmd) setRECFMT(v uint16) { binary.LittleEndian.PutUint16(c.SQE[40:], v) }
 
 // AuthCmd is a view of the Fabrics Authentication Send (FCTYPE 0x05) and
 // Receive (0x06) commands (NVMe-oF 1.1 §6.3; Linux struct

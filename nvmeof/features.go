@@ -5,50 +5,18 @@ import "fmt"
 // Feature identifiers (FID; NVMe Base 2.0 Figure 326; Linux NVME_FEAT_*;
 // protocol.md §10.4).
 const (
-	FeatArbitration        = 0x01
-	FeatPowerManagement    = 0x02
-	FeatLBARangeType       = 0x03
-	FeatTemperatureThresh  = 0x04
-	FeatErrorRecovery      = 0x05
-	FeatVolatileWC         = 0x06
-	FeatNumQueues          = 0x07
-	FeatIRQCoalescing      = 0x08 // not used on fabrics
-	FeatIRQConfig          = 0x09 // not used on fabrics
-	FeatWriteAtomicity     = 0x0A
-	FeatAsyncEventConfig   = 0x0B
-	FeatAutoPST            = 0x0C // autonomous power state transition
-	FeatHostMemBuffer      = 0x0D // not used on fabrics
-	FeatTimestamp          = 0x0E
-	FeatKeepAliveTimer     = 0x0F
-	FeatHostThermalMgmt    = 0x10
-	FeatNonOpPowerState    = 0x11
-	FeatReadRecoveryLevel  = 0x12
-	FeatPLMConfig          = 0x13
-	FeatPLMWindow          = 0x14
-	FeatLBAStatusInfo      = 0x15
-	FeatHostBehavior       = 0x16
-	FeatSanitizeConfig     = 0x17
-	FeatEnduranceGroupEvt  = 0x18
-	FeatSoftwareProgress   = 0x80
-	FeatHostIdentifier     = 0x81
-	FeatReservationMask    = 0x82
-	FeatReservationPersist = 0x83
-	FeatWriteProtect       = 0x84
+	FeatVolatileWC       = 0x06
+	FeatNumQueues        = 0x07
+	FeatAsyncEventConfig = 0x0B
+	FeatTimestamp        = 0x0E
+	FeatKeepAliveTimer   = 0x0F
+	FeatHostIdentifier   = 0x81
 )
 
 // Get Features select values (SEL, CDW10 bits 10..8).
 const (
 	FeatSelCurrent   = 0
-	FeatSelDefault   = 1
-	FeatSelSaved     = 2
-	FeatSelSupported = 3 // result DW0: FeatCap* bits
-)
-
-// Supported capabilities bits returned for FeatSelSupported.
-const (
-	FeatCapSaveable   = 1 << 0
-	FeatCapNSSpecific = 1 << 1
-	FeatCapChangeable = 1 << 2
+	featSelSupported = 3 // result DW0: FeatCap* bits
 )
 
 // FeaturesCmd is a view of a Set Features (admin 0x09) or Get Features
@@ -90,14 +58,14 @@ func (c FeaturesCmd) FID() uint8 { return c.SQE[40] }
 // SetFID sets the feature identifier.
 func (c FeaturesCmd) SetFID(v uint8) { c.SQE[40] = v }
 
-// SEL returns the Get Features select field (FeatSel*).
-func (c FeaturesCmd) SEL() uint8 { return c.SQE[41] & 7 }
+// sel returns the Get Features select field (FeatSel*).
+func (c FeaturesCmd) sel() uint8 { return c.SQE[41] & 7 }
 
 // SetSEL sets the Get Features select field.
 func (c FeaturesCmd) SetSEL(v uint8) { c.SQE[41] = c.SQE[41]&^7 | v&7 }
 
-// SV reports the Set Features save bit (CDW10 bit 31).
-func (c FeaturesCmd) SV() bool { return c.SQE[43]&0x80 != 0 }
+// sv reports the Set Features save bit (CDW10 bit 31).
+func (c FeaturesCmd) sv() bool { return c.SQE[43]&0x80 != 0 }
 
 // SetSV sets the save bit.
 func (c FeaturesCmd) SetSV(v bool) {
@@ -114,11 +82,11 @@ func (c FeaturesCmd) Value() uint32 { return c.CDW11() }
 // SetValue sets CDW11.
 func (c FeaturesCmd) SetValue(v uint32) { c.SetCDW11(v) }
 
-// UUIDIndex returns the UUID index (CDW14 6..0).
-func (c FeaturesCmd) UUIDIndex() uint8 { return c.SQE[56] & 0x7F }
+// uuidIndex returns the UUID index (CDW14 6..0).
+func (c FeaturesCmd) uuidIndex() uint8 { return c.SQE[56] & 0x7F }
 
-// SetUUIDIndex sets the UUID index.
-func (c FeaturesCmd) SetUUIDIndex(v uint8) { c.SQE[56] = c.SQE[56]&0x80 | v&0x7F }
+// setUUIDIndex sets the UUID index.
+func (c FeaturesCmd) setUUIDIndex(v uint8) { c.SQE[56] = c.SQE[56]&0x80 | v&0x7F }
 
 // EncodeNumQueues returns the Number of Queues value (Set Features CDW11 or
 // the completion DW0) for nsq submission and ncq completion queues, both 1's
@@ -172,8 +140,7 @@ type TemperatureThreshold struct {
 
 // Temperature threshold types (THSEL).
 const (
-	THSELOver  = 0
-	THSELUnder = 1
+	thselUnder = 1
 )
 
 // Encode returns the CDW11 value.
@@ -223,16 +190,10 @@ func DecodeIRQCoalescing(v uint32) IRQCoalescing {
 // {NSAttr, FWActivation, ANAChange, DiscoveryChange} and sends an AER only
 // if that is non-zero (protocol.md §9.4).
 const (
-	AECSMARTMask       = 0xFF    // bits 7..0: SMART critical warnings to report
+	aecSMARTMask       = 0xFF    // bits 7..0: SMART critical warnings to report
 	AECNSAttr          = 1 << 8  // namespace attribute notices
 	AECFWActivation    = 1 << 9  // firmware activation notices
-	AECTelemetryLog    = 1 << 10 // telemetry log notices
 	AECANAChange       = 1 << 11 // asymmetric namespace access change notices
-	AECPredLatency     = 1 << 12 // predictable latency event aggregate log change
-	AECLBAStatus       = 1 << 13 // LBA status information notices
-	AECEnduranceGroup  = 1 << 14 // endurance group event aggregate log change
-	AECNormalShutdown  = 1 << 15 // normal NVM subsystem shutdown
-	AECZoneDescChanged = 1 << 27 // zone descriptor changed (ZNS)
 	AECDiscoveryChange = 1 << 31 // discovery log page change (discovery controllers)
 	AECLinuxHostMask   = AECNSAttr | AECFWActivation | AECANAChange | AECDiscoveryChange
 )
@@ -283,20 +244,14 @@ func ParseHostBehavior(b []byte) (*HostBehavior, error) {
 	return (*HostBehavior)(b[:HostBehaviorSize]), nil
 }
 
-// ACRE returns the advanced command retry enable (1: the host honours CRD).
-func (h *HostBehavior) ACRE() uint8 { return h[0] }
+// acre returns the advanced command retry enable (1: the host honours CRD).
+func (h *HostBehavior) acre() uint8 { return h[0] }
 
-// SetACRE sets ACRE.
-func (h *HostBehavior) SetACRE(x uint8) { h[0] = x }
+// setACRE sets ACRE.
+func (h *HostBehavior) setACRE(x uint8) { h[0] = x }
 
-// ETDAS returns the extended telemetry data area 4 supported.
-func (h *HostBehavior) ETDAS() uint8 { return h[1] }
+// setETDAS sets ETDAS.
+func (h *HostBehavior) setETDAS(x uint8) { h[1] = x }
 
-// SetETDAS sets ETDAS.
-func (h *HostBehavior) SetETDAS(x uint8) { h[1] = x }
-
-// LBAFEE returns the LBA format extension enable.
-func (h *HostBehavior) LBAFEE() uint8 { return h[2] }
-
-// SetLBAFEE sets LBAFEE.
-func (h *HostBehavior) SetLBAFEE(x uint8) { h[2] = x }
+// setLBAFEE sets LBAFEE.
+func (h *HostBehavior) setLBAFEE(x uint8) { h[2] = x }

@@ -20,7 +20,7 @@ func TestFeatureValues(t *testing.T) {
 	if p.Encode() != 0xFF || DecodePowerManagement(0xFF) != p {
 		t.Errorf("power %#x", p.Encode())
 	}
-	tt := TemperatureThreshold{TMPTH: 350, TMPSEL: 0xF, THSEL: THSELUnder}
+	tt := TemperatureThreshold{TMPTH: 350, TMPSEL: 0xF, THSEL: thselUnder}
 	if tt.Encode() != 0x001F015E || DecodeTemperatureThreshold(0x001F015E) != tt {
 		t.Errorf("temperature %#x", tt.Encode())
 	}
@@ -32,7 +32,7 @@ func TestFeatureValues(t *testing.T) {
 	if ic.Encode() != 0x0201 || DecodeIRQCoalescing(0x0201) != ic {
 		t.Errorf("irq coalescing %#x", ic.Encode())
 	}
-	if AECLinuxHostMask != 0x80000B00 || AECSMARTMask != 0xFF {
+	if AECLinuxHostMask != 0x80000B00 || aecSMARTMask != 0xFF {
 		t.Errorf("AEC mask %#x", AECLinuxHostMask)
 	}
 }
@@ -62,10 +62,10 @@ func TestTimestamp(t *testing.T) {
 
 func TestHostBehavior(t *testing.T) {
 	var h HostBehavior
-	h.SetACRE(1)
-	h.SetETDAS(1)
-	h.SetLBAFEE(1)
-	if hexs(h[:4]) != "01010100" || h.ACRE() != 1 {
+	h.setACRE(1)
+	h.setETDAS(1)
+	h.setLBAFEE(1)
+	if hexs(h[:4]) != "01010100" || h.acre() != 1 {
 		t.Error("host behavior")
 	}
 	if _, err := ParseHostBehavior(h[:511]); err == nil {
@@ -77,8 +77,8 @@ func TestAEN(t *testing.T) {
 	if AENNSAttrChanged != 0x00040002 || AENANAChange != 0x000C0302 || AENDiscoveryChanged != 0x0070F002 {
 		t.Errorf("%#x %#x %#x", uint32(AENNSAttrChanged), uint32(AENANAChange), uint32(AENDiscoveryChanged))
 	}
-	a := NewAEN(AERTypeSMART, AERSMARTTemperature, LIDSMART)
-	if a.Type() != AERTypeSMART || a.Info() != 1 || a.LID() != LIDSMART {
+	a := NewAEN(aerTypeSMART, aerSMARTTemperature, LIDSMART)
+	if a.Type() != aerTypeSMART || a.Info() != 1 || a.LID() != LIDSMART {
 		t.Error("AEN fields")
 	}
 }
@@ -90,10 +90,10 @@ func TestDSMRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := l.At(2)
-	r.SetContextAttributes(1)
+	r.setContextAttributes(1)
 	r.SetNLB(0x100)
 	r.SetSLBA(0x1122334455)
-	if hexs(b[32:]) != "01000000"+"00010000"+"5544332211000000" || r.NLB() != 0x100 || r.SLBA() != 0x1122334455 || r.ContextAttributes() != 1 {
+	if hexs(b[32:]) != "01000000"+"00010000"+"5544332211000000" || r.NLB() != 0x100 || r.SLBA() != 0x1122334455 || r.contextAttributes() != 1 {
 		t.Errorf("range layout %x", b[32:])
 	}
 	if _, err := ParseDSMRanges(b[:47], 3); StatusFromError(err) != StatusSGLInvalidData|StatusDNR || !errors.Is(err, ErrTruncated) {

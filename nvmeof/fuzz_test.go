@@ -50,8 +50,8 @@ func FuzzSQE(f *testing.F) {
 			t.Fatalf("SGL error without DNR: %v", err)
 		}
 		c := s.ConnectCmd()
-		_ = c.QueueSize() + int(c.KATO()) + int(c.CATTR())
-		_ = s.PropertyGetCmd().Size() + s.PropertySetCmd().Size()
+		_ = c.QueueSize() + int(c.KATO()) + int(c.cattr())
+		_ = s.PropertyGetCmd().size() + s.PropertySetCmd().Size()
 		_ = s.PropertySetCmd().Value()
 		g := s.GetLogPageCmd()
 		if g.NumBytes() < 4 || g.NumBytes() > 1<<34 {
@@ -67,8 +67,8 @@ func FuzzSQE(f *testing.F) {
 		if n := s.DSMCmd().NumRanges(); n < 1 || n > MaxDSMRanges {
 			t.Fatalf("NumRanges %d", n)
 		}
-		_ = s.WriteZeroesCmd().DEAC()
-		_ = s.AbortCmd().AbortCID()
+		_ = s.WriteZeroesCmd().deac()
+		_ = s.abortCmd().abortCID()
 		_ = s.AuthCmd().Length()
 		var cq CQE
 		cq.Complete(s, 1, 2, 3, StatusInvalidField|StatusDNR)
@@ -242,9 +242,9 @@ func FuzzIdentifyController(f *testing.F) {
 			t.Fatalf("max transfer %d", n)
 		}
 		for i := 0; i < NumPowerStates; i++ {
-			_ = c.PSD(i).MP()
+			_ = c.PSD(i).mp()
 		}
-		_ = c.TNVMCAP().String() + c.VER().String()
+		_ = c.tnvmcap().String() + c.VER().String()
 		// Setters and getters agree on every string field.
 		var e IdentifyController
 		e.SetSUBNQN(c.SUBNQN())
@@ -265,10 +265,10 @@ func FuzzIdentifyNamespace(f *testing.F) {
 		if i < 0 || i >= MaxLBAFormats {
 			t.Fatalf("format index %d", i)
 		}
-		if bs := n.BlockSize(); bs != 0 && (bs < 512 || bs&(bs-1) != 0) {
+		if bs := n.blockSize(); bs != 0 && (bs < 512 || bs&(bs-1) != 0) {
 			t.Fatalf("block size %d", bs)
 		}
-		_ = n.NVMCAP().String()
+		_ = n.nvmcap().String()
 	})
 }
 

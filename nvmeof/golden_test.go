@@ -56,15 +56,15 @@ func TestGoldenConnectSQE(t *testing.T) {
 			if s.Opcode() != OpFabrics || s.FCType() != FCTypeConnect || !s.IsFabrics() {
 				t.Fatalf("opcode %#x fctype %#x", s.Opcode(), s.FCType())
 			}
-			if s.Flags() != FlagPSDTSGL || s.PSDT() != 1 {
-				t.Errorf("flags %#x", s.Flags())
+			if s.flags() != FlagPSDTSGL || s.PSDT() != 1 {
+				t.Errorf("flags %#x", s.flags())
 			}
 			if s.DataDirection() != DirHostToController || !s.IsWrite() {
 				t.Errorf("direction %v", s.DataDirection())
 			}
 			c := s.ConnectCmd()
-			if c.RECFMT() != 0 || c.QID() != tc.qid || c.SQSize() != tc.sqsize || c.KATO() != tc.kato || c.CATTR() != 0 {
-				t.Errorf("recfmt %d qid %d sqsize %d kato %d cattr %d", c.RECFMT(), c.QID(), c.SQSize(), c.KATO(), c.CATTR())
+			if c.RECFMT() != 0 || c.QID() != tc.qid || c.SQSize() != tc.sqsize || c.KATO() != tc.kato || c.cattr() != 0 {
+				t.Errorf("recfmt %d qid %d sqsize %d kato %d cattr %d", c.RECFMT(), c.QID(), c.SQSize(), c.KATO(), c.cattr())
 			}
 			if c.QueueSize() != int(tc.sqsize)+1 {
 				t.Errorf("queue size %d", c.QueueSize())
@@ -162,7 +162,7 @@ func TestGoldenCQEs(t *testing.T) {
 			if c.Result64() != tc.result || c.SQHead() != tc.sqhd || c.SQID() != tc.sqid || c.CID() != tc.cid {
 				t.Errorf("result %#x sqhd %d sqid %d cid %#x", c.Result64(), c.SQHead(), c.SQID(), c.CID())
 			}
-			if c.Status() != StatusSuccess || c.Err() != nil || c.Phase() {
+			if c.Status() != StatusSuccess || c.err() != nil || c.phase() {
 				t.Errorf("status %v", c.Status())
 			}
 			// Rebuild the completion.
@@ -223,8 +223,8 @@ func TestGoldenPropertyCommands(t *testing.T) {
 			var b SQE
 			if tc.get {
 				c := s.PropertyGetCmd()
-				if s.FCType() != FCTypePropertyGet || c.Offset() != tc.offset || c.Size() != tc.size {
-					t.Fatalf("fctype %d offset %#x size %d", s.FCType(), c.Offset(), c.Size())
+				if s.FCType() != FCTypePropertyGet || c.Offset() != tc.offset || c.size() != tc.size {
+					t.Fatalf("fctype %d offset %#x size %d", s.FCType(), c.Offset(), c.size())
 				}
 				b.BuildPropertyGet(tc.offset)
 			} else {
@@ -266,7 +266,7 @@ func TestGoldenAdminCommands(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			s := goldenSQE(t, tc.file)
 			c := s.IdentifyCmd()
-			if s.Opcode() != AdminIdentify || c.CNS() != tc.cns || s.NSID() != tc.nsid || c.CNTID() != 0 || c.CSI() != CSINVM {
+			if s.Opcode() != AdminIdentify || c.CNS() != tc.cns || s.NSID() != tc.nsid || c.cntid() != 0 || c.CSI() != CSINVM {
 				t.Fatalf("opcode %#x cns %d nsid %d", s.Opcode(), c.CNS(), s.NSID())
 			}
 			if s.DataDirection() != DirControllerToHost || s.SGL1().Length() != IdentifyDataSize {
@@ -301,8 +301,8 @@ func TestGoldenAdminCommands(t *testing.T) {
 			if s.Opcode() != AdminGetLogPage || c.LID() != tc.lid || s.NSID() != tc.nsid || c.NumBytes() != tc.bytes || c.RAE() != tc.rae {
 				t.Fatalf("lid %#x nsid %#x bytes %d rae %v", c.LID(), s.NSID(), c.NumBytes(), c.RAE())
 			}
-			if c.LPO() != 0 || c.LSP() != 0 || c.LSI() != 0 || c.CSI() != 0 || c.OT() || c.UUIDIndex() != 0 {
-				t.Errorf("lpo %d lsp %d lsi %d", c.LPO(), c.LSP(), c.LSI())
+			if c.LPO() != 0 || c.LSP() != 0 || c.lsi() != 0 || c.CSI() != 0 || c.OT() || c.uuidIndex() != 0 {
+				t.Errorf("lpo %d lsp %d lsi %d", c.LPO(), c.LSP(), c.lsi())
 			}
 			if uint64(s.SGL1().Length()) != tc.bytes {
 				t.Errorf("SGL length %d", s.SGL1().Length())
@@ -330,7 +330,7 @@ func TestGoldenAdminCommands(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			s := goldenSQE(t, tc.file)
 			c := s.FeaturesCmd()
-			if s.Opcode() != AdminSetFeatures || c.FID() != tc.fid || c.Value() != tc.value || c.SV() {
+			if s.Opcode() != AdminSetFeatures || c.FID() != tc.fid || c.Value() != tc.value || c.sv() {
 				t.Fatalf("fid %#x value %#x", c.FID(), c.Value())
 			}
 			var b SQE
@@ -344,12 +344,12 @@ func TestGoldenAdminCommands(t *testing.T) {
 	}
 	// AER.
 	s := goldenSQE(t, "sqe-disc-aer.hex")
-	if s.Opcode() != AdminAsyncEvent || s.CID() != AERCommandID || s.DataDirection() != DirNone {
+	if s.Opcode() != AdminAsyncEvent || s.CID() != aerCommandID || s.DataDirection() != DirNone {
 		t.Errorf("AER opcode %#x cid %d", s.Opcode(), s.CID())
 	}
 	var b SQE
 	b.BuildAER()
-	b.SetCID(AERCommandID)
+	b.SetCID(aerCommandID)
 	b.SGL1().SetNull()
 	if b != *s {
 		t.Errorf("built AER %x\nwant %x", b, *s)
@@ -372,11 +372,11 @@ func TestGoldenIOCommands(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			s := goldenSQE(t, tc.file)
 			c := s.RWCmd()
-			if s.Opcode() != tc.op || s.NSID() != 1 || c.SLBA() != tc.slba || c.Blocks() != tc.blocks || c.FUA() || c.LR() {
+			if s.Opcode() != tc.op || s.NSID() != 1 || c.SLBA() != tc.slba || c.Blocks() != tc.blocks || c.FUA() || c.lr() {
 				t.Fatalf("op %#x nsid %d slba %d blocks %d", s.Opcode(), s.NSID(), c.SLBA(), c.Blocks())
 			}
-			if c.DataLength(9) != uint64(tc.length) {
-				t.Errorf("data length %d", c.DataLength(9))
+			if c.dataLength(9) != uint64(tc.length) {
+				t.Errorf("data length %d", c.dataLength(9))
 			}
 			d, err := s.DecodeSGL1()
 			if err != nil {
@@ -420,24 +420,24 @@ func TestGoldenIdentifyController(t *testing.T) {
 			name      string
 			got, want any
 		}{
-			{"VID", c.VID(), uint16(0)},
+			{"VID", c.vid(), uint16(0)},
 			{"SN", c.SN(), "0c680571070f32ceabfc"},
 			{"MN", c.MN(), "Linux"},
 			{"FR", c.FR(), "6.1.0-56"},
-			{"RAB", c.RAB(), uint8(6)},
-			{"IEEE", c.IEEE(), uint32(0)},
+			{"RAB", c.rab(), uint8(6)},
+			{"IEEE", c.ieee(), uint32(0)},
 			{"CMIC", c.CMIC(), uint8(CMICMultiPort | CMICMultiCtrl | CMICANA)},
-			{"MDTS", c.MDTS(), uint8(NvmetMDTS)},
+			{"MDTS", c.MDTS(), uint8(nvmetMDTS)},
 			{"CNTLID", c.CNTLID(), uint16(1)},
 			{"VER", c.VER(), VS1_3},
 			{"OAES", c.OAES(), uint32(AECNSAttr | AECANAChange)},
 			{"CTRATT", c.CTRATT(), uint32(CTRATTHostID128 | CTRATTTBKAS)},
 			{"CNTRLTYPE", c.CNTRLTYPE(), uint8(CntrlTypeIO)},
-			{"ACL", c.ACL(), uint8(3)},
+			{"ACL", c.acl(), uint8(3)},
 			{"AERL", c.AERL(), uint8(3)},
-			{"FRMW", c.FRMW(), uint8(3)},
+			{"FRMW", c.frmw(), uint8(3)},
 			{"LPA", c.LPA(), uint8(LPASMARTPerNS | LPACommandEffects | LPAExtendedData)},
-			{"ELPE", c.ELPE(), uint8(127)},
+			{"ELPE", c.elpe(), uint8(127)},
 			{"KAS", c.KAS(), uint16(NvmetKAS)},
 			{"ANATT", c.ANATT(), uint8(10)},
 			{"ANACAP", c.ANACAP(), uint8(0x1F)},
@@ -449,20 +449,20 @@ func TestGoldenIdentifyController(t *testing.T) {
 			{"NN", c.NN(), uint32(1024)},
 			{"ONCS", c.ONCS(), uint16(ONCSDSM | ONCSWriteZeroes)},
 			{"VWC", c.VWC(), uint8(VWCPresent)},
-			{"NWPC", c.NWPC(), uint8(1)},
-			{"SGLS", c.SGLS(), uint32(SGLSNvmet)},
+			{"NWPC", c.nwpc(), uint8(1)},
+			{"SGLS", c.SGLS(), uint32(sglsNvmet)},
 			{"MNAN", c.MNAN(), uint32(1024)},
 			{"SUBNQN", c.SUBNQN(), labSubNQN},
 			{"IOCCSZ", c.IOCCSZ(), IOCCSZ(NvmetDefaultInlineDataSize)},
 			{"IORCSZ", c.IORCSZ(), uint32(IORCSZ)},
 			{"ICDOFF", c.ICDOFF(), uint16(ICDOFF)},
-			{"FCATT", c.FCATT(), uint8(0)},
+			{"FCATT", c.fcatt(), uint8(0)},
 			{"MSDBD", c.MSDBD(), uint8(MSDBD)},
-			{"OFCS", c.OFCS(), uint16(0)},
-			{"DCTYPE", c.DCTYPE(), uint8(DCTypeNotReported)},
-			{"PSD0.MP", c.PSD(0).MP(), uint16(0x9C4)},
-			{"PSD0.ENLAT", c.PSD(0).ENLAT(), uint32(16)},
-			{"PSD0.EXLAT", c.PSD(0).EXLAT(), uint32(4)},
+			{"OFCS", c.ofcs(), uint16(0)},
+			{"DCTYPE", c.dctype(), uint8(dcTypeNotReported)},
+			{"PSD0.MP", c.PSD(0).mp(), uint16(0x9C4)},
+			{"PSD0.ENLAT", c.PSD(0).enlat(), uint32(16)},
+			{"PSD0.EXLAT", c.PSD(0).exlat(), uint32(4)},
 			{"InlineDataSize", c.InlineDataSize(), NvmetDefaultInlineDataSize},
 			{"MaxTransferSize", c.MaxTransferSize(), 1 << 20},
 		}
@@ -485,7 +485,7 @@ func TestGoldenIdentifyController(t *testing.T) {
 		e.SetSN(c.SN())
 		e.SetMN(c.MN())
 		e.SetFR(c.FR())
-		e.SetRAB(c.RAB())
+		e.SetRAB(c.rab())
 		e.SetCMIC(c.CMIC())
 		e.SetMDTS(c.MDTS())
 		e.SetCNTLID(c.CNTLID())
@@ -493,11 +493,11 @@ func TestGoldenIdentifyController(t *testing.T) {
 		e.SetOAES(c.OAES())
 		e.SetCTRATT(c.CTRATT())
 		e.SetCNTRLTYPE(c.CNTRLTYPE())
-		e.SetACL(c.ACL())
+		e.SetACL(c.acl())
 		e.SetAERL(c.AERL())
-		e.SetFRMW(c.FRMW())
+		e.SetFRMW(c.frmw())
 		e.SetLPA(c.LPA())
-		e.SetELPE(c.ELPE())
+		e.SetELPE(c.elpe())
 		e.SetKAS(c.KAS())
 		e.SetANATT(c.ANATT())
 		e.SetANACAP(c.ANACAP())
@@ -509,16 +509,16 @@ func TestGoldenIdentifyController(t *testing.T) {
 		e.SetNN(c.NN())
 		e.SetONCS(c.ONCS())
 		e.SetVWC(c.VWC())
-		e.SetNWPC(c.NWPC())
+		e.setNWPC(c.nwpc())
 		e.SetSGLS(c.SGLS())
 		e.SetMNAN(c.MNAN())
 		e.SetSUBNQN(c.SUBNQN())
 		e.SetIOCCSZ(c.IOCCSZ())
 		e.SetIORCSZ(c.IORCSZ())
 		e.SetMSDBD(c.MSDBD())
-		e.PSD(0).SetMP(c.PSD(0).MP())
-		e.PSD(0).SetENLAT(c.PSD(0).ENLAT())
-		e.PSD(0).SetEXLAT(c.PSD(0).EXLAT())
+		e.PSD(0).SetMP(c.PSD(0).mp())
+		e.PSD(0).SetENLAT(c.PSD(0).enlat())
+		e.PSD(0).SetEXLAT(c.PSD(0).exlat())
 		if e != *c {
 			for i := range e {
 				if e[i] != c[i] {
@@ -533,7 +533,7 @@ func TestGoldenIdentifyController(t *testing.T) {
 			t.Fatal(err)
 		}
 		if c.CNTLID() != 1 || c.CNTRLTYPE() != CntrlTypeDiscovery || c.SUBNQN() != DiscoveryNQN ||
-			c.OAES() != AECDiscoveryChange || c.KAS() != 0 || c.SGLS() != SGLSNvmet || c.MAXCMD() != 1024 ||
+			c.OAES() != AECDiscoveryChange || c.KAS() != 0 || c.SGLS() != sglsNvmet || c.MAXCMD() != 1024 ||
 			c.LPA() != LPAExtendedData || c.VER() != VS1_3 || c.MN() != "Linux" {
 			t.Errorf("%v OAES %#x KAS %d SGLS %#x", c, c.OAES(), c.KAS(), c.SGLS())
 		}
@@ -549,19 +549,19 @@ func TestGoldenIdentifyNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	const blocks = 1 << 30 / 512
-	if n.NSZE() != blocks || n.NCAP() != blocks || n.NUSE() != blocks || n.NSFEAT() != NSFEATAtomics|NSFEATOptimalIO ||
+	if n.NSZE() != blocks || n.NCAP() != blocks || n.nuse() != blocks || n.nsfeat() != nsfeatAtomics|NSFEATOptimalIO ||
 		n.NLBAF() != 0 || n.FLBAS() != 0 || n.NMIC() != NMICShared || n.ANAGRPID() != 1 || n.NSATTR() != 0 ||
-		n.DPS() != 0 || n.NGUID() != [16]byte{} || n.EUI64() != [8]byte{} {
-		t.Errorf("NSZE %d NCAP %d NUSE %d NSFEAT %#x NMIC %d ANAGRPID %d", n.NSZE(), n.NCAP(), n.NUSE(), n.NSFEAT(), n.NMIC(), n.ANAGRPID())
+		n.dps() != 0 || n.NGUID() != [16]byte{} || n.EUI64() != [8]byte{} {
+		t.Errorf("NSZE %d NCAP %d NUSE %d NSFEAT %#x NMIC %d ANAGRPID %d", n.NSZE(), n.NCAP(), n.nuse(), n.nsfeat(), n.NMIC(), n.ANAGRPID())
 	}
-	if f := n.LBAF(0); f != (LBAFormat{LBADS: 9}) || n.BlockSize() != 512 || n.FormatIndex() != 0 {
-		t.Errorf("LBAF0 %+v block size %d", f, n.BlockSize())
+	if f := n.LBAF(0); f != (LBAFormat{LBADS: 9}) || n.blockSize() != 512 || n.FormatIndex() != 0 {
+		t.Errorf("LBAF0 %+v block size %d", f, n.blockSize())
 	}
 	var e IdentifyNamespace
 	e.SetNSZE(blocks)
 	e.SetNCAP(blocks)
 	e.SetNUSE(blocks)
-	e.SetNSFEAT(n.NSFEAT())
+	e.SetNSFEAT(n.nsfeat())
 	e.SetNMIC(NMICShared)
 	e.SetANAGRPID(1)
 	e.SetLBAF(0, LBAFormat{LBADS: 9})
@@ -675,9 +675,9 @@ func TestGoldenLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if smart.DataUnitsRead() != U128(1) || smart.HostReadCommands() != U128(3) || smart.CriticalWarning() != 0 ||
-		smart.DataUnitsWritten() != U128(0) || smart.PowerOnHours() != U128(0) {
-		t.Errorf("DUR %v HRC %v", smart.DataUnitsRead(), smart.HostReadCommands())
+	if smart.dataUnitsRead() != U128(1) || smart.HostReadCommands() != U128(3) || smart.criticalWarning() != 0 ||
+		smart.DataUnitsWritten() != U128(0) || smart.powerOnHours() != U128(0) {
+		t.Errorf("DUR %v HRC %v", smart.dataUnitsRead(), smart.HostReadCommands())
 	}
 
 	eff, err := ParseCommandEffectsLog(loadGolden(t, "log-effects.hex"))

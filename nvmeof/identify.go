@@ -8,34 +8,20 @@ import (
 // protocol.md §10.2). The Linux host sends 0x00, 0x01, 0x02, 0x03, 0x05,
 // 0x06 and 0x08.
 const (
-	CNSNamespace           = 0x00 // Identify Namespace (NVM command set)
-	CNSController          = 0x01 // Identify Controller
-	CNSActiveNSList        = 0x02 // active namespace ID list
-	CNSNSDescList          = 0x03 // namespace identification descriptor list
-	CNSNVMSetList          = 0x04
-	CNSCSNamespace         = 0x05 // I/O command set specific Identify Namespace (by CSI)
-	CNSCSController        = 0x06 // I/O command set specific Identify Controller (by CSI)
-	CNSCSActiveNSList      = 0x07 // active namespace ID list for a CSI
-	CNSNSIndependent       = 0x08 // I/O command set independent Identify Namespace
-	CNSAllocatedNSList     = 0x10
-	CNSAllocatedNamespace  = 0x11
-	CNSNSControllerList    = 0x12
-	CNSControllerList      = 0x13
-	CNSPrimaryCtrlCaps     = 0x14
-	CNSSecondaryCtrlList   = 0x15
-	CNSNSGranularityList   = 0x16
-	CNSUUIDList            = 0x17
-	CNSDomainList          = 0x18
-	CNSEnduranceGroupList  = 0x19
-	CNSCSAllocatedNSList   = 0x1A
-	CNSCSAllocatedNS       = 0x1B
-	CNSIOCommandSetProfile = 0x1C
+	CNSNamespace      = 0x00 // Identify Namespace (NVM command set)
+	CNSController     = 0x01 // Identify Controller
+	CNSActiveNSList   = 0x02 // active namespace ID list
+	CNSNSDescList     = 0x03 // namespace identification descriptor list
+	CNSCSNamespace    = 0x05 // I/O command set specific Identify Namespace (by CSI)
+	CNSCSController   = 0x06 // I/O command set specific Identify Controller (by CSI)
+	CNSCSActiveNSList = 0x07 // active namespace ID list for a CSI
+	CNSNSIndependent  = 0x08 // I/O command set independent Identify Namespace
+	cnsControllerList = 0x13
 )
 
 // Command set identifiers (CSI; NVMe Base 2.0 Figure 286; Linux NVME_CSI_*).
 const (
 	CSINVM = 0x00
-	CSIKV  = 0x01
 	CSIZNS = 0x02
 )
 
@@ -66,17 +52,14 @@ func (c IdentifyCmd) CNS() uint8 { return c.SQE[40] }
 // SetCNS sets the CNS.
 func (c IdentifyCmd) SetCNS(v uint8) { c.SQE[40] = v }
 
-// CNTID returns the controller identifier (for controller lists).
-func (c IdentifyCmd) CNTID() uint16 { return le.Uint16(c.SQE[42:]) }
+// cntid returns the controller identifier (for controller lists).
+func (c IdentifyCmd) cntid() uint16 { return le.Uint16(c.SQE[42:]) }
 
 // SetCNTID sets the controller identifier.
 func (c IdentifyCmd) SetCNTID(v uint16) { le.PutUint16(c.SQE[42:], v) }
 
-// CNSSID returns the CNS specific identifier (NVM set or domain ID).
-func (c IdentifyCmd) CNSSID() uint16 { return le.Uint16(c.SQE[44:]) }
-
-// SetCNSSID sets the CNS specific identifier.
-func (c IdentifyCmd) SetCNSSID(v uint16) { le.PutUint16(c.SQE[44:], v) }
+// setCNSSID sets the CNS specific identifier.
+func (c IdentifyCmd) setCNSSID(v uint16) { le.PutUint16(c.SQE[44:], v) }
 
 // CSI returns the command set identifier (CDW11 bits 31..24).
 func (c IdentifyCmd) CSI() uint8 { return c.SQE[47] }
@@ -84,11 +67,8 @@ func (c IdentifyCmd) CSI() uint8 { return c.SQE[47] }
 // SetCSI sets the command set identifier.
 func (c IdentifyCmd) SetCSI(v uint8) { c.SQE[47] = v }
 
-// UUIDIndex returns the UUID index (CDW14 bits 6..0).
-func (c IdentifyCmd) UUIDIndex() uint8 { return c.SQE[56] & 0x7F }
-
-// SetUUIDIndex sets the UUID index.
-func (c IdentifyCmd) SetUUIDIndex(v uint8) { c.SQE[56] = c.SQE[56]&0x80 | v&0x7F }
+// setUUIDIndex sets the UUID index.
+func (c IdentifyCmd) setUUIDIndex(v uint8) { c.SQE[56] = c.SQE[56]&0x80 | v&0x7F }
 
 // EncodeNSList writes an Identify active namespace ID list (CNS 0x02) into
 // dst: the NSIDs of nsids greater than after, in the order given (which must

@@ -17,12 +17,9 @@ func ParseIdentifyNamespace(b []byte) (*IdentifyNamespace, error) {
 
 // NSFEAT bits (Linux NVME_NS_FEAT_*).
 const (
-	NSFEATThin        = 1 << 0 // thin provisioning (NUSE meaningful)
-	NSFEATAtomics     = 1 << 1 // NAWUN, NAWUPF, NACWU valid
-	NSFEATDeallocErr  = 1 << 2 // deallocated or unwritten block error
-	NSFEATUIDReuse    = 1 << 3
-	NSFEATOptimalIO   = 1 << 4 // NPWG, NPWA, NPDG, NPDA, NOWS valid
-	NSFEATMultiAtomic = 1 << 5
+	NSFEATThin      = 1 << 0 // thin provisioning (NUSE meaningful)
+	nsfeatAtomics   = 1 << 1 // NAWUN, NAWUPF, NACWU valid
+	NSFEATOptimalIO = 1 << 4 // NPWG, NPWA, NPDG, NPDA, NOWS valid
 )
 
 // NMIC bits.
@@ -36,11 +33,8 @@ const FLBASExtendedMetadata = 1 << 4
 
 // DLFEAT read values (bits 2..0).
 const (
-	DLFEATReadNotReported = 0
-	DLFEATReadZeroes      = 1 // deallocated blocks read as zeroes
-	DLFEATReadOnes        = 2
+	DLFEATReadZeroes      = 1      // deallocated blocks read as zeroes
 	DLFEATWriteZeroesDeac = 1 << 3 // Write Zeroes supports DEAC
-	DLFEATGuardCRC        = 1 << 4
 )
 
 // MaxLBAFormats is the number of LBA format descriptors (LBAF0..LBAF63).
@@ -96,14 +90,14 @@ func (n *IdentifyNamespace) FormatIndex() int {
 	return idx
 }
 
-// SetFormatIndex sets the FLBAS format index bits, keeping bit 4.
-func (n *IdentifyNamespace) SetFormatIndex(i int) {
+// setFormatIndex sets the FLBAS format index bits, keeping bit 4.
+func (n *IdentifyNamespace) setFormatIndex(i int) {
 	n.SetFLBAS(n.FLBAS()&FLBASExtendedMetadata | uint8(i&0xF) | uint8(i&0x30)<<1)
 }
 
-// BlockSize returns the logical block size of the format in use, or 0 if
+// blockSize returns the logical block size of the format in use, or 0 if
 // the format is unset or nonsensical.
-func (n *IdentifyNamespace) BlockSize() int { return n.LBAF(n.FormatIndex()).BlockSize() }
+func (n *IdentifyNamespace) blockSize() int { return n.LBAF(n.FormatIndex()).BlockSize() }
 
 // IdentifyNSIndependent is the 4096-byte I/O Command Set Independent Identify
 // Namespace data structure (CNS 0x08; NVMe Base 2.0 Figure 280; protocol.md
@@ -151,16 +145,16 @@ func ParseIdentifyNamespaceNVM(b []byte) (*IdentifyNamespaceNVM, error) {
 	return (*IdentifyNamespaceNVM)(b[:IdentifyDataSize]), nil
 }
 
-// ELBAF returns extended LBA format i (0..63) at 12+4i, or 0 out of range.
-func (n *IdentifyNamespaceNVM) ELBAF(i int) uint32 {
+// elbaf returns extended LBA format i (0..63) at 12+4i, or 0 out of range.
+func (n *IdentifyNamespaceNVM) elbaf(i int) uint32 {
 	if i < 0 || i >= MaxLBAFormats {
 		return 0
 	}
 	return le.Uint32(n[12+4*i:])
 }
 
-// SetELBAF sets extended LBA format i; other i are ignored.
-func (n *IdentifyNamespaceNVM) SetELBAF(i int, v uint32) {
+// setELBAF sets extended LBA format i; other i are ignored.
+func (n *IdentifyNamespaceNVM) setELBAF(i int, v uint32) {
 	if i < 0 || i >= MaxLBAFormats {
 		return
 	}
@@ -179,14 +173,14 @@ func (n *IdentifyNamespace) NCAP() uint64 { return le.Uint64(n[8:]) }
 // SetNCAP sets NCAP.
 func (n *IdentifyNamespace) SetNCAP(x uint64) { le.PutUint64(n[8:], x) }
 
-// NUSE returns the namespace utilization in logical blocks.
-func (n *IdentifyNamespace) NUSE() uint64 { return le.Uint64(n[16:]) }
+// nuse returns the namespace utilization in logical blocks.
+func (n *IdentifyNamespace) nuse() uint64 { return le.Uint64(n[16:]) }
 
 // SetNUSE sets NUSE.
 func (n *IdentifyNamespace) SetNUSE(x uint64) { le.PutUint64(n[16:], x) }
 
-// NSFEAT returns the namespace features (NSFEAT* bits).
-func (n *IdentifyNamespace) NSFEAT() uint8 { return n[24] }
+// nsfeat returns the namespace features (NSFEAT* bits).
+func (n *IdentifyNamespace) nsfeat() uint8 { return n[24] }
 
 // SetNSFEAT sets NSFEAT.
 func (n *IdentifyNamespace) SetNSFEAT(x uint8) { n[24] = x }
@@ -203,23 +197,8 @@ func (n *IdentifyNamespace) FLBAS() uint8 { return n[26] }
 // SetFLBAS sets FLBAS.
 func (n *IdentifyNamespace) SetFLBAS(x uint8) { n[26] = x }
 
-// MC returns the metadata capabilities.
-func (n *IdentifyNamespace) MC() uint8 { return n[27] }
-
-// SetMC sets MC.
-func (n *IdentifyNamespace) SetMC(x uint8) { n[27] = x }
-
-// DPC returns the end-to-end data protection capabilities.
-func (n *IdentifyNamespace) DPC() uint8 { return n[28] }
-
-// SetDPC sets DPC.
-func (n *IdentifyNamespace) SetDPC(x uint8) { n[28] = x }
-
-// DPS returns the end-to-end data protection type settings (0: none).
-func (n *IdentifyNamespace) DPS() uint8 { return n[29] }
-
-// SetDPS sets DPS.
-func (n *IdentifyNamespace) SetDPS(x uint8) { n[29] = x }
+// dps returns the end-to-end data protection type settings (0: none).
+func (n *IdentifyNamespace) dps() uint8 { return n[29] }
 
 // NMIC returns the namespace multi-path I/O and sharing capabilities (bit 0 shared).
 func (n *IdentifyNamespace) NMIC() uint8 { return n[30] }
@@ -227,119 +206,32 @@ func (n *IdentifyNamespace) NMIC() uint8 { return n[30] }
 // SetNMIC sets NMIC.
 func (n *IdentifyNamespace) SetNMIC(x uint8) { n[30] = x }
 
-// RESCAP returns the reservation capabilities.
-func (n *IdentifyNamespace) RESCAP() uint8 { return n[31] }
-
-// SetRESCAP sets RESCAP.
-func (n *IdentifyNamespace) SetRESCAP(x uint8) { n[31] = x }
-
-// FPI returns the format progress indicator.
-func (n *IdentifyNamespace) FPI() uint8 { return n[32] }
-
-// SetFPI sets FPI.
-func (n *IdentifyNamespace) SetFPI(x uint8) { n[32] = x }
-
 // DLFEAT returns the deallocate logical block features (bits 2..0: value read from deallocated blocks).
 func (n *IdentifyNamespace) DLFEAT() uint8 { return n[33] }
 
 // SetDLFEAT sets DLFEAT.
 func (n *IdentifyNamespace) SetDLFEAT(x uint8) { n[33] = x }
 
-// NAWUN returns the namespace atomic write unit normal (0's based blocks).
-func (n *IdentifyNamespace) NAWUN() uint16 { return le.Uint16(n[34:]) }
+// nvmcap returns the NVM capacity in bytes.
+func (n *IdentifyNamespace) nvmcap() Uint128 { return getU128(n[48:]) }
 
-// SetNAWUN sets NAWUN.
-func (n *IdentifyNamespace) SetNAWUN(x uint16) { le.PutUint16(n[34:], x) }
-
-// NAWUPF returns the namespace atomic write unit power fail (0's based blocks).
-func (n *IdentifyNamespace) NAWUPF() uint16 { return le.Uint16(n[36:]) }
-
-// SetNAWUPF sets NAWUPF.
-func (n *IdentifyNamespace) SetNAWUPF(x uint16) { le.PutUint16(n[36:], x) }
-
-// NACWU returns the namespace atomic compare and write unit (0's based blocks).
-func (n *IdentifyNamespace) NACWU() uint16 { return le.Uint16(n[38:]) }
-
-// SetNACWU sets NACWU.
-func (n *IdentifyNamespace) SetNACWU(x uint16) { le.PutUint16(n[38:], x) }
-
-// NABSN returns the namespace atomic boundary size normal.
-func (n *IdentifyNamespace) NABSN() uint16 { return le.Uint16(n[40:]) }
-
-// SetNABSN sets NABSN.
-func (n *IdentifyNamespace) SetNABSN(x uint16) { le.PutUint16(n[40:], x) }
-
-// NABO returns the namespace atomic boundary offset.
-func (n *IdentifyNamespace) NABO() uint16 { return le.Uint16(n[42:]) }
-
-// SetNABO sets NABO.
-func (n *IdentifyNamespace) SetNABO(x uint16) { le.PutUint16(n[42:], x) }
-
-// NABSPF returns the namespace atomic boundary size power fail.
-func (n *IdentifyNamespace) NABSPF() uint16 { return le.Uint16(n[44:]) }
-
-// SetNABSPF sets NABSPF.
-func (n *IdentifyNamespace) SetNABSPF(x uint16) { le.PutUint16(n[44:], x) }
-
-// NOIOB returns the namespace optimal I/O boundary in logical blocks.
-func (n *IdentifyNamespace) NOIOB() uint16 { return le.Uint16(n[46:]) }
-
-// SetNOIOB sets NOIOB.
-func (n *IdentifyNamespace) SetNOIOB(x uint16) { le.PutUint16(n[46:], x) }
-
-// NVMCAP returns the NVM capacity in bytes.
-func (n *IdentifyNamespace) NVMCAP() Uint128 { return getU128(n[48:]) }
-
-// SetNVMCAP sets NVMCAP.
-func (n *IdentifyNamespace) SetNVMCAP(x Uint128) { putU128(n[48:], x) }
-
-// NPWG returns the preferred write granularity (0's based blocks; valid with NSFEAT bit 4).
-func (n *IdentifyNamespace) NPWG() uint16 { return le.Uint16(n[64:]) }
+// setNVMCAP sets NVMCAP.
+func (n *IdentifyNamespace) setNVMCAP(x Uint128) { putU128(n[48:], x) }
 
 // SetNPWG sets NPWG.
 func (n *IdentifyNamespace) SetNPWG(x uint16) { le.PutUint16(n[64:], x) }
 
-// NPWA returns the preferred write alignment (0's based blocks).
-func (n *IdentifyNamespace) NPWA() uint16 { return le.Uint16(n[66:]) }
-
 // SetNPWA sets NPWA.
 func (n *IdentifyNamespace) SetNPWA(x uint16) { le.PutUint16(n[66:], x) }
-
-// NPDG returns the preferred deallocate granularity (0's based blocks).
-func (n *IdentifyNamespace) NPDG() uint16 { return le.Uint16(n[68:]) }
 
 // SetNPDG sets NPDG.
 func (n *IdentifyNamespace) SetNPDG(x uint16) { le.PutUint16(n[68:], x) }
 
-// NPDA returns the preferred deallocate alignment (0's based blocks).
-func (n *IdentifyNamespace) NPDA() uint16 { return le.Uint16(n[70:]) }
-
 // SetNPDA sets NPDA.
 func (n *IdentifyNamespace) SetNPDA(x uint16) { le.PutUint16(n[70:], x) }
 
-// NOWS returns the optimal write size (0's based blocks).
-func (n *IdentifyNamespace) NOWS() uint16 { return le.Uint16(n[72:]) }
-
 // SetNOWS sets NOWS.
 func (n *IdentifyNamespace) SetNOWS(x uint16) { le.PutUint16(n[72:], x) }
-
-// MSSRL returns the maximum single source range length (Copy).
-func (n *IdentifyNamespace) MSSRL() uint16 { return le.Uint16(n[74:]) }
-
-// SetMSSRL sets MSSRL.
-func (n *IdentifyNamespace) SetMSSRL(x uint16) { le.PutUint16(n[74:], x) }
-
-// MCL returns the maximum copy length.
-func (n *IdentifyNamespace) MCL() uint32 { return le.Uint32(n[76:]) }
-
-// SetMCL sets MCL.
-func (n *IdentifyNamespace) SetMCL(x uint32) { le.PutUint32(n[76:], x) }
-
-// MSRC returns the maximum source range count (0's based).
-func (n *IdentifyNamespace) MSRC() uint8 { return n[80] }
-
-// SetMSRC sets MSRC.
-func (n *IdentifyNamespace) SetMSRC(x uint8) { n[80] = x }
 
 // ANAGRPID returns the ANA group identifier.
 func (n *IdentifyNamespace) ANAGRPID() uint32 { return le.Uint32(n[92:]) }
@@ -353,18 +245,6 @@ func (n *IdentifyNamespace) NSATTR() uint8 { return n[99] }
 // SetNSATTR sets NSATTR.
 func (n *IdentifyNamespace) SetNSATTR(x uint8) { n[99] = x }
 
-// NVMSETID returns the NVM set identifier.
-func (n *IdentifyNamespace) NVMSETID() uint16 { return le.Uint16(n[100:]) }
-
-// SetNVMSETID sets NVMSETID.
-func (n *IdentifyNamespace) SetNVMSETID(x uint16) { le.PutUint16(n[100:], x) }
-
-// ENDGID returns the endurance group identifier.
-func (n *IdentifyNamespace) ENDGID() uint16 { return le.Uint16(n[102:]) }
-
-// SetENDGID sets ENDGID.
-func (n *IdentifyNamespace) SetENDGID(x uint16) { le.PutUint16(n[102:], x) }
-
 // NGUID returns the namespace globally unique identifier.
 func (n *IdentifyNamespace) NGUID() [16]byte { return [16]byte(n[104:120]) }
 
@@ -377,9 +257,6 @@ func (n *IdentifyNamespace) EUI64() [8]byte { return [8]byte(n[120:128]) }
 // SetEUI64 sets EUI64.
 func (n *IdentifyNamespace) SetEUI64(x [8]byte) { copy(n[120:128], x[:]) }
 
-// NSFEAT returns the namespace features.
-func (n *IdentifyNSIndependent) NSFEAT() uint8 { return n[0] }
-
 // SetNSFEAT sets NSFEAT.
 func (n *IdentifyNSIndependent) SetNSFEAT(x uint8) { n[0] = x }
 
@@ -389,41 +266,20 @@ func (n *IdentifyNSIndependent) NMIC() uint8 { return n[1] }
 // SetNMIC sets NMIC.
 func (n *IdentifyNSIndependent) SetNMIC(x uint8) { n[1] = x }
 
-// RESCAP returns the reservation capabilities.
-func (n *IdentifyNSIndependent) RESCAP() uint8 { return n[2] }
-
-// SetRESCAP sets RESCAP.
-func (n *IdentifyNSIndependent) SetRESCAP(x uint8) { n[2] = x }
-
-// FPI returns the format progress indicator.
-func (n *IdentifyNSIndependent) FPI() uint8 { return n[3] }
-
-// SetFPI sets FPI.
-func (n *IdentifyNSIndependent) SetFPI(x uint8) { n[3] = x }
-
 // ANAGRPID returns the ANA group identifier.
 func (n *IdentifyNSIndependent) ANAGRPID() uint32 { return le.Uint32(n[4:]) }
 
 // SetANAGRPID sets ANAGRPID.
 func (n *IdentifyNSIndependent) SetANAGRPID(x uint32) { le.PutUint32(n[4:], x) }
 
-// NSATTR returns the namespace attributes (bit 0 write protected).
-func (n *IdentifyNSIndependent) NSATTR() uint8 { return n[8] }
-
 // SetNSATTR sets NSATTR.
 func (n *IdentifyNSIndependent) SetNSATTR(x uint8) { n[8] = x }
 
-// NVMSETID returns the NVM set identifier.
-func (n *IdentifyNSIndependent) NVMSETID() uint16 { return le.Uint16(n[10:]) }
+// setNVMSETID sets NVMSETID.
+func (n *IdentifyNSIndependent) setNVMSETID(x uint16) { le.PutUint16(n[10:], x) }
 
-// SetNVMSETID sets NVMSETID.
-func (n *IdentifyNSIndependent) SetNVMSETID(x uint16) { le.PutUint16(n[10:], x) }
-
-// ENDGID returns the endurance group identifier.
-func (n *IdentifyNSIndependent) ENDGID() uint16 { return le.Uint16(n[12:]) }
-
-// SetENDGID sets ENDGID.
-func (n *IdentifyNSIndependent) SetENDGID(x uint16) { le.PutUint16(n[12:], x) }
+// setENDGID sets ENDGID.
+func (n *IdentifyNSIndependent) setENDGID(x uint16) { le.PutUint16(n[12:], x) }
 
 // NSTAT returns the namespace status (bit 0 ready; the Linux host ignores a namespace that is not ready).
 func (n *IdentifyNSIndependent) NSTAT() uint8 { return n[14] }
@@ -431,50 +287,17 @@ func (n *IdentifyNSIndependent) NSTAT() uint8 { return n[14] }
 // SetNSTAT sets NSTAT.
 func (n *IdentifyNSIndependent) SetNSTAT(x uint8) { n[14] = x }
 
-// VSL returns the verify size limit as a power of two of CAP.MPSMIN pages (0: no limit).
-func (c *IdentifyControllerNVM) VSL() uint8 { return c[0] }
+// setWZSL sets WZSL.
+func (c *IdentifyControllerNVM) setWZSL(x uint8) { c[1] = x }
 
-// SetVSL sets VSL.
-func (c *IdentifyControllerNVM) SetVSL(x uint8) { c[0] = x }
+// setDMRSL sets DMRSL.
+func (c *IdentifyControllerNVM) setDMRSL(x uint32) { le.PutUint32(c[4:], x) }
 
-// WZSL returns the write zeroes size limit as a power of two of CAP.MPSMIN pages (0: no limit).
-func (c *IdentifyControllerNVM) WZSL() uint8 { return c[1] }
+// setDMSL sets DMSL.
+func (c *IdentifyControllerNVM) setDMSL(x uint64) { le.PutUint64(c[8:], x) }
 
-// SetWZSL sets WZSL.
-func (c *IdentifyControllerNVM) SetWZSL(x uint8) { c[1] = x }
+// setLBSTM sets LBSTM.
+func (n *IdentifyNamespaceNVM) setLBSTM(x uint64) { le.PutUint64(n[0:], x) }
 
-// WUSL returns the write uncorrectable size limit as a power of two of CAP.MPSMIN pages (0: no limit).
-func (c *IdentifyControllerNVM) WUSL() uint8 { return c[2] }
-
-// SetWUSL sets WUSL.
-func (c *IdentifyControllerNVM) SetWUSL(x uint8) { c[2] = x }
-
-// DMRL returns the dataset management ranges limit (0: no limit beyond 256).
-func (c *IdentifyControllerNVM) DMRL() uint8 { return c[3] }
-
-// SetDMRL sets DMRL.
-func (c *IdentifyControllerNVM) SetDMRL(x uint8) { c[3] = x }
-
-// DMRSL returns the dataset management range size limit in logical blocks (0: no limit).
-func (c *IdentifyControllerNVM) DMRSL() uint32 { return le.Uint32(c[4:]) }
-
-// SetDMRSL sets DMRSL.
-func (c *IdentifyControllerNVM) SetDMRSL(x uint32) { le.PutUint32(c[4:], x) }
-
-// DMSL returns the dataset management size limit in logical blocks (0: no limit).
-func (c *IdentifyControllerNVM) DMSL() uint64 { return le.Uint64(c[8:]) }
-
-// SetDMSL sets DMSL.
-func (c *IdentifyControllerNVM) SetDMSL(x uint64) { le.PutUint64(c[8:], x) }
-
-// LBSTM returns the logical block storage tag mask.
-func (n *IdentifyNamespaceNVM) LBSTM() uint64 { return le.Uint64(n[0:]) }
-
-// SetLBSTM sets LBSTM.
-func (n *IdentifyNamespaceNVM) SetLBSTM(x uint64) { le.PutUint64(n[0:], x) }
-
-// PIC returns the protection information capabilities.
-func (n *IdentifyNamespaceNVM) PIC() uint8 { return n[8] }
-
-// SetPIC sets PIC.
-func (n *IdentifyNamespaceNVM) SetPIC(x uint8) { n[8] = x }
+// setPIC sets PIC.
+func (n *IdentifyNamespaceNVM) setPIC(x uint8) { n[8] = x }

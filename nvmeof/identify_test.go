@@ -10,39 +10,39 @@ import (
 // include/linux/nvme.h struct nvme_id_ctrl.
 func TestIdentifyControllerLayout(t *testing.T) {
 	var c IdentifyController
-	c.SetVID(0x1234)
+	c.setVID(0x1234)
 	c.SetSN("SN1")
 	c.SetMN(strings.Repeat("M", 50)) // truncated to 40
 	c.SetFR("1.0")
-	c.SetIEEE(0xABCDEF)
+	c.setIEEE(0xABCDEF)
 	c.SetCNTLID(0x0102)
-	c.SetVER(VS1_4)
+	c.SetVER(vs1_4)
 	c.SetOAES(AECNSAttr)
 	c.SetCTRATT(CTRATTHostID128)
 	c.SetCNTRLTYPE(CntrlTypeIO)
-	c.SetFGUID([16]byte{1, 2})
-	c.SetCRDT1(1)
-	c.SetCRDT3(3)
-	c.SetOACS(0x0102)
+	c.setFGUID([16]byte{1, 2})
+	c.setCRDT1(1)
+	c.setCRDT3(3)
+	c.setOACS(0x0102)
 	c.SetKAS(10)
-	c.SetTNVMCAP(Uint128{Lo: 1, Hi: 2})
+	c.setTNVMCAP(Uint128{Lo: 1, Hi: 2})
 	c.SetANAGRPMAX(5)
 	c.SetSQES(0x66)
 	c.SetMAXCMD(128)
 	c.SetNN(0x01020304)
 	c.SetONCS(ONCSDSM | ONCSWriteZeroes)
 	c.SetVWC(VWCPresent)
-	c.SetSGLS(SGLSNvmet)
+	c.SetSGLS(sglsNvmet)
 	c.SetMNAN(7)
 	c.SetSUBNQN("nqn.2014-08.org.example:s")
 	c.SetIOCCSZ(260)
 	c.SetIORCSZ(1)
 	c.SetICDOFF(0)
-	c.SetFCATT(FCATTStatic)
+	c.setFCATT(fcattStatic)
 	c.SetMSDBD(1)
-	c.SetOFCS(OFCSDisconnect)
-	c.SetDCTYPE(DCTypeCDC)
-	c.PSD(31).SetACTP(0xBEEF)
+	c.setOFCS(ofcsDisconnect)
+	c.setDCTYPE(dcTypeCDC)
+	c.PSD(31).setACTP(0xBEEF)
 	for _, tc := range []struct {
 		off  int
 		want string
@@ -76,10 +76,10 @@ func TestIdentifyControllerLayout(t *testing.T) {
 			t.Errorf("offset %d: %s, want %s", tc.off, got, tc.want)
 		}
 	}
-	if c.MN() != strings.Repeat("M", 40) || c.SN() != "SN1" || c.IEEE() != 0xABCDEF || c.TNVMCAP() != (Uint128{1, 2}) {
+	if c.MN() != strings.Repeat("M", 40) || c.SN() != "SN1" || c.ieee() != 0xABCDEF || c.tnvmcap() != (Uint128{1, 2}) {
 		t.Error("getters")
 	}
-	if c.PSD(32) != nil || c.PSD(-1) != nil || len(c.VendorSpecific()) != 1024 {
+	if c.PSD(32) != nil || c.PSD(-1) != nil || len(c.vendorSpecific()) != 1024 {
 		t.Error("PSD range")
 	}
 	if _, err := ParseIdentifyController(make([]byte, 4095)); !errors.Is(err, ErrTruncated) {
@@ -147,7 +147,7 @@ func TestIdentifyNamespaceLayout(t *testing.T) {
 	n.SetNLBAF(19)
 	n.SetDLFEAT(DLFEATReadZeroes | DLFEATWriteZeroesDeac)
 	n.SetNMIC(NMICShared)
-	n.SetNVMCAP(U128(512))
+	n.setNVMCAP(U128(512))
 	n.SetNPWG(7)
 	n.SetNPWA(7)
 	n.SetNPDG(7)
@@ -159,7 +159,7 @@ func TestIdentifyNamespaceLayout(t *testing.T) {
 	n.SetEUI64([8]byte{0xE0, 7: 0xE7})
 	n.SetLBAF(0, LBAFormat{LBADS: 9})
 	n.SetLBAF(18, LBAFormat{MS: 8, LBADS: 12, RP: 6}) // RP keeps 2 bits
-	n.SetFormatIndex(18)
+	n.setFormatIndex(18)
 	for _, tc := range []struct {
 		off  int
 		want string
@@ -181,8 +181,8 @@ func TestIdentifyNamespaceLayout(t *testing.T) {
 			t.Errorf("offset %d: %s, want %s", tc.off, got, tc.want)
 		}
 	}
-	if n.FormatIndex() != 18 || n.BlockSize() != 4096 || n.LBAF(18).RP != 2 || n.LBAF(64) != (LBAFormat{}) {
-		t.Errorf("format index %d block %d", n.FormatIndex(), n.BlockSize())
+	if n.FormatIndex() != 18 || n.blockSize() != 4096 || n.LBAF(18).RP != 2 || n.LBAF(64) != (LBAFormat{}) {
+		t.Errorf("format index %d block %d", n.FormatIndex(), n.blockSize())
 	}
 	n.SetLBAF(64, LBAFormat{LBADS: 9}) // ignored
 	if (LBAFormat{LBADS: 8}).BlockSize() != 0 || (LBAFormat{LBADS: 32}).BlockSize() != 0 {
@@ -193,8 +193,8 @@ func TestIdentifyNamespaceLayout(t *testing.T) {
 	ind.SetNMIC(NMICShared)
 	ind.SetANAGRPID(0x01020304)
 	ind.SetNSATTR(1)
-	ind.SetNVMSETID(5)
-	ind.SetENDGID(6)
+	ind.setNVMSETID(5)
+	ind.setENDGID(6)
 	ind.SetNSTAT(NSTATReady)
 	if got := hexs(ind[:15]); got != "000100000403020101000500060001" {
 		t.Errorf("CNS 8 layout %s", got)
@@ -204,20 +204,20 @@ func TestIdentifyNamespaceLayout(t *testing.T) {
 	}
 
 	var cn IdentifyControllerNVM
-	cn.SetWZSL(3)
-	cn.SetDMRSL(0x11)
-	cn.SetDMSL(0x22)
+	cn.setWZSL(3)
+	cn.setDMRSL(0x11)
+	cn.setDMSL(0x22)
 	if hexs(cn[:16]) != "0003000011000000"+"2200000000000000" {
 		t.Errorf("CNS 6 layout %x", cn[:16])
 	}
 	var nn IdentifyNamespaceNVM
-	nn.SetLBSTM(1)
-	nn.SetPIC(2)
-	nn.SetELBAF(63, 0xAABBCCDD)
-	if nn.ELBAF(63) != 0xAABBCCDD || le.Uint32(nn[12+4*63:]) != 0xAABBCCDD || nn.ELBAF(64) != 0 || nn[8] != 2 {
+	nn.setLBSTM(1)
+	nn.setPIC(2)
+	nn.setELBAF(63, 0xAABBCCDD)
+	if nn.elbaf(63) != 0xAABBCCDD || le.Uint32(nn[12+4*63:]) != 0xAABBCCDD || nn.elbaf(64) != 0 || nn[8] != 2 {
 		t.Error("CNS 5 layout")
 	}
-	nn.SetELBAF(-1, 1)
+	nn.setELBAF(-1, 1)
 	for _, f := range []func([]byte) error{
 		func(b []byte) error { _, err := ParseIdentifyNamespace(b); return err },
 		func(b []byte) error { _, err := ParseIdentifyNSIndependent(b); return err },

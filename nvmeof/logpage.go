@@ -4,35 +4,13 @@ import "fmt"
 
 // Log page identifiers (NVMe Base 2.0 Figure 202; Linux NVME_LOG_*).
 const (
-	LIDSupportedLogPages   = 0x00
-	LIDErrorInfo           = 0x01 // Error Information, 64-byte entries
-	LIDSMART               = 0x02 // SMART / Health Information, 512 bytes
-	LIDFirmwareSlot        = 0x03 // Firmware Slot Information, 512 bytes
-	LIDChangedNSList       = 0x04 // Changed Namespace List, 4096 bytes
-	LIDCommandEffects      = 0x05 // Commands Supported and Effects, 4096 bytes
-	LIDDeviceSelfTest      = 0x06
-	LIDTelemetryHost       = 0x07
-	LIDTelemetryCtrl       = 0x08
-	LIDEnduranceGroup      = 0x09
-	LIDPredLatencyPerSet   = 0x0A
-	LIDPredLatencyAgg      = 0x0B
-	LIDANA                 = 0x0C // Asymmetric Namespace Access
-	LIDPersistentEvent     = 0x0D
-	LIDLBAStatus           = 0x0E
-	LIDEnduranceGroupAgg   = 0x0F
-	LIDMediaUnitStatus     = 0x10
-	LIDSupportedCapConfig  = 0x11
-	LIDFeatureIDsEffects   = 0x12
-	LIDMISupportedCmds     = 0x13
-	LIDCmdFeatureLockdown  = 0x14
-	LIDBootPartition       = 0x15
-	LIDRotationalMedia     = 0x16
-	LIDDiscovery           = 0x70 // Discovery log (discovery controllers only)
-	LIDHostDiscovery       = 0x71
-	LIDAVEDiscovery        = 0x72
-	LIDPullModelDDCRequest = 0x73
-	LIDReservationNotice   = 0x80
-	LIDSanitizeStatus      = 0x81
+	LIDErrorInfo      = 0x01 // Error Information, 64-byte entries
+	LIDSMART          = 0x02 // SMART / Health Information, 512 bytes
+	LIDFirmwareSlot   = 0x03 // Firmware Slot Information, 512 bytes
+	LIDChangedNSList  = 0x04 // Changed Namespace List, 4096 bytes
+	LIDCommandEffects = 0x05 // Commands Supported and Effects, 4096 bytes
+	LIDANA            = 0x0C // Asymmetric Namespace Access
+	LIDDiscovery      = 0x70 // Discovery log (discovery controllers only)
 )
 
 // GetLogPageCmd is a view of a Get Log Page command (admin 0x02;
@@ -64,7 +42,7 @@ func (c GetLogPageCmd) LID() uint8 { return c.SQE[40] }
 // SetLID sets the log page identifier.
 func (c GetLogPageCmd) SetLID(v uint8) { c.SQE[40] = v }
 
-// LSP returns the log specific parameter (7 bits).
+// LSP returns the log specific parameter (7 bits; for the ANA log, bit 0 is RGO).
 func (c GetLogPageCmd) LSP() uint8 { return c.SQE[41] & 0x7F }
 
 // SetLSP sets the log specific parameter.
@@ -107,11 +85,11 @@ func (c GetLogPageCmd) SetNumBytes(n uint32) {
 	c.SetNUMD(uint32(d - 1))
 }
 
-// LSI returns the log specific identifier (CDW11 31..16).
-func (c GetLogPageCmd) LSI() uint16 { return le.Uint16(c.SQE[46:]) }
+// lsi returns the log specific identifier (CDW11 31..16).
+func (c GetLogPageCmd) lsi() uint16 { return le.Uint16(c.SQE[46:]) }
 
-// SetLSI sets the log specific identifier.
-func (c GetLogPageCmd) SetLSI(v uint16) { le.PutUint16(c.SQE[46:], v) }
+// setLSI sets the log specific identifier.
+func (c GetLogPageCmd) setLSI(v uint16) { le.PutUint16(c.SQE[46:], v) }
 
 // LPO returns the log page offset in bytes (CDW12 low, CDW13 high).
 func (c GetLogPageCmd) LPO() uint64 { return le.Uint64(c.SQE[48:]) }
@@ -119,18 +97,18 @@ func (c GetLogPageCmd) LPO() uint64 { return le.Uint64(c.SQE[48:]) }
 // SetLPO sets the log page offset in bytes.
 func (c GetLogPageCmd) SetLPO(v uint64) { le.PutUint64(c.SQE[48:], v) }
 
-// UUIDIndex returns the UUID index (CDW14 6..0).
-func (c GetLogPageCmd) UUIDIndex() uint8 { return c.SQE[56] & 0x7F }
+// uuidIndex returns the UUID index (CDW14 6..0).
+func (c GetLogPageCmd) uuidIndex() uint8 { return c.SQE[56] & 0x7F }
 
-// SetUUIDIndex sets the UUID index.
-func (c GetLogPageCmd) SetUUIDIndex(v uint8) { c.SQE[56] = c.SQE[56]&0x80 | v&0x7F }
+// setUUIDIndex sets the UUID index.
+func (c GetLogPageCmd) setUUIDIndex(v uint8) { c.SQE[56] = c.SQE[56]&0x80 | v&0x7F }
 
 // OT reports Offset Type (CDW14 bit 23): the offset is an index (of log
 // entries) rather than a byte offset.
 func (c GetLogPageCmd) OT() bool { return c.SQE[58]&0x80 != 0 }
 
-// SetOT sets Offset Type.
-func (c GetLogPageCmd) SetOT(v bool) {
+// setOT sets Offset Type.
+func (c GetLogPageCmd) setOT(v bool) {
 	if v {
 		c.SQE[58] |= 0x80
 	} else {
@@ -199,20 +177,19 @@ const (
 	SMARTCritReliability    = 1 << 2 // NVM subsystem reliability degraded
 	SMARTCritReadOnly       = 1 << 3 // media placed in read only mode
 	SMARTCritVolatileMemory = 1 << 4 // volatile memory backup failed
-	SMARTCritPMR            = 1 << 5 // persistent memory region read only
 )
 
-// TempSensor returns temperature sensor i (1..8) in kelvin (0: not
+// tempSensor returns temperature sensor i (1..8) in kelvin (0: not
 // implemented), or 0 for i out of range.
-func (l *SMARTLog) TempSensor(i int) uint16 {
+func (l *SMARTLog) tempSensor(i int) uint16 {
 	if i < 1 || i > 8 {
 		return 0
 	}
 	return le.Uint16(l[200+2*(i-1):])
 }
 
-// SetTempSensor sets temperature sensor i (1..8); other i are ignored.
-func (l *SMARTLog) SetTempSensor(i int, kelvin uint16) {
+// setTempSensor sets temperature sensor i (1..8); other i are ignored.
+func (l *SMARTLog) setTempSensor(i int, kelvin uint16) {
 	if i < 1 || i > 8 {
 		return
 	}
@@ -233,16 +210,16 @@ func ParseFirmwareSlotLog(b []byte) (*FirmwareSlotLog, error) {
 	return (*FirmwareSlotLog)(b[:FirmwareSlotLogSize]), nil
 }
 
-// AFI returns the active firmware info: bits 2..0 the active slot, bits 6..4
+// afi returns the active firmware info: bits 2..0 the active slot, bits 6..4
 // the slot activated at the next reset.
-func (l *FirmwareSlotLog) AFI() uint8 { return l[0] }
+func (l *FirmwareSlotLog) afi() uint8 { return l[0] }
 
 // SetAFI sets the active firmware info.
 func (l *FirmwareSlotLog) SetAFI(v uint8) { l[0] = v }
 
-// FRS returns the firmware revision in slot (1..7), without padding, or ""
+// frs returns the firmware revision in slot (1..7), without padding, or ""
 // for a slot out of range.
-func (l *FirmwareSlotLog) FRS(slot int) string {
+func (l *FirmwareSlotLog) frs(slot int) string {
 	if slot < 1 || slot > 7 {
 		return ""
 	}
@@ -323,13 +300,8 @@ func ParseCommandEffectsLog(b []byte) (*CommandEffectsLog, error) {
 
 // Command effects bits (Linux NVME_CMD_EFFECTS_*).
 const (
-	EffectsCSUPP   = 1 << 0 // command supported
-	EffectsLBCC    = 1 << 1 // logical block content change
-	EffectsNCC     = 1 << 2 // namespace capability change
-	EffectsNIC     = 1 << 3 // namespace inventory change
-	EffectsCCC     = 1 << 4 // controller capability change
-	EffectsCSEMask = 7 << 16
-	EffectsUUIDSel = 1 << 19 // UUID selection supported
+	EffectsCSUPP = 1 << 0 // command supported
+	EffectsLBCC  = 1 << 1 // logical block content change
 )
 
 // ACS returns the effects of admin opcode op.
@@ -350,14 +322,8 @@ func (e *ErrorLogEntry) ErrorCount() uint64 { return le.Uint64(e[0:]) }
 // SetErrorCount sets ErrorCount.
 func (e *ErrorLogEntry) SetErrorCount(x uint64) { le.PutUint64(e[0:], x) }
 
-// SQID returns the submission queue of the failed command.
-func (e *ErrorLogEntry) SQID() uint16 { return le.Uint16(e[8:]) }
-
 // SetSQID sets SQID.
 func (e *ErrorLogEntry) SetSQID(x uint16) { le.PutUint16(e[8:], x) }
-
-// CID returns the identifier of the failed command.
-func (e *ErrorLogEntry) CID() uint16 { return le.Uint16(e[10:]) }
 
 // SetCID sets CID.
 func (e *ErrorLogEntry) SetCID(x uint16) { le.PutUint16(e[10:], x) }
@@ -368,56 +334,32 @@ func (e *ErrorLogEntry) StatusField() uint16 { return le.Uint16(e[12:]) }
 // SetStatusField sets StatusField.
 func (e *ErrorLogEntry) SetStatusField(x uint16) { le.PutUint16(e[12:], x) }
 
-// ParamErrorLocation returns the byte (bits 7..0) and bit (10..8) of the command parameter in error (0xFFFF: n/a).
-func (e *ErrorLogEntry) ParamErrorLocation() uint16 { return le.Uint16(e[14:]) }
-
 // SetParamErrorLocation sets ParamErrorLocation.
 func (e *ErrorLogEntry) SetParamErrorLocation(x uint16) { le.PutUint16(e[14:], x) }
-
-// LBA returns the first LBA that saw the error.
-func (e *ErrorLogEntry) LBA() uint64 { return le.Uint64(e[16:]) }
 
 // SetLBA sets LBA.
 func (e *ErrorLogEntry) SetLBA(x uint64) { le.PutUint64(e[16:], x) }
 
-// NSID returns the namespace of the error.
-func (e *ErrorLogEntry) NSID() uint32 { return le.Uint32(e[24:]) }
-
 // SetNSID sets NSID.
 func (e *ErrorLogEntry) SetNSID(x uint32) { le.PutUint32(e[24:], x) }
 
-// VSInfo returns the vendor specific information available log page.
-func (e *ErrorLogEntry) VSInfo() uint8 { return e[28] }
+// setVSInfo sets VSInfo.
+func (e *ErrorLogEntry) setVSInfo(x uint8) { e[28] = x }
 
-// SetVSInfo sets VSInfo.
-func (e *ErrorLogEntry) SetVSInfo(x uint8) { e[28] = x }
+// setTRTYPE sets TRTYPE.
+func (e *ErrorLogEntry) setTRTYPE(x uint8) { e[29] = x }
 
-// TRTYPE returns the transport type of the transport specific information.
-func (e *ErrorLogEntry) TRTYPE() uint8 { return e[29] }
+// setCommandSpecific sets CommandSpecific.
+func (e *ErrorLogEntry) setCommandSpecific(x uint64) { le.PutUint64(e[32:], x) }
 
-// SetTRTYPE sets TRTYPE.
-func (e *ErrorLogEntry) SetTRTYPE(x uint8) { e[29] = x }
+// setTransportSpecific sets TransportSpecific.
+func (e *ErrorLogEntry) setTransportSpecific(x uint16) { le.PutUint16(e[40:], x) }
 
-// CommandSpecific returns the command specific information.
-func (e *ErrorLogEntry) CommandSpecific() uint64 { return le.Uint64(e[32:]) }
-
-// SetCommandSpecific sets CommandSpecific.
-func (e *ErrorLogEntry) SetCommandSpecific(x uint64) { le.PutUint64(e[32:], x) }
-
-// TransportSpecific returns the transport type specific information.
-func (e *ErrorLogEntry) TransportSpecific() uint16 { return le.Uint16(e[40:]) }
-
-// SetTransportSpecific sets TransportSpecific.
-func (e *ErrorLogEntry) SetTransportSpecific(x uint16) { le.PutUint16(e[40:], x) }
-
-// CriticalWarning returns the critical warning bits (SMARTCrit*).
-func (l *SMARTLog) CriticalWarning() uint8 { return l[0] }
+// criticalWarning returns the critical warning bits (SMARTCrit*).
+func (l *SMARTLog) criticalWarning() uint8 { return l[0] }
 
 // SetCriticalWarning sets CriticalWarning.
 func (l *SMARTLog) SetCriticalWarning(x uint8) { l[0] = x }
-
-// CompositeTemperature returns the composite temperature in kelvin.
-func (l *SMARTLog) CompositeTemperature() uint16 { return le.Uint16(l[1:]) }
 
 // SetCompositeTemperature sets CompositeTemperature.
 func (l *SMARTLog) SetCompositeTemperature(x uint16) { le.PutUint16(l[1:], x) }
@@ -428,26 +370,17 @@ func (l *SMARTLog) AvailableSpare() uint8 { return l[3] }
 // SetAvailableSpare sets AvailableSpare.
 func (l *SMARTLog) SetAvailableSpare(x uint8) { l[3] = x }
 
-// AvailableSpareThreshold returns the available spare threshold in percent.
-func (l *SMARTLog) AvailableSpareThreshold() uint8 { return l[4] }
-
 // SetAvailableSpareThreshold sets AvailableSpareThreshold.
 func (l *SMARTLog) SetAvailableSpareThreshold(x uint8) { l[4] = x }
-
-// PercentageUsed returns the vendor estimate of the life used in percent (may exceed 100).
-func (l *SMARTLog) PercentageUsed() uint8 { return l[5] }
 
 // SetPercentageUsed sets PercentageUsed.
 func (l *SMARTLog) SetPercentageUsed(x uint8) { l[5] = x }
 
-// EnduranceGroupCriticalWarning returns the endurance group critical warning summary.
-func (l *SMARTLog) EnduranceGroupCriticalWarning() uint8 { return l[6] }
+// setEnduranceGroupCriticalWarning sets EnduranceGroupCriticalWarning.
+func (l *SMARTLog) setEnduranceGroupCriticalWarning(x uint8) { l[6] = x }
 
-// SetEnduranceGroupCriticalWarning sets EnduranceGroupCriticalWarning.
-func (l *SMARTLog) SetEnduranceGroupCriticalWarning(x uint8) { l[6] = x }
-
-// DataUnitsRead returns the data units read, in thousands of 512-byte units.
-func (l *SMARTLog) DataUnitsRead() Uint128 { return getU128(l[32:]) }
+// dataUnitsRead returns the data units read, in thousands of 512-byte units.
+func (l *SMARTLog) dataUnitsRead() Uint128 { return getU128(l[32:]) }
 
 // SetDataUnitsRead sets DataUnitsRead.
 func (l *SMARTLog) SetDataUnitsRead(x Uint128) { putU128(l[32:], x) }
@@ -470,9 +403,6 @@ func (l *SMARTLog) HostWriteCommands() Uint128 { return getU128(l[80:]) }
 // SetHostWriteCommands sets HostWriteCommands.
 func (l *SMARTLog) SetHostWriteCommands(x Uint128) { putU128(l[80:], x) }
 
-// ControllerBusyTime returns the controller busy time in minutes.
-func (l *SMARTLog) ControllerBusyTime() Uint128 { return getU128(l[96:]) }
-
 // SetControllerBusyTime sets ControllerBusyTime.
 func (l *SMARTLog) SetControllerBusyTime(x Uint128) { putU128(l[96:], x) }
 
@@ -482,62 +412,35 @@ func (l *SMARTLog) PowerCycles() Uint128 { return getU128(l[112:]) }
 // SetPowerCycles sets PowerCycles.
 func (l *SMARTLog) SetPowerCycles(x Uint128) { putU128(l[112:], x) }
 
-// PowerOnHours returns the power-on hours.
-func (l *SMARTLog) PowerOnHours() Uint128 { return getU128(l[128:]) }
+// powerOnHours returns the power-on hours.
+func (l *SMARTLog) powerOnHours() Uint128 { return getU128(l[128:]) }
 
 // SetPowerOnHours sets PowerOnHours.
 func (l *SMARTLog) SetPowerOnHours(x Uint128) { putU128(l[128:], x) }
 
-// UnsafeShutdowns returns the number of unsafe shutdowns.
-func (l *SMARTLog) UnsafeShutdowns() Uint128 { return getU128(l[144:]) }
-
 // SetUnsafeShutdowns sets UnsafeShutdowns.
 func (l *SMARTLog) SetUnsafeShutdowns(x Uint128) { putU128(l[144:], x) }
-
-// MediaErrors returns the number of unrecovered data integrity errors.
-func (l *SMARTLog) MediaErrors() Uint128 { return getU128(l[160:]) }
 
 // SetMediaErrors sets MediaErrors.
 func (l *SMARTLog) SetMediaErrors(x Uint128) { putU128(l[160:], x) }
 
-// ErrorLogEntries returns the number of error information log entries over the controller's life.
-func (l *SMARTLog) ErrorLogEntries() Uint128 { return getU128(l[176:]) }
-
 // SetErrorLogEntries sets ErrorLogEntries.
 func (l *SMARTLog) SetErrorLogEntries(x Uint128) { putU128(l[176:], x) }
 
-// WarningTempTime returns the minutes spent above the warning composite temperature.
-func (l *SMARTLog) WarningTempTime() uint32 { return le.Uint32(l[192:]) }
+// setWarningTempTime sets WarningTempTime.
+func (l *SMARTLog) setWarningTempTime(x uint32) { le.PutUint32(l[192:], x) }
 
-// SetWarningTempTime sets WarningTempTime.
-func (l *SMARTLog) SetWarningTempTime(x uint32) { le.PutUint32(l[192:], x) }
+// setCriticalTempTime sets CriticalTempTime.
+func (l *SMARTLog) setCriticalTempTime(x uint32) { le.PutUint32(l[196:], x) }
 
-// CriticalTempTime returns the minutes spent above the critical composite temperature.
-func (l *SMARTLog) CriticalTempTime() uint32 { return le.Uint32(l[196:]) }
+// setTMT1TransitionCount sets TMT1TransitionCount.
+func (l *SMARTLog) setTMT1TransitionCount(x uint32) { le.PutUint32(l[216:], x) }
 
-// SetCriticalTempTime sets CriticalTempTime.
-func (l *SMARTLog) SetCriticalTempTime(x uint32) { le.PutUint32(l[196:], x) }
+// setTMT2TransitionCount sets TMT2TransitionCount.
+func (l *SMARTLog) setTMT2TransitionCount(x uint32) { le.PutUint32(l[220:], x) }
 
-// TMT1TransitionCount returns the thermal management temperature 1 transition count.
-func (l *SMARTLog) TMT1TransitionCount() uint32 { return le.Uint32(l[216:]) }
+// setTMT1TotalTime sets TMT1TotalTime.
+func (l *SMARTLog) setTMT1TotalTime(x uint32) { le.PutUint32(l[224:], x) }
 
-// SetTMT1TransitionCount sets TMT1TransitionCount.
-func (l *SMARTLog) SetTMT1TransitionCount(x uint32) { le.PutUint32(l[216:], x) }
-
-// TMT2TransitionCount returns the thermal management temperature 2 transition count.
-func (l *SMARTLog) TMT2TransitionCount() uint32 { return le.Uint32(l[220:]) }
-
-// SetTMT2TransitionCount sets TMT2TransitionCount.
-func (l *SMARTLog) SetTMT2TransitionCount(x uint32) { le.PutUint32(l[220:], x) }
-
-// TMT1TotalTime returns the total seconds in thermal management temperature 1.
-func (l *SMARTLog) TMT1TotalTime() uint32 { return le.Uint32(l[224:]) }
-
-// SetTMT1TotalTime sets TMT1TotalTime.
-func (l *SMARTLog) SetTMT1TotalTime(x uint32) { le.PutUint32(l[224:], x) }
-
-// TMT2TotalTime returns the total seconds in thermal management temperature 2.
-func (l *SMARTLog) TMT2TotalTime() uint32 { return le.Uint32(l[228:]) }
-
-// SetTMT2TotalTime sets TMT2TotalTime.
-func (l *SMARTLog) SetTMT2TotalTime(x uint32) { le.PutUint32(l[228:], x) }
+// setTMT2TotalTime sets TMT2TotalTime.
+func (l *SMARTLog) setTMT2TotalTime(x uint32) { le.PutUint32(l[228:], x) }

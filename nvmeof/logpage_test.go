@@ -15,10 +15,10 @@ func TestErrorLogEntryLayout(t *testing.T) {
 	e.SetParamErrorLocation(0xFFFF)
 	e.SetLBA(0x10)
 	e.SetNSID(1)
-	e.SetVSInfo(2)
-	e.SetTRTYPE(TrTypeRDMA)
-	e.SetCommandSpecific(3)
-	e.SetTransportSpecific(4)
+	e.setVSInfo(2)
+	e.setTRTYPE(TrTypeRDMA)
+	e.setCommandSpecific(3)
+	e.setTransportSpecific(4)
 	want := "0807060504030201" + "0100" + "3412" + "0081" + "ffff" + "1000000000000000" + "01000000" + "02" + "01" + "0000" +
 		"0300000000000000" + "0400"
 	if got := hexs(e[:42]); got != want {
@@ -39,7 +39,7 @@ func TestSMARTLogLayout(t *testing.T) {
 	l.SetAvailableSpare(100)
 	l.SetAvailableSpareThreshold(10)
 	l.SetPercentageUsed(255)
-	l.SetEnduranceGroupCriticalWarning(1)
+	l.setEnduranceGroupCriticalWarning(1)
 	l.SetDataUnitsRead(Uint128{Lo: 1, Hi: 2})
 	l.SetDataUnitsWritten(U128(3))
 	l.SetHostReadCommands(U128(4))
@@ -50,15 +50,15 @@ func TestSMARTLogLayout(t *testing.T) {
 	l.SetUnsafeShutdowns(U128(9))
 	l.SetMediaErrors(U128(10))
 	l.SetErrorLogEntries(U128(11))
-	l.SetWarningTempTime(12)
-	l.SetCriticalTempTime(13)
-	l.SetTempSensor(1, 0x111)
-	l.SetTempSensor(8, 0x888)
-	l.SetTempSensor(9, 1) // ignored
-	l.SetTMT1TransitionCount(14)
-	l.SetTMT2TransitionCount(15)
-	l.SetTMT1TotalTime(16)
-	l.SetTMT2TotalTime(17)
+	l.setWarningTempTime(12)
+	l.setCriticalTempTime(13)
+	l.setTempSensor(1, 0x111)
+	l.setTempSensor(8, 0x888)
+	l.setTempSensor(9, 1) // ignored
+	l.setTMT1TransitionCount(14)
+	l.setTMT2TransitionCount(15)
+	l.setTMT1TotalTime(16)
+	l.setTMT2TotalTime(17)
 	for _, tc := range []struct {
 		off  int
 		want string
@@ -74,13 +74,13 @@ func TestSMARTLogLayout(t *testing.T) {
 			t.Errorf("offset %d: %s, want %s", tc.off, got, tc.want)
 		}
 	}
-	if l.TempSensor(8) != 0x888 || l.TempSensor(0) != 0 || l.DataUnitsRead().String() != "36893488147419103233" {
-		t.Errorf("getters %v", l.DataUnitsRead())
+	if l.tempSensor(8) != 0x888 || l.tempSensor(0) != 0 || l.dataUnitsRead().String() != "36893488147419103233" {
+		t.Errorf("getters %v", l.dataUnitsRead())
 	}
-	if v, ok := l.DataUnitsWritten().Uint64(); !ok || v != 3 {
+	if v, ok := l.DataUnitsWritten().uint64(); !ok || v != 3 {
 		t.Error("Uint64")
 	}
-	if _, ok := l.DataUnitsRead().Uint64(); ok {
+	if _, ok := l.dataUnitsRead().uint64(); ok {
 		t.Error("Uint64 overflow not reported")
 	}
 }
@@ -91,11 +91,11 @@ func TestFirmwareSlotLog(t *testing.T) {
 	l.SetFRS(1, "1.0")
 	l.SetFRS(7, "12345678")
 	l.SetFRS(8, "x") // ignored
-	if hexs(l[:24]) != "1100000000000000"+hexs([]byte("1.0     "))+"0000000000000000" || l.FRS(7) != "12345678" || l.FRS(1) != "1.0" || l.AFI() != 0x11 {
+	if hexs(l[:24]) != "1100000000000000"+hexs([]byte("1.0     "))+"0000000000000000" || l.frs(7) != "12345678" || l.frs(1) != "1.0" || l.afi() != 0x11 {
 		t.Errorf("layout %x", l[:24])
 	}
 	l.SetFRS(1, "")
-	if l.FRS(1) != "" || l.FRS(0) != "" || hexs(l[8:16]) != "0000000000000000" {
+	if l.frs(1) != "" || l.frs(0) != "" || hexs(l[8:16]) != "0000000000000000" {
 		t.Error("empty slot")
 	}
 	if _, err := ParseFirmwareSlotLog(l[:511]); err == nil {
@@ -239,7 +239,7 @@ func TestDiscoveryLogEncode(t *testing.T) {
 	}
 	var h DiscoveryLogHeader
 	copy(h[:], b)
-	if h.GENCTR() != 7 || h.NUMREC() != 2 || h.RECFMT() != 0 {
+	if h.genctr() != 7 || h.numrec() != 2 || h.recfmt() != 0 {
 		t.Error("header view")
 	}
 	h.SetRECFMT(1)

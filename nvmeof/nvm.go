@@ -57,8 +57,8 @@ func (c RWCmd) Blocks() uint32 { return uint32(c.NLB()) + 1 }
 // SetBlocks sets NLB from a 1's based block count (1..65536).
 func (c RWCmd) SetBlocks(n uint32) { c.SetNLB(uint16(n - 1)) }
 
-// DataLength returns the data length in bytes for a block size of 1<<lbaShift.
-func (c RWCmd) DataLength(lbaShift uint8) uint64 { return uint64(c.Blocks()) << lbaShift }
+// dataLength returns the data length in bytes for a block size of 1<<lbaShift.
+func (c RWCmd) dataLength(lbaShift uint8) uint64 { return uint64(c.Blocks()) << lbaShift }
 
 // LastLBA returns the last LBA the command touches (SLBA+NLB) and false if
 // that overflows 64 bits.
@@ -80,35 +80,29 @@ func (c RWCmd) FUA() bool { return c.CDW12()&RWFUA != 0 }
 // SetFUA sets Force Unit Access.
 func (c RWCmd) SetFUA(v bool) { setBit32(c.SQE, 12, RWFUA, v) }
 
-// LR reports Limited Retry (CDW12 bit 31).
-func (c RWCmd) LR() bool { return c.CDW12()&RWLR != 0 }
+// lr reports Limited Retry (CDW12 bit 31).
+func (c RWCmd) lr() bool { return c.CDW12()&RWLR != 0 }
 
-// SetLR sets Limited Retry.
-func (c RWCmd) SetLR(v bool) { setBit32(c.SQE, 12, RWLR, v) }
+// setLR sets Limited Retry.
+func (c RWCmd) setLR(v bool) { setBit32(c.SQE, 12, RWLR, v) }
 
-// PRINFO returns the protection information field (CDW12 29..26).
-func (c RWCmd) PRINFO() uint8 { return uint8(c.CDW12()>>26) & 0xF }
+// prinfo returns the protection information field (CDW12 29..26).
+func (c RWCmd) prinfo() uint8 { return uint8(c.CDW12()>>26) & 0xF }
 
-// SetPRINFO sets the protection information field.
-func (c RWCmd) SetPRINFO(v uint8) { c.SetCDW12(c.CDW12()&^(0xF<<26) | uint32(v&0xF)<<26) }
+// setPRINFO sets the protection information field.
+func (c RWCmd) setPRINFO(v uint8) { c.SetCDW12(c.CDW12()&^(0xF<<26) | uint32(v&0xF)<<26) }
 
-// DTYPE returns the directive type (CDW12 23..20).
-func (c RWCmd) DTYPE() uint8 { return uint8(c.CDW12()>>20) & 0xF }
+// dtype returns the directive type (CDW12 23..20).
+func (c RWCmd) dtype() uint8 { return uint8(c.CDW12()>>20) & 0xF }
 
-// SetDTYPE sets the directive type.
-func (c RWCmd) SetDTYPE(v uint8) { c.SetCDW12(c.CDW12()&^(0xF<<20) | uint32(v&0xF)<<20) }
+// setDTYPE sets the directive type.
+func (c RWCmd) setDTYPE(v uint8) { c.SetCDW12(c.CDW12()&^(0xF<<20) | uint32(v&0xF)<<20) }
 
-// DSM returns the dataset management hints (CDW13 7..0).
-func (c RWCmd) DSM() uint8 { return c.SQE[52] }
+// setDSM sets the dataset management hints.
+func (c RWCmd) setDSM(v uint8) { c.SQE[52] = v }
 
-// SetDSM sets the dataset management hints.
-func (c RWCmd) SetDSM(v uint8) { c.SQE[52] = v }
-
-// DSPEC returns the directive specific value (CDW13 31..16).
-func (c RWCmd) DSPEC() uint16 { return le.Uint16(c.SQE[54:]) }
-
-// SetDSPEC sets the directive specific value.
-func (c RWCmd) SetDSPEC(v uint16) { le.PutUint16(c.SQE[54:], v) }
+// setDSPEC sets the directive specific value.
+func (c RWCmd) setDSPEC(v uint16) { le.PutUint16(c.SQE[54:], v) }
 
 // WriteZeroesCmd is a view of a Write Zeroes command (NVM 0x08;
 // protocol.md §10.5): SLBA, NLB as for RWCmd; CDW12 DEAC bit 25, FUA 30,
@@ -129,11 +123,11 @@ func (s *SQE) BuildWriteZeroes(nsid uint32, slba uint64, blocks uint32) WriteZer
 // WZDEAC is the Write Zeroes Deallocate bit (CDW12 bit 25).
 const WZDEAC = 1 << 25
 
-// DEAC reports Deallocate: the blocks may be deallocated rather than written.
-func (c WriteZeroesCmd) DEAC() bool { return c.CDW12()&WZDEAC != 0 }
+// deac reports Deallocate: the blocks may be deallocated rather than written.
+func (c WriteZeroesCmd) deac() bool { return c.CDW12()&WZDEAC != 0 }
 
-// SetDEAC sets Deallocate.
-func (c WriteZeroesCmd) SetDEAC(v bool) { setBit32(c.SQE, 12, WZDEAC, v) }
+// setDEAC sets Deallocate.
+func (c WriteZeroesCmd) setDEAC(v bool) { setBit32(c.SQE, 12, WZDEAC, v) }
 
 // DSMCmd is a view of a Dataset Management command (NVM 0x09; protocol.md
 // §10.5): CDW10 NR 7..0 (0's based number of ranges), CDW11 attributes IDR
@@ -145,8 +139,8 @@ func (s *SQE) DSMCmd() DSMCmd { return DSMCmd{s} }
 
 // Dataset Management attributes (CDW11; Linux NVME_DSMGMT_*).
 const (
-	DSMIDR = 1 << 0 // integral dataset for read
-	DSMIDW = 1 << 1 // integral dataset for write
+	dsmidr = 1 << 0 // integral dataset for read
+	dsmidw = 1 << 1 // integral dataset for write
 	DSMAD  = 1 << 2 // deallocate (discard / TRIM)
 )
 
@@ -174,8 +168,8 @@ func (c DSMCmd) NumRanges() int { return int(c.NR()) + 1 }
 // SetNumRanges sets NR from a 1's based count (1..256).
 func (c DSMCmd) SetNumRanges(n int) { c.SetNR(uint8(n - 1)) }
 
-// Attributes returns CDW11 (DSMIDR, DSMIDW, DSMAD).
-func (c DSMCmd) Attributes() uint32 { return c.CDW11() }
+// attributes returns CDW11 (DSMIDR, DSMIDW, DSMAD).
+func (c DSMCmd) attributes() uint32 { return c.CDW11() }
 
 // SetAttributes sets CDW11.
 func (c DSMCmd) SetAttributes(v uint32) { c.SetCDW11(v) }
@@ -183,8 +177,8 @@ func (c DSMCmd) SetAttributes(v uint32) { c.SetCDW11(v) }
 // AD reports the Deallocate attribute.
 func (c DSMCmd) AD() bool { return c.CDW11()&DSMAD != 0 }
 
-// SetAD sets the Deallocate attribute.
-func (c DSMCmd) SetAD(v bool) { setBit32(c.SQE, 11, DSMAD, v) }
+// setAD sets the Deallocate attribute.
+func (c DSMCmd) setAD(v bool) { setBit32(c.SQE, 11, DSMAD, v) }
 
 // DataLength returns the data length the command implies: NumRanges*16.
 func (c DSMCmd) DataLength() int { return c.NumRanges() * DSMRangeSize }
@@ -194,11 +188,11 @@ func (c DSMCmd) DataLength() int { return c.NumRanges() * DSMRangeSize }
 // in logical blocks 4..7 (1's based), starting LBA 8..15.
 type DSMRange [DSMRangeSize]byte
 
-// ContextAttributes returns the context attributes.
-func (r *DSMRange) ContextAttributes() uint32 { return le.Uint32(r[0:]) }
+// contextAttributes returns the context attributes.
+func (r *DSMRange) contextAttributes() uint32 { return le.Uint32(r[0:]) }
 
-// SetContextAttributes sets the context attributes.
-func (r *DSMRange) SetContextAttributes(v uint32) { le.PutUint32(r[0:], v) }
+// setContextAttributes sets the context attributes.
+func (r *DSMRange) setContextAttributes(v uint32) { le.PutUint32(r[0:], v) }
 
 // NLB returns the length in logical blocks (1's based; 0 is an empty range).
 func (r *DSMRange) NLB() uint32 { return le.Uint32(r[4:]) }

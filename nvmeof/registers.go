@@ -8,21 +8,13 @@ import "fmt"
 const (
 	PropCAP    = 0x00 // Controller Capabilities, 8 bytes
 	PropVS     = 0x08 // Version, 4 bytes
-	PropINTMS  = 0x0C // Interrupt Mask Set (reserved on fabrics)
-	PropINTMC  = 0x10 // Interrupt Mask Clear (reserved on fabrics)
 	PropCC     = 0x14 // Controller Configuration, 4 bytes
 	PropCSTS   = 0x1C // Controller Status, 4 bytes
-	PropNSSR   = 0x20 // NVM Subsystem Reset, 4 bytes
-	PropAQA    = 0x24 // Admin Queue Attributes (reserved on fabrics)
+	propNSSR   = 0x20 // NVM Subsystem Reset, 4 bytes
 	PropASQ    = 0x28 // Admin SQ Base Address (reserved on fabrics), 8 bytes
 	PropACQ    = 0x30 // Admin CQ Base Address (reserved on fabrics), 8 bytes
-	PropCMBLOC = 0x38
-	PropCMBSZ  = 0x3C
-	PropBPINFO = 0x40
-	PropBPRSEL = 0x44
 	PropBPMBL  = 0x48 // 8 bytes
 	PropCMBMSC = 0x50 // 8 bytes
-	PropCMBSTS = 0x58
 	PropCRTO   = 0x68 // Controller Ready Timeouts, 4 bytes; read only if CAP.CRMS.CRWMS
 )
 
@@ -59,9 +51,8 @@ const (
 
 // Command sets in CAP.CSS (bits 44..37; Linux NVME_CAP_CSS_*).
 const (
-	CAPCSSNVM       = 1 << 0 // NVM command set
-	CAPCSSCSI       = 1 << 6 // one or more I/O command sets (CC.CSS = 6 selects by CSI)
-	CAPCSSAdminOnly = 1 << 7 // no I/O command set
+	CAPCSSNVM = 1 << 0 // NVM command set
+	CAPCSSCSI = 1 << 6 // one or more I/O command sets (CC.CSS = 6 selects by CSI)
 )
 
 // Controller ready modes in CAP.CRMS (bits 60..59).
@@ -89,12 +80,12 @@ func (c CAP) CQR() bool { return c.bits(capCQR, 1) != 0 }
 // SetCQR sets CQR.
 func (c *CAP) SetCQR(v bool) { c.setBits(capCQR, 1, b2u(v)) }
 
-// AMS returns the Arbitration Mechanism Supported bits (bit 0 weighted round
+// ams returns the Arbitration Mechanism Supported bits (bit 0 weighted round
 // robin with urgent, bit 1 vendor specific).
-func (c CAP) AMS() uint8 { return uint8(c.bits(capAMS, 2)) }
+func (c CAP) ams() uint8 { return uint8(c.bits(capAMS, 2)) }
 
-// SetAMS sets AMS.
-func (c *CAP) SetAMS(v uint8) { c.setBits(capAMS, 2, uint64(v)) }
+// setAMS sets AMS.
+func (c *CAP) setAMS(v uint8) { c.setBits(capAMS, 2, uint64(v)) }
 
 // TO returns the ready timeout in 500 ms units.
 func (c CAP) TO() uint8 { return uint8(c.bits(capTO, 8)) }
@@ -102,17 +93,17 @@ func (c CAP) TO() uint8 { return uint8(c.bits(capTO, 8)) }
 // SetTO sets the ready timeout in 500 ms units.
 func (c *CAP) SetTO(v uint8) { c.setBits(capTO, 8, uint64(v)) }
 
-// DSTRD returns the doorbell stride (0 on fabrics).
-func (c CAP) DSTRD() uint8 { return uint8(c.bits(capDSTRD, 4)) }
+// dstrd returns the doorbell stride (0 on fabrics).
+func (c CAP) dstrd() uint8 { return uint8(c.bits(capDSTRD, 4)) }
 
-// SetDSTRD sets the doorbell stride.
-func (c *CAP) SetDSTRD(v uint8) { c.setBits(capDSTRD, 4, uint64(v)) }
+// setDSTRD sets the doorbell stride.
+func (c *CAP) setDSTRD(v uint8) { c.setBits(capDSTRD, 4, uint64(v)) }
 
-// NSSRS reports NVM Subsystem Reset Supported.
-func (c CAP) NSSRS() bool { return c.bits(capNSSRS, 1) != 0 }
+// nssrs reports NVM Subsystem Reset Supported.
+func (c CAP) nssrs() bool { return c.bits(capNSSRS, 1) != 0 }
 
-// SetNSSRS sets NSSRS.
-func (c *CAP) SetNSSRS(v bool) { c.setBits(capNSSRS, 1, b2u(v)) }
+// setNSSRS sets NSSRS.
+func (c *CAP) setNSSRS(v bool) { c.setBits(capNSSRS, 1, b2u(v)) }
 
 // CSS returns the Command Sets Supported bits (CAPCSS*).
 func (c CAP) CSS() uint8 { return uint8(c.bits(capCSS, 8)) }
@@ -120,31 +111,31 @@ func (c CAP) CSS() uint8 { return uint8(c.bits(capCSS, 8)) }
 // SetCSS sets the Command Sets Supported bits.
 func (c *CAP) SetCSS(v uint8) { c.setBits(capCSS, 8, uint64(v)) }
 
-// BPS reports Boot Partition Support.
-func (c CAP) BPS() bool { return c.bits(capBPS, 1) != 0 }
+// bps reports Boot Partition Support.
+func (c CAP) bps() bool { return c.bits(capBPS, 1) != 0 }
 
-// SetBPS sets BPS.
-func (c *CAP) SetBPS(v bool) { c.setBits(capBPS, 1, b2u(v)) }
+// setBPS sets BPS.
+func (c *CAP) setBPS(v bool) { c.setBits(capBPS, 1, b2u(v)) }
 
 // MPSMIN returns the minimum memory page size as 2^(12+MPSMIN); the Linux
 // host fails if it is not 0 (4 KiB).
 func (c CAP) MPSMIN() uint8 { return uint8(c.bits(capMPSMIN, 4)) }
 
-// SetMPSMIN sets MPSMIN.
-func (c *CAP) SetMPSMIN(v uint8) { c.setBits(capMPSMIN, 4, uint64(v)) }
+// setMPSMIN sets MPSMIN.
+func (c *CAP) setMPSMIN(v uint8) { c.setBits(capMPSMIN, 4, uint64(v)) }
 
 // MPSMAX returns the maximum memory page size as 2^(12+MPSMAX).
 func (c CAP) MPSMAX() uint8 { return uint8(c.bits(capMPSMAX, 4)) }
 
-// SetMPSMAX sets MPSMAX.
-func (c *CAP) SetMPSMAX(v uint8) { c.setBits(capMPSMAX, 4, uint64(v)) }
+// setMPSMAX sets MPSMAX.
+func (c *CAP) setMPSMAX(v uint8) { c.setBits(capMPSMAX, 4, uint64(v)) }
 
 // CRMS returns the Controller Ready Modes Supported bits (CRMS*); with
 // CRWMS set the Linux host reads CRTO.
 func (c CAP) CRMS() uint8 { return uint8(c.bits(capCRWMS, 2)) }
 
-// SetCRMS sets CRMS.
-func (c *CAP) SetCRMS(v uint8) { c.setBits(capCRWMS, 2, uint64(v)) }
+// setCRMS sets CRMS.
+func (c *CAP) setCRMS(v uint8) { c.setBits(capCRWMS, 2, uint64(v)) }
 
 // String formats the fields for logs.
 func (c CAP) String() string {
@@ -163,10 +154,10 @@ func Version(major uint16, minor, ter uint8) VS {
 
 // Common versions.
 var (
-	VS1_2 = Version(1, 2, 0)
+	vs1_2 = Version(1, 2, 0)
 	VS1_3 = Version(1, 3, 0) // what nvmetd reports (protocol.md §11.3)
-	VS1_4 = Version(1, 4, 0)
-	VS2_0 = Version(2, 0, 0)
+	vs1_4 = Version(1, 4, 0)
+	vs2_0 = Version(2, 0, 0)
 )
 
 // Major returns the major version.
@@ -193,13 +184,11 @@ type CC uint32
 
 // CC field values (Linux NVME_CC_*).
 const (
-	CCCSSNVM       = 0 // CC.CSS: NVM command set
-	CCCSSCSI       = 6 // CC.CSS: all I/O command sets, selected by CSI
-	CCCSSAdminOnly = 7 // CC.CSS: admin command set only
-	CCAMSRR        = 0 // CC.AMS: round robin
-	CCSHNNone      = 0 // CC.SHN: no notification
-	CCSHNNormal    = 1 // CC.SHN: normal shutdown
-	CCSHNAbrupt    = 2 // CC.SHN: abrupt shutdown
+	CCCSSNVM    = 0 // CC.CSS: NVM command set
+	CCCSSCSI    = 6 // CC.CSS: all I/O command sets, selected by CSI
+	CCAMSRR     = 0 // CC.AMS: round robin
+	CCSHNNone   = 0 // CC.SHN: no notification
+	CCSHNNormal = 1 // CC.SHN: normal shutdown
 )
 
 func (c CC) bits(shift, width uint) uint32 { return uint32(c) >> shift & (1<<width - 1) }
@@ -301,14 +290,14 @@ func (c *CSTS) SetSHST(v uint8) { c.setBits(2, 2, uint32(v)) }
 // NSSRO reports NVM Subsystem Reset Occurred.
 func (c CSTS) NSSRO() bool { return c.bits(4, 1) != 0 }
 
-// SetNSSRO sets NSSRO.
-func (c *CSTS) SetNSSRO(v bool) { c.setBits(4, 1, uint32(b2u(v))) }
+// setNSSRO sets NSSRO.
+func (c *CSTS) setNSSRO(v bool) { c.setBits(4, 1, uint32(b2u(v))) }
 
 // PP reports Processing Paused.
 func (c CSTS) PP() bool { return c.bits(5, 1) != 0 }
 
-// SetPP sets Processing Paused.
-func (c *CSTS) SetPP(v bool) { c.setBits(5, 1, uint32(b2u(v))) }
+// setPP sets Processing Paused.
+func (c *CSTS) setPP(v bool) { c.setBits(5, 1, uint32(b2u(v))) }
 
 // String formats the fields for logs.
 func (c CSTS) String() string {
@@ -323,14 +312,14 @@ type CRTO uint32
 // CRWMT returns the Controller Ready With Media Timeout (500 ms units).
 func (c CRTO) CRWMT() uint16 { return uint16(c) }
 
-// SetCRWMT sets CRWMT.
-func (c *CRTO) SetCRWMT(v uint16) { *c = *c&0xFFFF0000 | CRTO(v) }
+// setCRWMT sets CRWMT.
+func (c *CRTO) setCRWMT(v uint16) { *c = *c&0xFFFF0000 | CRTO(v) }
 
 // CRIMT returns the Controller Ready Independent of Media Timeout (500 ms units).
 func (c CRTO) CRIMT() uint16 { return uint16(c >> 16) }
 
-// SetCRIMT sets CRIMT.
-func (c *CRTO) SetCRIMT(v uint16) { *c = *c&0xFFFF | CRTO(v)<<16 }
+// setCRIMT sets CRIMT.
+func (c *CRTO) setCRIMT(v uint16) { *c = *c&0xFFFF | CRTO(v)<<16 }
 
 func b2u(v bool) uint64 {
 	if v {

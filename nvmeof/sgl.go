@@ -45,7 +45,6 @@ func (t SGLType) String() string {
 const (
 	SGLSubtypeAddress    = 0x0 // address field is an address (keyed: the RDMA TO)
 	SGLSubtypeOffset     = 0x1 // address field is an offset into the in-capsule data
-	SGLSubtypeTransport  = 0xA // transport specific
 	SGLSubtypeInvalidate = 0xF // NVMe/RDMA: address, and invalidate the key (Send with Invalidate)
 )
 

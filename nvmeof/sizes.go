@@ -61,14 +61,6 @@ const (
 	TRSVCIDSize = 32
 	// TRADDRSize is the size of the discovery log TRADDR field (Linux NVMF_TRADDR_SIZE).
 	TRADDRSize = 256
-	// TSASSize is the size of the discovery log transport specific address
-	// subtype field (Linux NVMF_TSAS_SIZE).
-	TSASSize = 256
-	// SNSize, MNSize and FRSize are the Identify Controller serial number,
-	// model number and firmware revision field sizes (space-padded ASCII).
-	SNSize = 20
-	MNSize = 40
-	FRSize = 8
 )
 
 // Queue sizes and limits used by Linux (protocol.md §8.6).
@@ -79,9 +71,9 @@ const (
 	// AdminMaxSQSize is the largest 0's based admin SQSIZE nvmet accepts in
 	// the RDMA CM request (HSQSIZE+1 <= NVME_AQ_DEPTH).
 	AdminMaxSQSize = AdminQueueDepth - 1
-	// AERCommandID is the command identifier tag the Linux host uses for its
+	// aerCommandID is the command identifier tag the Linux host uses for its
 	// Asynchronous Event Request (admin tags >= NVME_AQ_BLK_MQ_DEPTH = 31 are AENs).
-	AERCommandID = AdminQueueDepth - 1
+	aerCommandID = AdminQueueDepth - 1
 	// DefaultIOQueueSize is the host's default I/O queue size (queue_size
 	// option; drivers/nvme/host/fabrics.h NVMF_DEF_QUEUE_SIZE).
 	DefaultIOQueueSize = 128
@@ -104,15 +96,12 @@ const (
 	// NvmetMaxInlineDataSize is nvmet-rdma's largest in-capsule data size
 	// (NVMET_RDMA_MAX_INLINE_DATA_SIZE = max(16 KiB, PAGE_SIZE)).
 	NvmetMaxInlineDataSize = 16384
-	// NvmetMDTS is nvmet-rdma's MDTS: 2^8 pages of 4 KiB = 1 MiB
+	// nvmetMDTS is nvmet-rdma's MDTS: 2^8 pages of 4 KiB = 1 MiB
 	// (NVMET_RDMA_MAX_MDTS; 5 with T10-PI metadata).
-	NvmetMDTS = 8
+	nvmetMDTS = 8
 	// NvmetKAS is nvmet's Identify Controller KAS: 10 units of 100 ms
 	// (drivers/nvme/target/nvmet.h NVMET_KAS).
 	NvmetKAS = 10
-	// NvmetDiscoveryKATO is the keep-alive timeout nvmet applies to discovery
-	// controllers connected with KATO 0, in seconds (NVMET_DISC_KATO_MS/1000).
-	NvmetDiscoveryKATO = 120
 	// DefaultKATO is the Linux host's default keep-alive timeout in seconds
 	// (NVME_DEFAULT_KATO); the admin Connect carries KATO*1000 ms.
 	DefaultKATO = 5
@@ -155,8 +144,6 @@ const (
 	// CNTLIDDynamic is the Connect data CNTLID of an admin connect to a
 	// dynamic controller (Linux NVME_CNTLID_DYNAMIC).
 	CNTLIDDynamic uint16 = 0xFFFF
-	// CNTLIDStatic is the Connect data CNTLID that asks for any static controller.
-	CNTLIDStatic uint16 = 0xFFFE
 	// CNTLIDMin and CNTLIDMax bound the controller IDs a target may assign
 	// (Linux NVME_CNTLID_MIN, NVME_CNTLID_MAX).
 	CNTLIDMin uint16 = 1

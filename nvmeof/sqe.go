@@ -59,13 +59,11 @@ const OpFabrics = 0x7F
 const (
 	// FlagFuseFirst and FlagFuseSecond mark the halves of a fused operation.
 	FlagFuseFirst  = 1 << 0
-	FlagFuseSecond = 1 << 1
+	flagFuseSecond = 1 << 1
 	// FlagPSDTSGL selects SGLs for the data pointer, with a metadata pointer to
 	// a contiguous buffer (PSDT 01b). The Linux RDMA host sets it on every
 	// command, fabrics ones included (protocol.md §8.2).
 	FlagPSDTSGL = 1 << 6
-	// FlagPSDTSGLMetaSeg selects SGLs with MPTR addressing an SGL segment (PSDT 10b).
-	FlagPSDTSGLMetaSeg = 1 << 7
 )
 
 // DataDirection is the data transfer direction of a command, from bits 1..0
@@ -78,7 +76,7 @@ const (
 	DirNone             DataDirection = 0 // no data
 	DirHostToController DataDirection = 1 // write-type: the controller reads host memory (RDMA Read)
 	DirControllerToHost DataDirection = 2 // read-type: the controller writes host memory (RDMA Write)
-	DirBidirectional    DataDirection = 3
+	dirBidirectional    DataDirection = 3
 )
 
 // String returns "none", "host-to-controller", "controller-to-host" or "bidirectional".
@@ -110,8 +108,8 @@ func ParseSQE(b []byte) (*SQE, error) {
 	return (*SQE)(b[:SQESize]), nil
 }
 
-// Reset zeroes the whole entry.
-func (s *SQE) Reset() { *s = SQE{} }
+// reset zeroes the whole entry.
+func (s *SQE) reset() { *s = SQE{} }
 
 // Opcode returns the command opcode (byte 0).
 func (s *SQE) Opcode() uint8 { return s[0] }
@@ -119,8 +117,8 @@ func (s *SQE) Opcode() uint8 { return s[0] }
 // SetOpcode sets the command opcode.
 func (s *SQE) SetOpcode(op uint8) { s[0] = op }
 
-// Flags returns the flags byte (FUSE bits 1..0, PSDT bits 7..6).
-func (s *SQE) Flags() uint8 { return s[1] }
+// flags returns the flags byte (FUSE bits 1..0, PSDT bits 7..6).
+func (s *SQE) flags() uint8 { return s[1] }
 
 // SetFlags sets the flags byte.
 func (s *SQE) SetFlags(f uint8) { s[1] = f }
@@ -180,23 +178,17 @@ func (s *SQE) SetCDW(n int, v uint32) {
 	binary.LittleEndian.PutUint32(s[4*n:], v)
 }
 
-// CDW2 returns command dword 2 (bytes 8..11).
-func (s *SQE) CDW2() uint32 { return binary.LittleEndian.Uint32(s[8:]) }
+// setCDW2 sets command dword 2.
+func (s *SQE) setCDW2(v uint32) { binary.LittleEndian.PutUint32(s[8:], v) }
 
-// SetCDW2 sets command dword 2.
-func (s *SQE) SetCDW2(v uint32) { binary.LittleEndian.PutUint32(s[8:], v) }
+// setCDW3 sets command dword 3.
+func (s *SQE) setCDW3(v uint32) { binary.LittleEndian.PutUint32(s[12:], v) }
 
-// CDW3 returns command dword 3 (bytes 12..15).
-func (s *SQE) CDW3() uint32 { return binary.LittleEndian.Uint32(s[12:]) }
+// cdw10 returns command dword 10 (bytes 40..43).
+func (s *SQE) cdw10() uint32 { return binary.LittleEndian.Uint32(s[40:]) }
 
-// SetCDW3 sets command dword 3.
-func (s *SQE) SetCDW3(v uint32) { binary.LittleEndian.PutUint32(s[12:], v) }
-
-// CDW10 returns command dword 10 (bytes 40..43).
-func (s *SQE) CDW10() uint32 { return binary.LittleEndian.Uint32(s[40:]) }
-
-// SetCDW10 sets command dword 10.
-func (s *SQE) SetCDW10(v uint32) { binary.LittleEndian.PutUint32(s[40:], v) }
+// setCDW10 sets command dword 10.
+func (s *SQE) setCDW10(v uint32) { binary.LittleEndian.PutUint32(s[40:], v) }
 
 // CDW11 returns command dword 11 (bytes 44..47).
 func (s *SQE) CDW11() uint32 { return binary.LittleEndian.Uint32(s[44:]) }
@@ -210,29 +202,23 @@ func (s *SQE) CDW12() uint32 { return binary.LittleEndian.Uint32(s[48:]) }
 // SetCDW12 sets command dword 12.
 func (s *SQE) SetCDW12(v uint32) { binary.LittleEndian.PutUint32(s[48:], v) }
 
-// CDW13 returns command dword 13 (bytes 52..55).
-func (s *SQE) CDW13() uint32 { return binary.LittleEndian.Uint32(s[52:]) }
+// cdw13 returns command dword 13 (bytes 52..55).
+func (s *SQE) cdw13() uint32 { return binary.LittleEndian.Uint32(s[52:]) }
 
-// SetCDW13 sets command dword 13.
-func (s *SQE) SetCDW13(v uint32) { binary.LittleEndian.PutUint32(s[52:], v) }
+// setCDW13 sets command dword 13.
+func (s *SQE) setCDW13(v uint32) { binary.LittleEndian.PutUint32(s[52:], v) }
 
-// CDW14 returns command dword 14 (bytes 56..59).
-func (s *SQE) CDW14() uint32 { return binary.LittleEndian.Uint32(s[56:]) }
+// cdw14 returns command dword 14 (bytes 56..59).
+func (s *SQE) cdw14() uint32 { return binary.LittleEndian.Uint32(s[56:]) }
 
-// SetCDW14 sets command dword 14.
-func (s *SQE) SetCDW14(v uint32) { binary.LittleEndian.PutUint32(s[56:], v) }
+// setCDW14 sets command dword 14.
+func (s *SQE) setCDW14(v uint32) { binary.LittleEndian.PutUint32(s[56:], v) }
 
-// CDW15 returns command dword 15 (bytes 60..63).
-func (s *SQE) CDW15() uint32 { return binary.LittleEndian.Uint32(s[60:]) }
+// setCDW15 sets command dword 15.
+func (s *SQE) setCDW15(v uint32) { binary.LittleEndian.PutUint32(s[60:], v) }
 
-// SetCDW15 sets command dword 15.
-func (s *SQE) SetCDW15(v uint32) { binary.LittleEndian.PutUint32(s[60:], v) }
-
-// MPTR returns the metadata pointer (bytes 16..23).
-func (s *SQE) MPTR() uint64 { return binary.LittleEndian.Uint64(s[16:]) }
-
-// SetMPTR sets the metadata pointer.
-func (s *SQE) SetMPTR(v uint64) { binary.LittleEndian.PutUint64(s[16:], v) }
+// setMPTR sets the metadata pointer.
+func (s *SQE) setMPTR(v uint64) { binary.LittleEndian.PutUint64(s[16:], v) }
 
 // SGL1 returns a view of the data pointer (bytes 24..39) as an SGL
 // descriptor; writes through the view change the SQE.
@@ -280,8 +266,8 @@ func (s *SQE) BuildAER() { s.init(AdminAsyncEvent) }
 // AbortCmd is a view of an Abort command (admin 0x08).
 type AbortCmd struct{ *SQE }
 
-// AbortCmd returns the Abort view of s.
-func (s *SQE) AbortCmd() AbortCmd { return AbortCmd{s} }
+// abortCmd returns the Abort view of s.
+func (s *SQE) abortCmd() AbortCmd { return AbortCmd{s} }
 
 // BuildAbort fills s with an Abort of command cid on submission queue sqid.
 func (s *SQE) BuildAbort(sqid, cid uint16) AbortCmd {
@@ -292,14 +278,14 @@ func (s *SQE) BuildAbort(sqid, cid uint16) AbortCmd {
 	return c
 }
 
-// SQID returns the submission queue of the command to abort (CDW10 15..0).
-func (c AbortCmd) SQID() uint16 { return binary.LittleEndian.Uint16(c.SQE[40:]) }
+// sqid returns the submission queue of the command to abort (CDW10 15..0).
+func (c AbortCmd) sqid() uint16 { return binary.LittleEndian.Uint16(c.SQE[40:]) }
 
 // SetSQID sets the submission queue of the command to abort.
 func (c AbortCmd) SetSQID(v uint16) { binary.LittleEndian.PutUint16(c.SQE[40:], v) }
 
-// AbortCID returns the identifier of the command to abort (CDW10 31..16).
-func (c AbortCmd) AbortCID() uint16 { return binary.LittleEndian.Uint16(c.SQE[42:]) }
+// abortCID returns the identifier of the command to abort (CDW10 31..16).
+func (c AbortCmd) abortCID() uint16 { return binary.LittleEndian.Uint16(c.SQE[42:]) }
 
 // SetAbortCID sets the identifier of the command to abort.
 func (c AbortCmd) SetAbortCID(v uint16) { binary.LittleEndian.PutUint16(c.SQE[42:], v) }

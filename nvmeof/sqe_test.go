@@ -12,15 +12,15 @@ func TestSQELayout(t *testing.T) {
 	s.SetFlags(0x40)
 	s.SetCID(0xA1B2)
 	s.SetNSID(0x01020304)
-	s.SetCDW2(0x11111111)
-	s.SetCDW3(0x22222222)
-	s.SetMPTR(0x3333333333333333)
-	s.SetCDW10(0xAAAAAAAA)
+	s.setCDW2(0x11111111)
+	s.setCDW3(0x22222222)
+	s.setMPTR(0x3333333333333333)
+	s.setCDW10(0xAAAAAAAA)
 	s.SetCDW11(0xBBBBBBBB)
 	s.SetCDW12(0xCCCCCCCC)
-	s.SetCDW13(0xDDDDDDDD)
-	s.SetCDW14(0xEEEEEEEE)
-	s.SetCDW15(0xFFFFFFFF)
+	s.setCDW13(0xDDDDDDDD)
+	s.setCDW14(0xEEEEEEEE)
+	s.setCDW15(0xFFFFFFFF)
 	want := "0240b2a104030201" + "1111111122222222" + "3333333333333333" +
 		"00000000000000000000000000000000" +
 		"aaaaaaaabbbbbbbbccccccccddddddddeeeeeeeeffffffff"
@@ -33,12 +33,12 @@ func TestSQELayout(t *testing.T) {
 		}
 	}
 	s.SetCDW(16, 1) // ignored
-	s.SetFUSE(FlagFuseSecond)
+	s.SetFUSE(flagFuseSecond)
 	s.SetPSDT(2)
-	if s.Flags() != 0x82 || s.FUSE() != 2 || s.PSDT() != 2 {
-		t.Errorf("flags %#x", s.Flags())
+	if s.flags() != 0x82 || s.FUSE() != 2 || s.PSDT() != 2 {
+		t.Errorf("flags %#x", s.flags())
 	}
-	s.Reset()
+	s.reset()
 	if s != (SQE{}) {
 		t.Error("Reset")
 	}
@@ -63,20 +63,20 @@ func TestCQELayout(t *testing.T) {
 	c.SetSQHead(0x0102)
 	c.SetSQID(0x0304)
 	c.SetCID(0x0506)
-	c.SetPhase(true)
+	c.setPhase(true)
 	c.SetStatus(StatusInvalidField | StatusDNR)
 	if got, want := hexs(c[:]), "4433221188776655"+"0201"+"0403"+"0605"+"0580"; got != want {
 		t.Errorf("CQE %s, want %s", got, want)
 	}
-	if c.Result64() != 0x5566778811223344 || c.Status() != 0x4002 || !c.Phase() || c.RawStatus() != 0x8005 {
+	if c.Result64() != 0x5566778811223344 || c.Status() != 0x4002 || !c.phase() || c.RawStatus() != 0x8005 {
 		t.Errorf("result64 %#x status %v", c.Result64(), c.Status())
 	}
-	c.SetPhase(false)
-	if c.RawStatus() != 0x8004 || c.Err() == nil {
+	c.setPhase(false)
+	if c.RawStatus() != 0x8004 || c.err() == nil {
 		t.Errorf("raw %#x", c.RawStatus())
 	}
-	c.SetResult64(1)
-	if c.Result() != 1 || c.DW1() != 0 {
+	c.setResult64(1)
+	if c.Result() != 1 || c.dw1() != 0 {
 		t.Error("Result64")
 	}
 	if _, err := ParseCQE(make([]byte, 15)); err == nil {
@@ -107,7 +107,7 @@ func TestDataDirection(t *testing.T) {
 		{OpFabrics, FCTypeAuthSend, DirHostToController, true},
 		{OpFabrics, FCTypeAuthReceive, DirControllerToHost, false},
 		{OpFabrics, FCTypeDisconnect, DirNone, false},
-		{0x03, 0, DirBidirectional, true},
+		{0x03, 0, dirBidirectional, true},
 	} {
 		var s SQE
 		s.SetOpcode(tc.op)
@@ -116,7 +116,7 @@ func TestDataDirection(t *testing.T) {
 			t.Errorf("op %#x fctype %#x: %v write %v", tc.op, tc.fctype, s.DataDirection(), s.IsWrite())
 		}
 	}
-	if DirBidirectional.String() != "bidirectional" || DirNone.String() != "none" {
+	if dirBidirectional.String() != "bidirectional" || DirNone.String() != "none" {
 		t.Error("String")
 	}
 }
@@ -125,7 +125,7 @@ func TestBuilders(t *testing.T) {
 	var s SQE
 	s.SetCID(99) // builders start from zero
 	c := s.BuildRead(1, 0x1122334455, 65536)
-	if s.CID() != 0 || s.Flags() != FlagPSDTSGL || c.NLB() != 0xFFFF || c.Blocks() != 65536 || c.SLBA() != 0x1122334455 {
+	if s.CID() != 0 || s.flags() != FlagPSDTSGL || c.NLB() != 0xFFFF || c.Blocks() != 65536 || c.SLBA() != 0x1122334455 {
 		t.Errorf("read: %x", s)
 	}
 	if last, ok := c.LastLBA(); !ok || last != 0x1122334455+0xFFFF {
@@ -137,35 +137,35 @@ func TestBuilders(t *testing.T) {
 	}
 	w := s.BuildWrite(2, 8, 1)
 	w.SetFUA(true)
-	w.SetLR(true)
-	w.SetPRINFO(0xF)
-	w.SetDTYPE(2)
-	w.SetDSM(0x12)
-	w.SetDSPEC(0x3456)
-	if s.CDW12() != 0xFC200000 || !w.FUA() || !w.LR() || w.PRINFO() != 0xF || w.DTYPE() != 2 || s.CDW13() != 0x34560012 {
-		t.Errorf("CDW12 %#x CDW13 %#x", s.CDW12(), s.CDW13())
+	w.setLR(true)
+	w.setPRINFO(0xF)
+	w.setDTYPE(2)
+	w.setDSM(0x12)
+	w.setDSPEC(0x3456)
+	if s.CDW12() != 0xFC200000 || !w.FUA() || !w.lr() || w.prinfo() != 0xF || w.dtype() != 2 || s.cdw13() != 0x34560012 {
+		t.Errorf("CDW12 %#x CDW13 %#x", s.CDW12(), s.cdw13())
 	}
 	w.SetFUA(false)
 	if s.CDW12()&RWFUA != 0 {
 		t.Error("SetFUA(false)")
 	}
 	z := s.BuildWriteZeroes(1, 0, 16)
-	z.SetDEAC(true)
+	z.setDEAC(true)
 	z.SetFUA(true)
-	if s.Opcode() != NVMWriteZeroes || s.CDW12() != 0x4200000F || !z.DEAC() || s.SGL1().Identifier() != SGLIDKeyed || s.DataDirection() != DirNone {
+	if s.Opcode() != NVMWriteZeroes || s.CDW12() != 0x4200000F || !z.deac() || s.SGL1().Identifier() != SGLIDKeyed || s.DataDirection() != DirNone {
 		t.Errorf("write zeroes %x", s)
 	}
 	d := s.BuildDSM(1, 256, DSMAD)
-	if s.CDW10() != 0xFF || !d.AD() || d.NumRanges() != 256 || d.DataLength() != 4096 {
+	if s.cdw10() != 0xFF || !d.AD() || d.NumRanges() != 256 || d.DataLength() != 4096 {
 		t.Errorf("dsm %x", s)
 	}
-	d.SetAD(false)
-	d.SetAttributes(DSMIDR | DSMIDW)
-	if d.AD() || d.Attributes() != 3 {
+	d.setAD(false)
+	d.SetAttributes(dsmidr | dsmidw)
+	if d.AD() || d.attributes() != 3 {
 		t.Error("DSM attributes")
 	}
 	a := s.BuildAbort(3, 0x1234)
-	if s.Opcode() != AdminAbort || s.CDW10() != 0x12340003 || a.SQID() != 3 || a.AbortCID() != 0x1234 {
+	if s.Opcode() != AdminAbort || s.cdw10() != 0x12340003 || a.sqid() != 3 || a.abortCID() != 0x1234 {
 		t.Errorf("abort %x", s)
 	}
 	s.BuildKeepAlive()
@@ -173,59 +173,59 @@ func TestBuilders(t *testing.T) {
 		t.Errorf("keep alive %x", s)
 	}
 	g := s.BuildGetLogPage(LIDSMART, NSIDAll, 0x100000004, 0)
-	if g.NumBytes() != 4 || g.LPO() != 0x100000004 || s.CDW12() != 4 || s.CDW13() != 1 {
+	if g.NumBytes() != 4 || g.LPO() != 0x100000004 || s.CDW12() != 4 || s.cdw13() != 1 {
 		t.Errorf("get log page %x", s)
 	}
 	g.SetNumBytes(0x40001 * 4) // NUMD 0x40000: NUMDL 0, NUMDU 4
 	g.SetLSP(0x7F)
 	g.SetRAE(true)
-	g.SetLSI(0xBEEF)
-	g.SetOT(true)
+	g.setLSI(0xBEEF)
+	g.setOT(true)
 	g.SetCSI(CSIZNS)
-	g.SetUUIDIndex(0x7F)
-	if s.CDW10() != 0x0000FF02 || s.CDW11() != 0xBEEF0004 || s.CDW14() != 0x0280007F || g.NUMD() != 0x40000 || g.NumBytes() != 0x40001*4 {
-		t.Errorf("get log page CDW10 %#x CDW11 %#x CDW14 %#x", s.CDW10(), s.CDW11(), s.CDW14())
+	g.setUUIDIndex(0x7F)
+	if s.cdw10() != 0x0000FF02 || s.CDW11() != 0xBEEF0004 || s.cdw14() != 0x0280007F || g.NUMD() != 0x40000 || g.NumBytes() != 0x40001*4 {
+		t.Errorf("get log page CDW10 %#x CDW11 %#x CDW14 %#x", s.cdw10(), s.CDW11(), s.cdw14())
 	}
 	g.SetNumBytes(5) // rounds up to 8
 	if g.NumBytes() != 8 {
 		t.Errorf("rounded %d", g.NumBytes())
 	}
-	i := s.BuildIdentify(CNSControllerList, 5, 0x1234, CSIZNS)
-	i.SetCNSSID(0x5678)
-	i.SetUUIDIndex(3)
-	if s.CDW10() != 0x12340013 || s.CDW11() != 0x02005678 || s.CDW14() != 3 || s.NSID() != 5 {
+	i := s.BuildIdentify(cnsControllerList, 5, 0x1234, CSIZNS)
+	i.setCNSSID(0x5678)
+	i.setUUIDIndex(3)
+	if s.cdw10() != 0x12340013 || s.CDW11() != 0x02005678 || s.cdw14() != 3 || s.NSID() != 5 {
 		t.Errorf("identify %x", s)
 	}
 	f := s.BuildSetFeatures(FeatKeepAliveTimer, 0, 5000, true)
-	if s.CDW10() != 0x8000000F || f.Value() != 5000 || !f.SV() {
+	if s.cdw10() != 0x8000000F || f.Value() != 5000 || !f.sv() {
 		t.Errorf("set features %x", s)
 	}
 	f.SetSV(false)
-	f.SetUUIDIndex(1)
-	if f.SV() || f.UUIDIndex() != 1 {
+	f.setUUIDIndex(1)
+	if f.sv() || f.uuidIndex() != 1 {
 		t.Error("SV")
 	}
-	gf := s.BuildGetFeatures(FeatNumQueues, 0, FeatSelSupported)
-	if s.Opcode() != AdminGetFeatures || s.CDW10() != 0x307 || gf.SEL() != FeatSelSupported || gf.FID() != FeatNumQueues {
+	gf := s.BuildGetFeatures(FeatNumQueues, 0, featSelSupported)
+	if s.Opcode() != AdminGetFeatures || s.cdw10() != 0x307 || gf.sel() != featSelSupported || gf.FID() != FeatNumQueues {
 		t.Errorf("get features %x", s)
 	}
 	cn := s.BuildConnect(3, 127, 0)
-	cn.SetCATTR(CATTRDisableSQFlow)
+	cn.setCATTR(cattrDisableSQFlow)
 	cn.SetRECFMT(1)
 	if hexs(s[40:52]) != "010003007f00040000000000" {
 		t.Errorf("connect %x", s[40:52])
 	}
 	pg := s.BuildPropertyGet(PropCAP)
-	if s[40] != 1 || pg.Size() != 8 || pg.Offset() != 0 || pg.Attrib() != 1 {
+	if s[40] != 1 || pg.size() != 8 || pg.Offset() != 0 || pg.Attrib() != 1 {
 		t.Errorf("property get %x", s)
 	}
 	pg.SetSize(4)
-	pg.SetAttrib(pg.Attrib())
-	if pg.Size() != 4 {
+	pg.setAttrib(pg.Attrib())
+	if pg.size() != 4 {
 		t.Error("size")
 	}
 	ps := s.BuildPropertySet(PropCC, 0xFFFFFFFF00460001)
-	if ps.Size() != 4 || ps.Value() != 0x00460001 || s.CDW12() != 0x00460001 || s.CDW13() != 0xFFFFFFFF {
+	if ps.Size() != 4 || ps.Value() != 0x00460001 || s.CDW12() != 0x00460001 || s.cdw13() != 0xFFFFFFFF {
 		t.Errorf("property set %x", s)
 	}
 	ps.SetSize(8)
@@ -233,10 +233,10 @@ func TestBuilders(t *testing.T) {
 		t.Error("8-byte property set")
 	}
 	dc := s.BuildDisconnect()
-	if s.Opcode() != OpFabrics || s.FCType() != FCTypeDisconnect || dc.RECFMT() != 0 || OpcodeName(0, &s) != "Fabrics Disconnect" {
+	if s.Opcode() != OpFabrics || s.FCType() != FCTypeDisconnect || dc.recfmt() != 0 || OpcodeName(0, &s) != "Fabrics Disconnect" {
 		t.Errorf("disconnect %x", s)
 	}
-	dc.SetRECFMT(0)
+	dc.setRECFMT(0)
 	s.BuildFlush(NSIDAll)
 	if s.NSID() != NSIDAll || s.Opcode() != NVMFlush {
 		t.Error("flush")
@@ -315,13 +315,13 @@ func TestSQECQENoAlloc(t *testing.T) {
 		cq, _ := ParseCQE(cbuf)
 		cq.Complete(s, 1, 5, 0, StatusSuccess)
 		sink += uint64(cq.CID()) + uint64(cq.Status()) + uint64(cq.SQHead())
-		if cq.Err() != nil {
+		if cq.err() != nil {
 			panic("status")
 		}
 		s.BuildConnect(1, 127, 0)
 		sink += uint64(s.ConnectCmd().QID())
 		s.BuildPropertyGet(PropCSTS)
-		cq.SetResult64(1)
+		cq.setResult64(1)
 		sink += cq.Result64()
 		g := s.BuildGetLogPage(LIDSMART, NSIDAll, 0, 512)
 		sink += g.NumBytes()

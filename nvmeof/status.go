@@ -175,8 +175,8 @@ func StatusFromWire(w uint16) Status { return Status(w >> statusPhaseShift) }
 // Wire returns the CQE status field for s with phase tag 0.
 func (s Status) Wire() uint16 { return uint16(s) << statusPhaseShift }
 
-// SC returns the status code (bits 7..0).
-func (s Status) SC() uint8 { return uint8(s) }
+// sc returns the status code (bits 7..0).
+func (s Status) sc() uint8 { return uint8(s) }
 
 // SCT returns the status code type (bits 10..8).
 func (s Status) SCT() uint8 { return uint8(s>>8) & 7 }
@@ -194,11 +194,11 @@ func (s Status) DNR() bool { return s&StatusDNR != 0 }
 // against the named constants.
 func (s Status) Code() Status { return s & statusCodeMask }
 
-// WithDNR returns s with the Do Not Retry bit set.
-func (s Status) WithDNR() Status { return s | StatusDNR }
+// withDNR returns s with the Do Not Retry bit set.
+func (s Status) withDNR() Status { return s | StatusDNR }
 
-// WithCRD returns s with its command retry delay index set to crd (0..3).
-func (s Status) WithCRD(crd uint8) Status {
+// withCRD returns s with its command retry delay index set to crd (0..3).
+func (s Status) withCRD(crd uint8) Status {
 	return s&^StatusCRDMask | Status(crd&3)<<statusCRDShift
 }
 

@@ -9,8 +9,8 @@ import (
 
 func TestStatusFields(t *testing.T) {
 	s := StatusInvalidField | StatusDNR
-	if s != 0x4002 || s.SC() != 0x02 || s.SCT() != SCTGeneric || !s.DNR() || s.More() || s.CRD() != 0 {
-		t.Errorf("%#x sc %#x sct %d", uint16(s), s.SC(), s.SCT())
+	if s != 0x4002 || s.sc() != 0x02 || s.SCT() != SCTGeneric || !s.DNR() || s.More() || s.CRD() != 0 {
+		t.Errorf("%#x sc %#x sct %d", uint16(s), s.sc(), s.SCT())
 	}
 	if s.Wire() != 0x8004 || StatusFromWire(0x8005) != s {
 		t.Errorf("wire %#x", s.Wire())
@@ -18,8 +18,8 @@ func TestStatusFields(t *testing.T) {
 	if got := s.Error(); got != "nvme status 0x4002: invalid field in command (DNR)" {
 		t.Errorf("%q", got)
 	}
-	c := StatusConnectInvalidHost.WithDNR().WithCRD(2) | StatusMore
-	if c.SCT() != SCTCommand || c.SC() != 0x84 || c.CRD() != 2 || !c.More() || !c.DNR() || c.Code() != StatusConnectInvalidHost {
+	c := StatusConnectInvalidHost.withDNR().withCRD(2) | StatusMore
+	if c.SCT() != SCTCommand || c.sc() != 0x84 || c.CRD() != 2 || !c.More() || !c.DNR() || c.Code() != StatusConnectInvalidHost {
 		t.Errorf("%v", c)
 	}
 	if got := c.Error(); got != "nvme status 0x7184: connect invalid host (DNR, more, CRD 2)" {
@@ -91,7 +91,7 @@ func FuzzStatus(f *testing.F) {
 			t.Fatalf("fields do not recompose %#x", uint16(s))
 		}
 		var c CQE
-		c.SetPhase(w&1 != 0)
+		c.setPhase(w&1 != 0)
 		c.SetStatus(s)
 		if c.RawStatus() != w || c.Status() != s {
 			t.Fatalf("CQE status %#x, want %#x", c.RawStatus(), w)

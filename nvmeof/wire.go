@@ -18,8 +18,8 @@ type Uint128 struct {
 // U128 returns v as a Uint128.
 func U128(v uint64) Uint128 { return Uint128{Lo: v} }
 
-// Uint64 returns the value and whether it fits in 64 bits.
-func (u Uint128) Uint64() (uint64, bool) { return u.Lo, u.Hi == 0 }
+// uint64 returns the value and whether it fits in 64 bits.
+func (u Uint128) uint64() (uint64, bool) { return u.Lo, u.Hi == 0 }
 
 // Big returns the value as a big.Int.
 func (u Uint128) Big() *big.Int {

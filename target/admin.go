@@ -22,7 +22,7 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 	// nvmet_check_ctrl_status: commands other than Fabrics ones need an
 	// enabled, ready controller.
 	if !c.ready() {
-		q.finish(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
 		return
 	}
 	op := sqe.Opcode()
@@ -31,7 +31,7 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 	switch op {
 	case nvmeof.AdminAbort, nvmeof.AdminAsyncEvent, nvmeof.AdminKeepAlive:
 		if len(r.Data()) != 0 {
-			q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+			q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 			return
 		}
 	}
@@ -49,21 +49,21 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 	case nvmeof.AdminKeepAlive:
 		if !c.ka.enabled() {
 			// nvmet_execute_keep_alive: no timer to restart.
-			q.finish(r, nvmeof.StatusKeepAliveInvalid)
+			q.respond(r, nvmeof.StatusKeepAliveInvalid)
 			return
 		}
 		c.ka.reset()
-		q.finish(r, nvmeof.StatusSuccess)
+		q.respond(r, nvmeof.StatusSuccess)
 	case nvmeof.AdminAbort:
 		if c.sub.disc {
-			q.finish(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
+			q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 			return
 		}
 		// nvmet: a "minimum viable" Abort that aborts nothing.
 		r.SetResult(nvmeof.AbortNotAborted)
-		q.finish(r, nvmeof.StatusSuccess)
+		q.respond(r, nvmeof.StatusSuccess)
 	default:
-		q.finish(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 	}
 }
 
@@ -75,22 +75,22 @@ func (c *controller) handleFabrics(q *queue, r *rdma.Request) {
 	switch sqe.FCType() {
 	case nvmeof.FCTypePropertyGet:
 		if len(r.Data()) != 0 {
-			q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+			q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 			return
 		}
 		pg := sqe.PropertyGetCmd()
 		v, st := c.propertyGet(pg.Attrib()&1 != 0, pg.Offset())
 		r.SetResult64(v)
-		q.finish(r, st)
+		q.respond(r, st)
 	case nvmeof.FCTypePropertySet:
 		if len(r.Data()) != 0 {
-			q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+			q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 			return
 		}
 		ps := sqe.PropertySetCmd()
-		q.finish(r, c.propertySet(ps.Attrib()&1 != 0, ps.Offset(), ps.Value()))
+		q.respond(r, c.propertySet(ps.Attrib()&1 != 0, ps.Offset(), ps.Value()))
 	default:
-		q.finish(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 	}
 }
 
@@ -98,7 +98,7 @@ func (c *controller) handleFabrics(q *queue, r *rdma.Request) {
 func (c *controller) identify(q *queue, r *rdma.Request) {
 	d := r.Data()
 	if len(d) != nvmeof.IdentifyDataSize {
-		q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 		return
 	}
 	clear(d)
@@ -106,11 +106,11 @@ func (c *controller) identify(q *queue, r *rdma.Request) {
 	nsid := r.SQE().NSID()
 	if c.sub.disc {
 		if cmd.CNS() != nvmeof.CNSController {
-			q.finish(r, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+			q.respond(r, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
 			return
 		}
 		c.identifyController((*nvmeof.IdentifyController)(d), q)
-		q.finish(r, nvmeof.StatusSuccess)
+		q.respond(r, nvmeof.StatusSuccess)
 		return
 	}
 	tab := c.sub.ns.Load()
@@ -174,7 +174,7 @@ func (c *controller) identify(q *queue, r *rdma.Request) {
 	default:
 		st = nvmeof.StatusInvalidField | nvmeof.StatusDNR
 	}
-	q.finish(r, st)
+	q.respond(r, st)
 }
 
 // identifyController fills Identify Controller (protocol.md §8.7, §10.2;
@@ -345,7 +345,7 @@ func (c *controller) setFeatures(q *queue, r *rdma.Request) {
 	default:
 		st = nvmeof.StatusInvalidField | nvmeof.StatusDNR
 	}
-	q.finish(r, st)
+	q.respond(r, st)
 }
 
 // getFeatures serves Get Features (nvmet_execute_get_features,
@@ -358,7 +358,7 @@ func (c *controller) getFeatures(q *queue, r *rdma.Request) {
 		want = 16
 	}
 	if len(r.Data()) != want {
-		q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 		return
 	}
 	st := nvmeof.StatusSuccess
@@ -385,5 +385,5 @@ func (c *controller) getFeatures(q *queue, r *rdma.Request) {
 	default:
 		st = nvmeof.StatusInvalidField | nvmeof.StatusDNR
 	}
-	q.finish(r, st)
+	q.respond(r, st)
 }

@@ -1,15 +1,15 @@
 package target
 
 import (
-	"github.com/nvmetd/nvmetd/iwarp"
-
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
 	"runtime"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // This file holds the configuration's defaults and limits and
@@ -132,19 +132,11 @@ func (c *Config) ApplyDefaults() {
 			p.ID = next
 			used[next] = true
 		}
-		if p.ServiceID == 0 {
-			p.ServiceID = DefaultServiceID
-		}
-		if p.InlineDataSize == 0 {
-			p.InlineDataSize = DefaultInlineDataSize
-		}
-		if p.MaxQueueSize == 0 {
-			p.MaxQueueSize = DefaultQueueSize
-		}
+		defaults.Set(&p.ServiceID, DefaultServiceID)
+		defaults.Set(&p.InlineDataSize, DefaultInlineDataSize)
+		defaults.Set(&p.MaxQueueSize, DefaultQueueSize)
 		for j := range p.Referrals {
-			if p.Referrals[j].ServiceID == 0 {
-				p.Referrals[j].ServiceID = DefaultServiceID
-			}
+			defaults.Set(&p.Referrals[j].ServiceID, DefaultServiceID)
 		}
 	}
 	for i := range c.Subsystems {
@@ -152,83 +144,39 @@ func (c *Config) ApplyDefaults() {
 		if s.Serial == "" && s.NQN != "" {
 			s.Serial = DerivedSerial(s.NQN)
 		}
-		if s.Model == "" {
-			s.Model = DefaultModel
-		}
-		if s.FirmwareRevision == "" {
-			s.FirmwareRevision = DefaultFirmwareRevision
-		}
-		if s.MaxNamespaces == 0 {
-			s.MaxNamespaces = DefaultMaxNamespaces
-		}
-		if s.CNTLIDMin == 0 {
-			s.CNTLIDMin = DefaultCNTLIDMin
-		}
-		if s.CNTLIDMax == 0 {
-			s.CNTLIDMax = DefaultCNTLIDMax
-		}
+		defaults.Set(&s.Model, DefaultModel)
+		defaults.Set(&s.FirmwareRevision, DefaultFirmwareRevision)
+		defaults.Set(&s.MaxNamespaces, DefaultMaxNamespaces)
+		defaults.Set(&s.CNTLIDMin, DefaultCNTLIDMin)
+		defaults.Set(&s.CNTLIDMax, DefaultCNTLIDMax)
 		for j := range s.Namespaces {
 			n := &s.Namespaces[j]
 			if n.Enabled == nil {
 				t := true
 				n.Enabled = &t
 			}
-			if n.ANAGroup == 0 {
-				n.ANAGroup = DefaultANAGroup
-			}
+			defaults.Set(&n.ANAGroup, DefaultANAGroup)
 		}
 	}
 	t := &c.Transport
-	if t.CRC == "" {
-		t.CRC = DefaultCRC
-	}
-	if t.ConnectTimeout == 0 {
-		t.ConnectTimeout = DefaultConnectTimeout
-	}
-	if t.StallTimeout == 0 {
-		t.StallTimeout = DefaultStallTimeout
-	}
-	if t.WriteTimeout == 0 {
-		t.WriteTimeout = DefaultWriteTimeout
-	}
+	defaults.Set(&t.CRC, DefaultCRC)
+	defaults.Set(&t.ConnectTimeout, DefaultConnectTimeout)
+	defaults.Set(&t.StallTimeout, DefaultStallTimeout)
+	defaults.Set(&t.WriteTimeout, DefaultWriteTimeout)
 	l := &c.Limits
-	if l.MaxPending == 0 {
-		l.MaxPending = DefaultMaxPending
-	}
-	if l.MaxPendingPerAddress == 0 {
-		l.MaxPendingPerAddress = DefaultMaxPendingPerAddress
-	}
-	if l.MaxConnections == 0 {
-		l.MaxConnections = iwarp.DefaultMaxConns()
-	}
-	if l.MaxControllersPerHost == 0 {
-		l.MaxControllersPerHost = DefaultMaxControllersPerHost
-	}
-	if l.MaxQueuesPerHost == 0 {
-		l.MaxQueuesPerHost = DefaultMaxQueuesPerHost
-	}
+	defaults.Set(&l.MaxPending, DefaultMaxPending)
+	defaults.Set(&l.MaxPendingPerAddress, DefaultMaxPendingPerAddress)
+	defaults.Set(&l.MaxConnections, rdma.DefaultMaxConnections())
+	defaults.Set(&l.MaxControllersPerHost, DefaultMaxControllersPerHost)
+	defaults.Set(&l.MaxQueuesPerHost, DefaultMaxQueuesPerHost)
 	u := &c.Tuning
-	if u.IOWorkers == 0 {
-		u.IOWorkers = max(32, 8*runtime.NumCPU())
-	}
-	if u.BufferPoolSize == "" {
-		u.BufferPoolSize = DefaultBufferPoolSize
-	}
-	if u.MaxTransferSize == "" {
-		u.MaxTransferSize = DefaultMaxTransferSize
-	}
-	if u.MaxIOQueues == 0 {
-		u.MaxIOQueues = min(max(8, runtime.NumCPU()), 128)
-	}
-	if u.KeepAlive == 0 {
-		u.KeepAlive = DefaultKeepAlive
-	}
-	if u.KeepAliveMin == 0 {
-		u.KeepAliveMin = DefaultKeepAliveMin
-	}
-	if u.KeepAliveMax == 0 {
-		u.KeepAliveMax = DefaultKeepAliveMax
-	}
+	defaults.Set(&u.IOWorkers, max(32, 8*runtime.NumCPU()))
+	defaults.Set(&u.BufferPoolSize, DefaultBufferPoolSize)
+	defaults.Set(&u.MaxTransferSize, DefaultMaxTransferSize)
+	defaults.Set(&u.MaxIOQueues, min(max(8, runtime.NumCPU()), 128))
+	defaults.Set(&u.KeepAlive, DefaultKeepAlive)
+	defaults.Set(&u.KeepAliveMin, DefaultKeepAliveMin)
+	defaults.Set(&u.KeepAliveMax, DefaultKeepAliveMax)
 	if u.HealthInterval == 0 {
 		u.HealthInterval = DefaultHealthInterval
 	}

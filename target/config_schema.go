@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/backend"
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // This file is the target's configuration schema: plain structs with
@@ -575,15 +575,15 @@ func (t *TuningConfig) BufferPoolBytes() int64 {
 	return n
 }
 
-// IWARP returns the iwarp.Config for the transport settings (the caller
-// sets Logger).
-func (t *TransportConfig) IWARP() (iwarp.Config, error) {
-	var cfg iwarp.Config
+// RDMA returns the NVMe/RDMA transport configuration of the transport
+// settings (the caller sets Admission).
+func (t *TransportConfig) RDMA() (rdma.TransportConfig, error) {
+	var cfg rdma.TransportConfig
 	crc := t.CRC
 	if crc == "" {
 		crc = DefaultCRC
 	}
-	p, err := iwarp.ParseCRCPolicy(crc)
+	p, err := rdma.ParseCRCPolicy(crc)
 	if err != nil {
 		return cfg, &FieldError{Field: "crc", Reason: fmt.Sprintf("%q is not one of off, offered, required", t.CRC), Err: err}
 	}

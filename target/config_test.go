@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/backend"
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 const (
@@ -522,18 +522,18 @@ func TestBackendConfig(t *testing.T) {
 	}
 }
 
-func TestTransportIWARP(t *testing.T) {
+func TestTransportRDMA(t *testing.T) {
 	tc := TransportConfig{CRC: "required", MaxFPDU: 9000, StallTimeout: time.Minute, ConnectTimeout: 5 * time.Second, BusyPoll: 50 * time.Microsecond}
-	cfg, err := tc.IWARP()
-	if err != nil || cfg.CRC != iwarp.CRCRequired || cfg.MaxFPDU != 9000 || cfg.StallTimeout != time.Minute ||
+	cfg, err := tc.RDMA()
+	if err != nil || cfg.CRC != rdma.CRCRequired || cfg.MaxFPDU != 9000 || cfg.StallTimeout != time.Minute ||
 		cfg.ConnectTimeout != 5*time.Second || cfg.BusyPoll != 50*time.Microsecond {
-		t.Errorf("IWARP() = %+v, %v", cfg, err)
+		t.Errorf("RDMA() = %+v, %v", cfg, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		t.Errorf("iwarp rejects the converted config: %v", err)
+		t.Errorf("nvmeof/rdma rejects the converted config: %v", err)
 	}
 	d := Defaults().Transport
-	if cfg, err := d.IWARP(); err != nil || cfg.CRC != iwarp.CRCOff || cfg.Validate() != nil {
+	if cfg, err := d.RDMA(); err != nil || cfg.CRC != rdma.CRCOff || cfg.Validate() != nil {
 		t.Errorf("default transport: %+v, %v", cfg, err)
 	}
 }

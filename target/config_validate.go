@@ -410,7 +410,7 @@ func (c *Config) validateHosts(v *validator) {
 }
 
 func (t *TransportConfig) validate(v *validator, tp string) {
-	if _, err := t.IWARP(); err != nil {
+	if _, err := t.RDMA(); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
 			v.addErr(tp+"."+fe.Field, fe.Reason, fe.Err)

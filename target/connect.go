@@ -135,8 +135,8 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		inline: pc.InlineDataSize, maxQueue: pc.MaxQueueSize, created: time.Now(),
 		io: newIORef(),
 	}
-	if cq := q.cq.Load(); cq != nil && cq.MaxTransferSize() >= 4096 {
-		c.mdts = uint8(bits.TrailingZeros(uint(cq.MaxTransferSize())) - 12)
+	if conn := q.conn.Load(); conn != nil && conn.MaxTransferSize() >= 4096 {
+		c.mdts = uint8(bits.TrailingZeros(uint(conn.MaxTransferSize())) - 12)
 	}
 	c.cap.SetMQES(uint16(pc.MaxQueueSize - 1))
 	c.cap.SetCQR(true)

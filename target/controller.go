@@ -277,12 +277,12 @@ func (c *controller) asyncEventRequest(q *queue, r *rdma.Request) {
 		c.events = slices.Delete(c.events, 0, 1)
 		c.mu.Unlock()
 		r.SetResult(uint32(ev))
-		q.finish(r, nvmeof.StatusSuccess)
+		q.respond(r, nvmeof.StatusSuccess)
 		return
 	}
 	if len(c.aers) >= maxAERs {
 		c.mu.Unlock()
-		q.finish(r, nvmeof.StatusAsyncEventLimitExceeded|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusAsyncEventLimitExceeded|nvmeof.StatusDNR)
 		return
 	}
 	if c.dead.Load() {

@@ -59,6 +59,12 @@
 //     Information log and its status carries the More bit, as nvmet's.
 //     Backend errors map to NVMe status as the backend package documents.
 //
+// # Test hooks
+//
+// TestHooks (hooks.go), set before Start, let a test rewrite, fail, hold or
+// drop a command or rewrite a completion: the initiator's tests use them to
+// make this controller misbehave. A production target never sets them.
+//
 // # Concurrency
 //
 // The binding calls a queue's handler on the queue's engine goroutines,

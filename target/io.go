@@ -8,28 +8,28 @@ import (
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // handleIO checks an NVM command on an I/O queue and starts it: the
 // checks run on the engine goroutine, the backend call on a worker (or
 // inline for RAM backends). Nothing here allocates.
-func (q *queue) handleIO(c *controller, r *rdma.Request) {
+func (q *queue) handleIO(ctrl *controller, c *command) {
+	r := c.r
 	sqe := r.SQE()
 	if sqe.IsFabrics() {
 		// Authentication Send/Receive are not supported; nothing else is
 		// valid on an I/O queue (nvmet_parse_fabrics_io_cmd).
-		q.finish(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 		return
 	}
-	if !c.ready() {
-		q.finish(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
+	if !ctrl.ready() {
+		q.respond(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
 		return
 	}
-	if c.revoked.Load() {
+	if ctrl.revoked.Load() {
 		// The host is no longer allowed into the subsystem; its
 		// controller is being torn down.
-		q.finish(r, nvmeof.StatusAccessDenied|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusAccessDenied|nvmeof.StatusDNR)
 		return
 	}
 	op := sqe.Opcode()
@@ -37,36 +37,36 @@ func (q *queue) handleIO(c *controller, r *rdma.Request) {
 	if op == nvmeof.NVMFlush && nsid == nvmeof.NSIDAll {
 		// Identify VWC says Flush of every namespace is supported.
 		if len(r.Data()) != 0 {
-			q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+			q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 			return
 		}
-		r.Ctx = c.sub
-		q.s.shared.push(r)
+		c.kind = cmdFlushAll
+		q.s.shared.push(c)
 		return
 	}
-	ns, st := c.sub.ns.Load().lookup(nsid)
+	ns, st := ctrl.sub.ns.Load().lookup(nsid)
 	if st != nvmeof.StatusSuccess {
-		q.finish(r, st)
+		q.respond(r, st)
 		return
 	}
 	st = ns.check(sqe, len(r.Data()))
 	if st == nvmeof.StatusSuccess {
 		// nvmet_check_ana_state: a path whose group is not accessible
 		// answers with a path-related status, and the host tries another.
-		st = anaStatus(c.anaState(ns.cfg.ANAGroup))
+		st = anaStatus(ctrl.anaState(ns.cfg.ANAGroup))
 	}
 	if st != nvmeof.StatusSuccess {
 		ns.errors.Add(1)
 		ns.put()
-		q.finish(r, st)
+		q.respond(r, st)
 		return
 	}
-	r.Ctx = ns
+	c.kind, c.ns = cmdIO, ns
 	switch op {
 	case nvmeof.NVMWrite, nvmeof.NVMDatasetManagement:
 		r.FetchData() // DataReady submits it
 	default:
-		ns.submit(q.s, r)
+		ns.submit(q.s, c)
 	}
 }
 
@@ -111,45 +111,45 @@ func (ns *namespace) check(sqe *nvmeof.SQE, dataLen int) nvmeof.Status {
 
 // submit runs a checked command: inline for backends that never sleep,
 // else on the namespace's worker pool.
-func (ns *namespace) submit(s *server, r *rdma.Request) {
+func (ns *namespace) submit(s *server, c *command) {
 	if ns.inline {
-		s.execIO(r)
+		s.execIO(c)
 		return
 	}
-	ns.pool.push(r)
+	ns.pool.push(c)
 }
 
-// execIO runs a command's backend work and completes it. r.Ctx is the
-// namespace (with a reference held) or, for a Flush of every namespace,
-// the subsystem.
+// execIO runs a command's backend work and completes it: an NVM command on
+// c.ns (with a reference held), or a Flush of every namespace of the
+// controller's subsystem.
 //
 // A command whose connection has ended, or whose controller is gone, is
 // not executed: nobody would get its answer, and a write that ran after
 // the host's next association had written the same blocks would overwrite
 // newer data (see ioRef).
-func (s *server) execIO(r *rdma.Request) {
-	q := r.Queue().Ctx.(*queue)
+func (s *server) execIO(c *command) {
+	q, r := c.q, c.r
 	sqe := r.SQE()
-	c := q.ctrl.Load()
-	if c == nil || !r.Queue().Live() || !c.io.get() {
-		if ns, ok := r.Ctx.(*namespace); ok {
-			ns.put()
+	ctrl := q.ctrl.Load()
+	if ctrl == nil || !r.Queue().Live() || !ctrl.io.get() {
+		if c.kind == cmdIO {
+			c.ns.put()
 		}
-		q.finish(r, nvmeof.StatusAbortSQDeleted)
+		q.respond(r, nvmeof.StatusAbortSQDeleted)
 		return
 	}
 	var st nvmeof.Status
-	switch ctx := r.Ctx.(type) {
-	case *subsystem:
-		st = flushAll(ctx)
-	case *namespace:
-		st = ctx.exec(s, sqe, r.Data())
-		ctx.put()
+	switch c.kind {
+	case cmdFlushAll:
+		st = flushAll(ctrl.sub)
+	case cmdIO:
+		st = c.ns.exec(s, sqe, r.Data())
+		c.ns.put()
 	default:
 		st = nvmeof.StatusInternalError | nvmeof.StatusDNR
 	}
-	c.io.put()
-	q.finish(r, st)
+	ctrl.io.put()
+	q.respond(r, st)
 }
 
 // exec does the backend work of one command.
@@ -191,7 +191,7 @@ func (ns *namespace) exec(s *server, sqe *nvmeof.SQE, data []byte) nvmeof.Status
 		return nvmeof.StatusInvalidOpcode | nvmeof.StatusDNR
 	}
 	if err != nil {
-		return ns.fail(s, op, err)
+		return ns.ioFailed(s, op, err)
 	}
 	return nvmeof.StatusSuccess
 }
@@ -226,15 +226,15 @@ func (ns *namespace) dsm(sqe *nvmeof.SQE, data []byte) nvmeof.Status {
 			return nvmeof.StatusSuccess
 		}
 		if err != nil {
-			return ns.fail(nil, backend.OpDiscard, err)
+			return ns.ioFailed(nil, backend.OpDiscard, err)
 		}
 	}
 	return nvmeof.StatusSuccess
 }
 
-// fail maps a backend error to the NVMe status, as the backend package
-// documents it, and counts it.
-func (ns *namespace) fail(s *server, op backend.Op, err error) nvmeof.Status {
+// ioFailed maps a backend error to the NVMe status, as the backend
+// package documents it, and counts it.
+func (ns *namespace) ioFailed(s *server, op backend.Op, err error) nvmeof.Status {
 	ns.errors.Add(1)
 	st := backendStatus(op, err)
 	if errors.Is(err, backend.ErrUnavailable) && s != nil && s.adm != nil {
@@ -299,7 +299,7 @@ func flushAll(sub *subsystem) nvmeof.Status {
 		}
 		ns.otherCmds.Add(1)
 		if err := ns.be.Flush(); err != nil && st == nvmeof.StatusSuccess {
-			st = ns.fail(nil, backend.OpFlush, err)
+			st = ns.ioFailed(nil, backend.OpFlush, err)
 		}
 		ns.put()
 	}

@@ -6,14 +6,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nvmetd/nvmetd/iwarp"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // admissionConfig is the connection admission of a configuration: the caps
 // of LimitsConfig and the time a connection has to log in (connect_timeout
 // bounds the MPA exchange and the Fabrics Connect together).
-func admissionConfig(cfg *Config) iwarp.AdmissionConfig {
-	return iwarp.AdmissionConfig{
+func admissionLimits(cfg *Config) rdma.AdmissionLimits {
+	return rdma.AdmissionLimits{
 		MaxPending:        cfg.Limits.MaxPending,
 		MaxPendingPerAddr: cfg.Limits.MaxPendingPerAddress,
 		MaxConns:          cfg.Limits.MaxConnections,

@@ -17,13 +17,13 @@ func (c *controller) getLogPage(q *queue, r *rdma.Request) {
 	cmd := r.SQE().GetLogPageCmd()
 	d := r.Data()
 	if uint64(len(d)) != cmd.NumBytes() {
-		q.finish(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
 		return
 	}
 	lpo := cmd.LPO()
 	if lpo&3 != 0 || cmd.OT() {
 		// The offset must be dword aligned; index offsets are not supported.
-		q.finish(r, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
 		return
 	}
 	var page []byte
@@ -70,7 +70,7 @@ func (c *controller) getLogPage(q *queue, r *rdma.Request) {
 			st = nvmeof.StatusFromError(err)
 		}
 	}
-	q.finish(r, st)
+	q.respond(r, st)
 }
 
 // commandEffects lists the commands the target supports

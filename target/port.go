@@ -149,12 +149,12 @@ func (p *port) relisten(ctx context.Context) *rdma.Listener {
 // accept opens a queue for a host's connection request.
 func (p *port) accept(req *rdma.QueueRequest) {
 	s := p.s
-	q := &queue{s: s, port: p, qid: req.CM.QID, size: req.Size(), remote: req.RemoteAddr, local: req.LocalAddr}
+	q := newQueue(s, p, req)
 	if s.stopping.Load() || !p.addQueue(q) {
 		_ = req.Reject(rdma.CMRejectNoResources)
 		return
 	}
-	cq, err := req.Accept(q)
+	conn, err := req.Accept(q)
 	if err != nil {
 		p.removeQueue(q)
 		var rej *rdma.CMRejectError
@@ -165,7 +165,7 @@ func (p *port) accept(req *rdma.QueueRequest) {
 		}
 		return
 	}
-	q.cq.CompareAndSwap(nil, cq)
+	q.conn.CompareAndSwap(nil, conn)
 	s.log.Debug("queue connected", append(q.fields(), zap.Uint16("port_id", p.id), zap.Int("size", q.size))...)
 }
 

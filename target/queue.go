@@ -1,15 +1,12 @@
 package target
 
 import (
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
-	"github.com/nvmetd/nvmetd/iwarp"
-	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -26,8 +23,14 @@ type queue struct {
 	local  net.Addr
 	log    *zap.Logger
 
-	cq   atomic.Pointer[rdma.ControllerQueue]
+	// conn is the binding's side of the queue (its connection), set by
+	// the accept or by the first command, whichever comes first.
+	conn atomic.Pointer[rdma.ControllerQueue]
 	ctrl atomic.Pointer[controller]
+
+	// cmds holds the state of the commands in execution, one entry per
+	// request context of the binding (rdma.Request.Index).
+	cmds []command
 
 	// inflight counts commands between HandleCommand and their completion
 	// (held AERs and parked commands excluded), for a graceful shutdown.
@@ -48,6 +51,43 @@ type queue struct {
 	reads, writes, others, rbytes, wbytes, errs atomic.Uint64
 }
 
+// command is the target's state of one command from its arrival to its
+// completion, kept in the queue's table at the index of the binding's
+// request context: typed, so that the I/O path never switches on the
+// dynamic type of a context.
+type command struct {
+	q    *queue
+	r    *rdma.Request
+	kind cmdKind
+	// ns is the namespace an NVM command runs on (cmdIO), with a
+	// reference held until it is executed or dropped.
+	ns *namespace
+}
+
+// cmdKind says what a command in execution is, for the continuations
+// (DataReady after its data arrived, execIO on a worker).
+type cmdKind uint8
+
+const (
+	cmdOther    cmdKind = iota // answered on the engine goroutine
+	cmdConnect                 // a Connect whose data is being fetched
+	cmdIO                      // an NVM command on ns
+	cmdFlushAll                // a Flush of every namespace of the subsystem
+)
+
+// newQueue makes the target's side of a queue the host asks for.
+func newQueue(s *server, p *port, req *rdma.QueueRequest) *queue {
+	q := &queue{s: s, port: p, qid: req.CM.QID, size: req.Size(), remote: req.RemoteAddr, local: req.LocalAddr}
+	q.cmds = make([]command, req.Contexts())
+	for i := range q.cmds {
+		q.cmds[i].q = q
+	}
+	return q
+}
+
+// cmd returns r's entry in the command table.
+func (q *queue) cmd(r *rdma.Request) *command { return &q.cmds[r.Index()] }
+
 func (q *queue) counters() IOCounters {
 	return IOCounters{
 		ReadCommands: q.reads.Load(), WriteCommands: q.writes.Load(), OtherCommands: q.others.Load(),
@@ -57,8 +97,8 @@ func (q *queue) counters() IOCounters {
 
 // close disconnects the queue gracefully.
 func (q *queue) close() {
-	if cq := q.cq.Load(); cq != nil {
-		cq.Close()
+	if conn := q.conn.Load(); conn != nil {
+		conn.Close()
 	}
 }
 
@@ -73,61 +113,63 @@ func (q *queue) fields() []zap.Field {
 // answered here.
 func (q *queue) HandleCommand(r *rdma.Request) {
 	q.inflight.Add(1)
-	if cq := r.Queue(); cq.Ctx == nil {
-		// The first command of a queue comes before any other callback
-		// of it, on the engine goroutine; workers find the queue here
-		// (the accept goroutine must not write Ctx: the host may send
-		// its Connect before Accept returns).
-		cq.Ctx = q
-		q.cq.CompareAndSwap(nil, cq)
+	if q.conn.Load() == nil {
+		// The host may send its Connect before Accept has returned.
+		q.conn.CompareAndSwap(nil, r.Queue())
+	}
+	c := q.cmd(r)
+	c.r, c.kind, c.ns = r, cmdOther, nil
+	if h := q.s.hooks; h != nil && !q.hookCommand(h, r) {
+		return
 	}
 	sqe := r.SQE()
 	// nvmet_req_init: no fused commands; on fabrics PSDT must select SGLs
 	// with a contiguous metadata buffer (01b).
 	if sqe.FUSE() != 0 || sqe.PSDT() != 1 {
-		q.finish(r, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
 		return
 	}
-	c := q.ctrl.Load()
-	if c == nil {
+	ctrl := q.ctrl.Load()
+	if ctrl == nil {
 		q.handleUnconnected(r)
 		return
 	}
-	c.ka.touch()
+	ctrl.ka.touch()
 	if q.s.stopping.Load() {
 		q.park(r)
 		return
 	}
 	if q.qid == 0 {
-		c.handleAdmin(q, r)
+		ctrl.handleAdmin(q, r)
 		return
 	}
-	q.handleIO(c, r)
+	q.handleIO(ctrl, c)
 }
 
 // DataReady continues a command whose data was fetched (rdma.Handler).
 func (q *queue) DataReady(r *rdma.Request, err error) {
+	c := q.cmd(r)
 	if err != nil {
 		// The RDMA Read failed: the connection is failing as well.
-		if ns, ok := r.Ctx.(*namespace); ok {
-			ns.put()
+		if c.kind == cmdIO {
+			c.ns.put()
 		}
-		q.finish(r, nvmeof.StatusDataTransferError)
+		q.respond(r, nvmeof.StatusDataTransferError)
 		return
 	}
-	switch ctx := r.Ctx.(type) {
-	case *namespace:
-		ctx.submit(q.s, r)
-	case *queue:
+	switch c.kind {
+	case cmdIO:
+		c.ns.submit(q.s, c)
+	case cmdConnect:
 		q.connectData(r)
 	default:
-		q.finish(r, nvmeof.StatusInternalError|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusInternalError|nvmeof.StatusDNR)
 	}
 }
 
 // QueueClosed is called once the connection has ended (rdma.Handler).
-func (q *queue) QueueClosed(cq *rdma.ControllerQueue, err error) {
-	q.cq.CompareAndSwap(nil, cq)
+func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
+	q.conn.CompareAndSwap(nil, conn)
 	q.mu.Lock()
 	q.closed = true
 	parked := q.parked
@@ -141,8 +183,8 @@ func (q *queue) QueueClosed(cq *rdma.ControllerQueue, err error) {
 	if c != nil {
 		lf = append(lf, zap.Uint16("cntlid", c.cntlid), zap.String("subsystem", c.sub.nqn), zap.String("host_nqn", c.hostNQN))
 	}
-	if err != nil && !errors.Is(err, iwarp.ErrPeerClosed) {
-		q.s.adm.Log(zap.InfoLevel, endReason(err), "queue disconnected", append(lf, zap.Error(err))...)
+	if cause := rdma.CauseOf(err); err != nil && cause != rdma.EndPeerClosed {
+		q.s.adm.Log(zap.InfoLevel, cause.String(), "queue disconnected", append(lf, zap.Error(err))...)
 	} else {
 		q.s.log.Debug("queue disconnected", lf...)
 	}
@@ -155,9 +197,13 @@ func (q *queue) QueueClosed(cq *rdma.ControllerQueue, err error) {
 	q.port.removeQueue(q)
 }
 
-// finish completes a command: counters, the error log (with the More bit,
-// as nvmet), then the response capsule. Nothing of r may be used after.
-func (q *queue) finish(r *rdma.Request, st nvmeof.Status) {
+// respond completes a command: counters, the error log (with the More
+// bit, as nvmet), then the response capsule. Nothing of r may be used
+// after.
+func (q *queue) respond(r *rdma.Request, st nvmeof.Status) {
+	if h := q.s.hooks; h != nil {
+		st = q.hookResponse(h, r, st)
+	}
 	sqe := r.SQE()
 	if st != nvmeof.StatusSuccess {
 		q.errs.Add(1)
@@ -182,6 +228,7 @@ func (q *queue) finish(r *rdma.Request, st nvmeof.Status) {
 	} else {
 		q.others.Add(1)
 	}
+	q.cmd(r).ns = nil // the reference was put by whoever ran the command
 	r.Complete(st)
 	q.inflight.Add(-1)
 }
@@ -192,6 +239,9 @@ func (q *queue) hold(*rdma.Request) { q.inflight.Add(-1) }
 
 // completeHeld completes a held command.
 func (q *queue) completeHeld(r *rdma.Request, st nvmeof.Status) {
+	if h := q.s.hooks; h != nil {
+		st = q.hookResponse(h, r, st)
+	}
 	if st == nvmeof.StatusSuccess {
 		q.others.Add(1)
 	}
@@ -224,7 +274,7 @@ func (q *queue) park(r *rdma.Request) {
 func (q *queue) handleUnconnected(r *rdma.Request) {
 	sqe := r.SQE()
 	if !sqe.IsFabrics() || sqe.FCType() != nvmeof.FCTypeConnect {
-		q.finish(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 		return
 	}
 	if q.s.stopping.Load() {
@@ -235,7 +285,7 @@ func (q *queue) handleUnconnected(r *rdma.Request) {
 	if q.connecting {
 		// Another Connect is being processed on this queue.
 		q.mu.Unlock()
-		q.finish(r, nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR)
+		q.respond(r, nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR)
 		return
 	}
 	q.connecting = true
@@ -246,7 +296,7 @@ func (q *queue) handleUnconnected(r *rdma.Request) {
 		q.connectDone(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR, 0)
 		return
 	}
-	r.Ctx = q
+	q.cmd(r).kind = cmdConnect
 	r.FetchData()
 }
 
@@ -267,27 +317,5 @@ func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
 		q.mu.Unlock()
 	}
 	r.SetResult(result)
-	q.finish(r, st)
-}
-
-// endReason names why a connection ended, for the rate-limited log's
-// summary.
-func endReason(err error) string {
-	var te *iwarp.TerminateError
-	var wte *wire.TermError
-	switch {
-	case errors.As(err, &te):
-		return "terminate_received"
-	case errors.As(err, &wte):
-		return "terminate_sent"
-	case errors.Is(err, iwarp.ErrStalled):
-		return "stalled"
-	case errors.Is(err, iwarp.ErrWriteStalled):
-		return "not_reading"
-	case errors.Is(err, iwarp.ErrEvicted):
-		return "evicted"
-	case errors.Is(err, iwarp.ErrNotAdmitted):
-		return "not_logged_in"
-	}
-	return "connection_error"
+	q.respond(r, st)
 }

@@ -338,7 +338,7 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 		s.shared.resize(nc.Tuning.IOWorkers)
 	}
 	if s.adm != nil {
-		s.adm.SetConfig(admissionConfig(nc))
+		s.adm.SetLimits(admissionLimits(nc))
 	}
 
 	// The configuration view Connect and the discovery log read, and the

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/backend"
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -61,7 +60,7 @@ type server struct {
 	// controllers and queues of each host; drains remembers controllers
 	// gone with commands still running (a new association of their host
 	// waits for them).
-	adm     *iwarp.Admission
+	adm     *rdma.Admission
 	hostUse hostUsage
 	drains  drainRegistry
 	// drainWaits counts admin Connects waiting for a previous
@@ -80,6 +79,10 @@ type server struct {
 
 	lastCompleted atomic.Uint64
 	lastCheck     atomic.Int64
+
+	// hooks are the test hooks (SetTestHooks, before start; nil in
+	// production).
+	hooks *TestHooks
 }
 
 // Values of server.phase.
@@ -108,7 +111,7 @@ func (s *server) start(ctx context.Context) error {
 	}
 	cfg := s.cfg
 	s.shared = newWorkerPool(cfg.Tuning.IOWorkers, s.execIO)
-	s.adm = iwarp.NewAdmission(admissionConfig(cfg), s.log)
+	s.adm = rdma.NewAdmission(admissionLimits(cfg), s.log)
 	s.startedAt = time.Now()
 	s.genctr.Store(1)
 	for i := range cfg.Subsystems {
@@ -179,15 +182,14 @@ func (s *server) openNamespaces(cfg *Config, nqn string, list []NamespaceConfig,
 
 // controllerConfig is the binding configuration of a port.
 func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (rdma.ControllerConfig, error) {
-	eng, err := cfg.Transport.IWARP()
+	tc, err := cfg.Transport.RDMA()
 	if err != nil {
 		return rdma.ControllerConfig{}, err
 	}
-	eng.Logger = s.log
-	eng.Admission = s.adm
+	tc.Admission = s.adm
 	tun := &cfg.Tuning
 	return rdma.ControllerConfig{
-		Engine:          eng,
+		Transport:       tc,
 		InlineDataSize:  pc.InlineDataSize,
 		MaxQueueSize:    pc.MaxQueueSize,
 		MaxTransferSize: int(tun.MaxTransferBytes()),
@@ -382,9 +384,9 @@ func (s *server) closeAll(deadline <-chan struct{}) error {
 	// Wait for the connections to end (their goroutines exit).
 	for _, p := range ports {
 		for _, q := range p.queueList() {
-			if cq := q.cq.Load(); cq != nil {
+			if conn := q.conn.Load(); conn != nil {
 				select {
-				case <-cq.Done():
+				case <-conn.Done():
 				case <-deadline:
 				}
 			}

@@ -3,8 +3,6 @@ package target
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // workerPool runs backend I/O off the queues' engine goroutines, so that a
@@ -13,11 +11,11 @@ import (
 // never blocks and allocates nothing in steady state; a fixed number of
 // goroutines take them in order and run exec on each.
 type workerPool struct {
-	exec func(*rdma.Request)
+	exec func(*command)
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	ring    []*rdma.Request
+	ring    []*command
 	head, n int
 	running int // goroutines started and not yet exited
 	want    int // goroutines wanted (resize lowers it; extra ones exit)
@@ -28,8 +26,8 @@ type workerPool struct {
 }
 
 // newWorkerPool starts n workers running exec.
-func newWorkerPool(n int, exec func(*rdma.Request)) *workerPool {
-	p := &workerPool{exec: exec, ring: make([]*rdma.Request, 256)}
+func newWorkerPool(n int, exec func(*command)) *workerPool {
+	p := &workerPool{exec: exec, ring: make([]*command, 256)}
 	p.cond.L = &p.mu
 	p.resize(n)
 	return p
@@ -54,16 +52,16 @@ func (p *workerPool) resize(n int) {
 }
 
 // push queues a command; it never blocks.
-func (p *workerPool) push(r *rdma.Request) {
+func (p *workerPool) push(c *command) {
 	p.mu.Lock()
 	if p.n == len(p.ring) {
-		grown := make([]*rdma.Request, 2*len(p.ring))
+		grown := make([]*command, 2*len(p.ring))
 		for i := 0; i < p.n; i++ {
 			grown[i] = p.ring[(p.head+i)%len(p.ring)]
 		}
 		p.ring, p.head = grown, 0
 	}
-	p.ring[(p.head+p.n)%len(p.ring)] = r
+	p.ring[(p.head+p.n)%len(p.ring)] = c
 	p.n++
 	p.mu.Unlock()
 	p.cond.Signal()

@@ -239,11 +239,13 @@ func (b *bench) next(io *benchIO) {
 	io.start = b.now()
 }
 
+// done is io's Request.Done (a method value bound once, when io is made).
+func (io *benchIO) done(r *initiator.Request) { io.b.done(io, r) }
+
 // done is a completion: record it and start the next I/O right here on the
 // initiator's goroutine (TrySubmit never waits), as spdk_nvme_perf does
 // from its completion callback.
-func (b *bench) done(r *initiator.Request) {
-	io := r.Ctx.(*benchIO)
+func (b *bench) done(io *benchIO, r *initiator.Request) {
 	lat := uint64(b.now() - io.start)
 	if r.Err != nil {
 		if b.errs.Add(1) == 1 {
@@ -352,8 +354,7 @@ func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, p
 		io := &benchIO{buf: make([]byte, p.BS), b: b}
 		io.rng.Seed(p.Seed, uint64(i)+1)
 		io.r.Data = io.buf
-		io.r.Done = b.done
-		io.r.Ctx = io
+		io.r.Done = io.done
 		ios[i] = io
 	}
 	var ru0 unix.Rusage
@@ -365,7 +366,7 @@ func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, p
 		for io := range b.retry {
 			if err := ns.Submit(ctx, &io.r); err != nil {
 				io.r.Err = err
-				b.done(&io.r)
+				b.done(io, &io.r)
 			}
 		}
 	}()

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // fabricsOpts are nvme-cli's fabrics options (nvme connect/discover), with
@@ -86,7 +86,7 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 	if err != nil {
 		return initiator.Config{}, err
 	}
-	crc, err := iwarp.ParseCRCPolicy(o.crc)
+	crc, err := rdma.ParseCRCPolicy(o.crc)
 	if err != nil {
 		return initiator.Config{}, err
 	}
@@ -98,7 +98,7 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 		SubNQN:          subnqn,
 		NrIOQueues:      o.nrIOQueues,
 		QueueSize:       o.queueSize,
-		Engine:          iwarp.Config{CRC: crc, MaxFPDU: o.maxFPDU, BusyPoll: o.busyPoll},
+		Transport:       rdma.TransportConfig{CRC: crc, MaxFPDU: o.maxFPDU, BusyPoll: o.busyPoll},
 		Logger:          log,
 		ConnectTimeout:  o.connTimeout,
 		IOTimeout:       o.ioTimeout,
@@ -132,8 +132,8 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 
 // hostIdentity is nvme-cli's: the flags, else /etc/nvme/hostnqn and
 // /etc/nvme/hostid, else one derived from the machine (libnvme).
-func hostIdentity(nqn, id string) (nvmeof.Identity, error) {
-	ident, err := nvmeof.HostIdentity()
+func hostIdentity(nqn, id string) (initiator.Identity, error) {
+	ident, err := initiator.HostIdentity()
 	if err != nil && (nqn == "" || id == "") {
 		return ident, fmt.Errorf("host identity: %w", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
 )
 
@@ -23,7 +23,7 @@ func runGenDHCHAPKey(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if opt.NQN == "" {
-		id, err := nvmeof.HostIdentity()
+		id, err := initiator.HostIdentity()
 		if err != nil {
 			return fail(stderr, "gen-dhchap-key", fmt.Errorf("Could not read host NQN: %w", err))
 		}

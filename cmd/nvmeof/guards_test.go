@@ -21,7 +21,7 @@ import (
 func twoPortNvmetd(e *env) (p *nvmetdProc, port1, port2 int) {
 	t := e.t
 	port1, port2 = freePort(t), freePort(t)
-	_, bin, _ := bins(t)
+	_, bin := bins(t)
 	cfg := fmt.Sprintf(`daemon:
   log_format: console
   control_socket: %s

@@ -30,9 +30,8 @@ var (
 	buildErr  error
 )
 
-// bins builds nvmeof, nvmetd and testctld once for the package's
-// end-to-end tests.
-func bins(t *testing.T) (nvmeofBin, nvmetdBin, testctldBin string) {
+// bins builds nvmeof and nvmetd once for the package's end-to-end tests.
+func bins(t *testing.T) (nvmeofBin, nvmetdBin string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "nvmeof-e2e-bin")
@@ -40,7 +39,7 @@ func bins(t *testing.T) (nvmeofBin, nvmetdBin, testctldBin string) {
 			return
 		}
 		for _, p := range []struct{ out, pkg string }{
-			{"nvmeof", "."}, {"nvmetd", "../nvmetd"}, {"testctld", "../../initiator/internal/testctl/testctld"},
+			{"nvmeof", "."}, {"nvmetd", "../nvmetd"},
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, p.out), p.pkg)
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -52,7 +51,7 @@ func bins(t *testing.T) (nvmeofBin, nvmetdBin, testctldBin string) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return filepath.Join(buildDir, "nvmeof"), filepath.Join(buildDir, "nvmetd"), filepath.Join(buildDir, "testctld")
+	return filepath.Join(buildDir, "nvmeof"), filepath.Join(buildDir, "nvmetd")
 }
 
 // needRoot skips unless the test can mount FUSE, attach loop devices and
@@ -87,7 +86,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	needRoot(t)
-	bin, _, _ := bins(t)
+	bin, _ := bins(t)
 	// Short paths: the control socket path must fit sockaddr_un.
 	dir, err := os.MkdirTemp("", "nvmeof-e2e")
 	if err != nil {
@@ -241,7 +240,7 @@ const testNQN = "nqn.2024-01.io.nvmetd.e2e:disk1"
 func startNvmetd(e *env, port int, size string) *nvmetdProc {
 	t, dir := e.t, e.dir
 	t.Helper()
-	_, bin, _ := bins(t)
+	_, bin := bins(t)
 	cfg := fmt.Sprintf(`daemon:
   log_format: console
   control_socket: %s

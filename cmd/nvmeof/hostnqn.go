@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -15,7 +16,7 @@ func runGenHostNQN(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
-	id, err := nvmeof.GenerateHostIdentity(nvmeof.DefaultHostPaths)
+	id, err := initiator.GenerateHostIdentity(initiator.DefaultHostPaths)
 	if err != nil {
 		return fail(stderr, "gen-hostnqn", err)
 	}
@@ -31,7 +32,7 @@ func runShowHostNQN(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
-	id, err := nvmeof.HostIdentity()
+	id, err := initiator.HostIdentity()
 	if err != nil {
 		return fail(stderr, "show-hostnqn", err)
 	}

@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/target"
 )
 
 func TestHistogram(t *testing.T) {
@@ -80,8 +82,8 @@ func TestConnectOptsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Address != "10.0.0.1:4421" || cfg.CtrlLossTimeout >= 0 || cfg.KeepAliveTimeout != 7*time.Second ||
-		cfg.HostID != [16]byte{0x6e, 0x76, 0x6d, 0x65, 0x74, 0x64, 0x4c, 0x61, 0x9b, 0, 0, 0, 0, 0, 0, 0xaa} || cfg.Engine.MaxFPDU != 1448 ||
-		cfg.Engine.BusyPoll != 50*time.Microsecond {
+		cfg.HostID != [16]byte{0x6e, 0x76, 0x6d, 0x65, 0x74, 0x64, 0x4c, 0x61, 0x9b, 0, 0, 0, 0, 0, 0, 0xaa} || cfg.Transport.MaxFPDU != 1448 ||
+		cfg.Transport.BusyPoll != 50*time.Microsecond {
 		t.Fatalf("config %+v", cfg)
 	}
 	o.fabrics.busyPoll = 2 * time.Second
@@ -136,19 +138,30 @@ rdma_pkey: 0x0000
 }
 
 // TestBenchVerify runs the load generator with verification against the
-// initiator's test controller (testctld, in memory), for every pattern.
+// target (in this process, a memory namespace), for every pattern.
 func TestBenchVerify(t *testing.T) {
-	_, _, testctld := bins(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(testctld, "-listen", addr, "-nqn", "nqn.2024-01.io.nvmetd.test:bench", "-size", "16M")
-	if err := cmd.Start(); err != nil {
+	const nqn = "nqn.2024-01.io.nvmetd.test:bench"
+	port := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	tg, err := target.New(&target.Config{
+		Ports: []target.PortConfig{{ID: 1, Address: "127.0.0.1", ServiceID: port, Subsystems: []string{nqn}}},
+		Subsystems: []target.SubsystemConfig{{NQN: nqn, AllowAnyHost: true, Namespaces: []target.NamespaceConfig{
+			{NSID: 1, Backend: target.BackendConfig{Kind: "memory", Size: "16MiB"}}}}},
+	}, zap.NewNop())
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() { _ = cmd.Process.Kill(); <-exited }()
-	waitListening(t, addr, exited)
 	ctx := context.Background()
+	if err := tg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := tg.Shutdown(sctx); err != nil {
+			t.Errorf("target shutdown: %v", err)
+		}
+	}()
 	c, err := initiator.Connect(ctx, initiator.Config{Address: addr, SubNQN: "nqn.2024-01.io.nvmetd.test:bench",
 		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000aa", HostID: [16]byte{1}, NrIOQueues: 2, QueueSize: 32})
 	if err != nil {

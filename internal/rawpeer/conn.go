@@ -381,6 +381,8 @@ type FPDU struct {
 	Payload []byte
 	// CRCOK is false when CRC is in use and the CRC field is wrong.
 	CRCOK bool
+	// Raw is the whole FPDU as received (length field to CRC).
+	Raw []byte
 }
 
 // ReadFPDU reads the next FPDU. It fails with the socket's error (io.EOF
@@ -395,7 +397,7 @@ func (c *Conn) ReadFPDU(deadline time.Time) (*FPDU, error) {
 		return nil, err
 	}
 	b := c.take(n)
-	f := &FPDU{CRCOK: true}
+	f := &FPDU{CRCOK: true, Raw: b}
 	hl, err := wire.DecodeHeader(b, &f.Header)
 	if err != nil {
 		return nil, fmt.Errorf("rawpeer: undecodable FPDU % x: %w", b[:min(len(b), 32)], err)

@@ -36,9 +36,6 @@ func (o Opcode) String() string {
 // Tagged reports whether the opcode uses the DDP tagged buffer model.
 func (o Opcode) Tagged() bool { return o == OpWrite || o == OpReadResponse }
 
-// IsSend reports whether the opcode is one of the four Send variants.
-func (o Opcode) IsSend() bool { return o >= OpSend && o <= OpSendSEInv }
-
 // Invalidates reports whether a Send variant carries an STag to invalidate.
 func (o Opcode) Invalidates() bool { return o == OpSendInv || o == OpSendSEInv }
 

@@ -17,8 +17,6 @@ const (
 	FPDULenFieldLen = 2
 	// CRCLen is the size of the trailing CRC field.
 	CRCLen = 4
-	// MaxULPDULen is the largest ULPDU_Length the 16-bit field can carry.
-	MaxULPDULen = 0xFFFF
 )
 
 // castagnoli is the CRC-32C table (RFC 5044 §4.5 / RFC 3385); the standard

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -54,9 +53,9 @@ func BenchmarkIO(b *testing.B) {
 			name += "/busypoll"
 		}
 		b.Run(name, func(b *testing.B) {
-			eng := iwarp.Config{BusyPoll: tc.poll}
-			ln := serve(b, ControllerConfig{Engine: eng}, nullCtrl{})
-			q := dialQ(b, ln.Addr().String(), HostConfig{QID: 1, QueueSize: 128, InlineDataSize: DefaultInlineDataSize, Engine: eng})
+			tr := TransportConfig{BusyPoll: tc.poll}
+			ln := serve(b, ControllerConfig{Transport: tr}, nullCtrl{})
+			q := dialQ(b, ln.Addr().String(), HostConfig{QID: 1, QueueSize: 128, InlineDataSize: DefaultInlineDataSize, Transport: tr})
 			// As spdk_nvme_perf: each completion submits the next command
 			// from the completion callback (the queue's receive goroutine).
 			var issued atomic.Int64

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -46,8 +47,9 @@ const (
 
 // ControllerConfig configures the controller side of a port.
 type ControllerConfig struct {
-	// Engine holds the iWARP settings (MPA CRC, FPDU size, timeouts).
-	Engine iwarp.Config
+	// Transport holds the connection settings (MPA CRC, FPDU size,
+	// timeouts, admission limits).
+	Transport TransportConfig
 	// InlineDataSize is the in-capsule data accepted on a command (default
 	// DefaultInlineDataSize; at most MaxInlineDataSize).
 	InlineDataSize int
@@ -71,24 +73,12 @@ type ControllerConfig struct {
 
 func (c *ControllerConfig) withDefaults() ControllerConfig {
 	d := *c
-	if d.InlineDataSize == 0 {
-		d.InlineDataSize = DefaultInlineDataSize
-	}
-	if d.MaxQueueSize == 0 {
-		d.MaxQueueSize = DefaultMaxQueueSize
-	}
-	if d.MaxTransferSize == 0 {
-		d.MaxTransferSize = DefaultMaxTransferSize
-	}
-	if d.IOPoolSize == 0 {
-		d.IOPoolSize = DefaultIOPoolSize
-	}
-	if d.AdminPoolSize == 0 {
-		d.AdminPoolSize = DefaultAdminPoolSize
-	}
-	if d.Logger == nil {
-		d.Logger = zap.NewNop()
-	}
+	defaults.Set(&d.InlineDataSize, DefaultInlineDataSize)
+	defaults.Set(&d.MaxQueueSize, DefaultMaxQueueSize)
+	defaults.Set(&d.MaxTransferSize, DefaultMaxTransferSize)
+	defaults.Set(&d.IOPoolSize, DefaultIOPoolSize)
+	defaults.Set(&d.AdminPoolSize, DefaultAdminPoolSize)
+	defaults.Set(&d.Logger, zap.NewNop())
 	return d
 }
 
@@ -105,7 +95,7 @@ func (c *ControllerConfig) Validate() error {
 	case d.IOPoolSize < d.MaxTransferSize || d.AdminPoolSize < 64<<10:
 		return fmt.Errorf("nvme-rdma: buffer pools (I/O %d, admin %d bytes) must hold at least one largest transfer", d.IOPoolSize, d.AdminPoolSize)
 	}
-	return d.Engine.Validate()
+	return d.Transport.Validate()
 }
 
 // Listener accepts NVMe/RDMA queue connections on one address.
@@ -120,10 +110,7 @@ func Listen(network, address string, cfg ControllerConfig) (*Listener, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	ecfg := c.Engine
-	if ecfg.Logger == nil {
-		ecfg.Logger = c.Logger
-	}
+	ecfg := c.Transport.engine(c.Logger)
 	ln, err := iwarp.Listen(network, address, &ecfg)
 	if err != nil {
 		return nil, err
@@ -174,6 +161,11 @@ type QueueRequest struct {
 
 // Size is the queue size the host asks for (HSQSIZE+1).
 func (r *QueueRequest) Size() int { return int(r.CM.HSQSize) + 1 }
+
+// Contexts is the number of request contexts the queue will have at most:
+// the range of Request.Index. The controller logic keeps its per-command
+// state in a table of that many entries.
+func (r *QueueRequest) Contexts() int { return 2 * r.Size() }
 
 // Reject refuses the queue with a CM reject status.
 func (r *QueueRequest) Reject(st CMRejectStatus) error {
@@ -267,8 +259,6 @@ type ControllerQueue struct {
 	log      *zap.Logger
 	pd       *iwarp.PD
 	qp       *iwarp.QP
-	remote   net.Addr
-	local    net.Addr
 	sqHead   atomic.Uint32 // SQ head pointer reported in completions
 	closedCh chan struct{} // closed after the handler's QueueClosed returned
 	admitted atomic.Bool
@@ -287,9 +277,6 @@ type ControllerQueue struct {
 	wHead    int
 	closed   bool
 	stats    Stats
-
-	// Ctx is for the controller logic: the queue's controller, etc.
-	Ctx any
 }
 
 // capsule is a received command waiting for resources.
@@ -318,8 +305,6 @@ func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 		inline:   cfg.InlineDataSize,
 		maxXfer:  cfg.MaxTransferSize,
 		h:        h,
-		remote:   r.RemoteAddr,
-		local:    r.LocalAddr,
 		closedCh: make(chan struct{}),
 		pd:       iwarp.NewPD(),
 	}
@@ -339,7 +324,7 @@ func newControllerQueue(r *QueueRequest, h Handler) (*ControllerQueue, error) {
 	// Request contexts: a command's context lives until its response Send
 	// has gone out, which can be after the host already sent the next
 	// command; twice the queue size covers that.
-	nctx := 2 * size
+	nctx := r.Contexts()
 	q.sqAvail = sqPerCommand * nctx
 	q.qp, err = iwarp.NewQP(iwarp.QPAttr{PD: q.pd, SendCQ: cq, RecvCQ: cq, SendDepth: q.sqAvail, RecvDepth: size, IRD: 1, ORD: controllerORD})
 	if err != nil {
@@ -411,7 +396,7 @@ func (q *ControllerQueue) grow() error {
 	}
 	q.mu.Lock()
 	q.pool, q.poolMR = pool, mr
-	q.addContexts(2 * q.size)
+	q.addContexts(cap(q.reqs)) // all: reqs has room for QueueRequest.Contexts()
 	q.mu.Unlock()
 	if n := min(preAdmitRecvs, q.size); n < q.size {
 		if err := q.postRecvs(n, q.size); err != nil {
@@ -424,20 +409,8 @@ func (q *ControllerQueue) grow() error {
 // QID is the queue identifier (0 = admin).
 func (q *ControllerQueue) QID() uint16 { return q.qid }
 
-// Size is the queue size (HSQSIZE+1): commands the host may have outstanding.
-func (q *ControllerQueue) Size() int { return q.size }
-
-// InlineDataSize is the in-capsule data the queue accepts.
-func (q *ControllerQueue) InlineDataSize() int { return q.inline }
-
 // MaxTransferSize is the largest data transfer of one command.
 func (q *ControllerQueue) MaxTransferSize() int { return q.maxXfer }
-
-// RemoteAddr is the host's address; LocalAddr the address it connected to.
-func (q *ControllerQueue) RemoteAddr() net.Addr { return q.remote }
-
-// LocalAddr is the local address of the connection.
-func (q *ControllerQueue) LocalAddr() net.Addr { return q.local }
 
 // Done is closed when the connection has ended and the handler's
 // QueueClosed has returned, so that whoever waits for it (a shutdown) also
@@ -445,15 +418,9 @@ func (q *ControllerQueue) LocalAddr() net.Addr { return q.local }
 // for Done.
 func (q *ControllerQueue) Done() <-chan struct{} { return q.closedCh }
 
-// Err is why the connection ended (nil while it runs or after a clean close).
-func (q *ControllerQueue) Err() error { return q.qp.Err() }
-
 // Close disconnects the queue gracefully: responses already posted go out
 // first.
 func (q *ControllerQueue) Close() { q.qp.Disconnect() }
-
-// CRC reports whether MPA CRCs are in use on the connection.
-func (q *ControllerQueue) CRC() bool { return q.qp.CRC() }
 
 // Live reports whether the connection is up and answers can still be
 // sent (one atomic load).
@@ -472,8 +439,9 @@ func (q *ControllerQueue) ended() {
 	q.h.QueueClosed(q, q.qp.Err())
 }
 
-// fail ends the queue after a transport protocol error of the host.
-func (q *ControllerQueue) fail(err error) {
+// protocolError ends the queue after a transport protocol error of the
+// host.
+func (q *ControllerQueue) protocolError(err error) {
 	q.log.Debug("nvme-rdma: host protocol error, closing queue", zap.Error(err))
 	q.qp.Disconnect()
 }
@@ -504,10 +472,6 @@ type Request struct {
 	active   bool
 	answered bool // Complete ran
 	want     int  // data buffer size while waiting for one
-
-	// Ctx is for the controller logic (for example the namespace a command
-	// targets); it is cleared when the request is released.
-	Ctx any
 }
 
 // token is the work request ID of the request's current use: its index and
@@ -517,6 +481,12 @@ func (r *Request) token() uint64 { return uint64(r.gen)<<32 | uint64(uint32(r.in
 // SQE is the command.
 func (r *Request) SQE() *nvmeof.SQE { return r.sqe }
 
+// Index is the request's context number on its queue, in
+// [0, QueueRequest.Contexts()): the controller logic indexes its own,
+// typed, per-command state with it. A context is reused only after the
+// request it carried was completed and its response has gone out.
+func (r *Request) Index() int { return int(r.index) }
+
 // Queue is the queue the command arrived on.
 func (r *Request) Queue() *ControllerQueue { return r.q }
 
@@ -524,9 +494,6 @@ func (r *Request) Queue() *ControllerQueue { return r.q }
 // command carries no data): in-capsule data, or a registered buffer that
 // FetchData fills or that the controller fills before Complete.
 func (r *Request) Data() []byte { return r.data }
-
-// InCapsule reports that the data came in the command capsule.
-func (r *Request) InCapsule() bool { return r.inCap }
 
 // SetResult sets completion DW0.
 func (r *Request) SetResult(dw0 uint32) { r.result = r.result&^0xFFFFFFFF | uint64(dw0) }
@@ -655,7 +622,7 @@ func (q *ControllerQueue) countStale() {
 // at once if a context and send queue room are free, else it waits.
 func (q *ControllerQueue) onCapsule(slot, n int) {
 	if n < nvmeof.SQESize {
-		q.fail(fmt.Errorf("command capsule of %d bytes", n))
+		q.protocolError(fmt.Errorf("command capsule of %d bytes", n))
 		return
 	}
 	q.mu.Lock()

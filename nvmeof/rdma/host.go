@@ -38,8 +38,9 @@ var (
 
 // HostConfig configures one host queue.
 type HostConfig struct {
-	// Engine holds the iWARP settings (MPA CRC, FPDU size, timeouts).
-	Engine iwarp.Config
+	// Transport holds the connection settings (MPA CRC, FPDU size,
+	// timeouts).
+	Transport TransportConfig
 	// QID is the queue to open (0 = admin).
 	QID uint16
 	// QueueSize is the number of entries (admin: AdminQueueSize; I/O:
@@ -51,7 +52,7 @@ type HostConfig struct {
 	InlineDataSize int
 	// PD is the protection domain of the queue (shared by a controller's
 	// queues); nil makes one.
-	PD *iwarp.PD
+	PD *PD
 	// Logger receives queue events.
 	Logger *zap.Logger
 }
@@ -76,8 +77,6 @@ type HostRequest struct {
 	// Err is a transport failure (wrapping ErrQueueClosed); the command's
 	// NVMe status is in CQE.
 	Err error
-	// Ctx is for the caller.
-	Ctx any
 }
 
 // Status is the command's NVMe status, or an error for a transport failure.
@@ -140,16 +139,19 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 	if cfg.QueueSize < 2 || cfg.QueueSize > MaxQueueSizeLimit {
 		return nil, fmt.Errorf("nvme-rdma: queue size %d: want 2..%d", cfg.QueueSize, MaxQueueSizeLimit)
 	}
+	if err := cfg.Transport.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.InlineDataSize < 0 || cfg.QID == 0 {
 		cfg.InlineDataSize = 0
 	}
 	if cfg.PD == nil {
-		cfg.PD = iwarp.NewPD()
+		cfg.PD = NewPD()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	q := &HostQueue{qid: cfg.QID, size: cfg.QueueSize, inline: cfg.InlineDataSize, pd: cfg.PD, doneCh: make(chan struct{})}
+	q := &HostQueue{qid: cfg.QID, size: cfg.QueueSize, inline: cfg.InlineDataSize, pd: cfg.PD.pd, doneCh: make(chan struct{})}
 	q.log = cfg.Logger.With(zap.String("traddr", address), zap.Uint16("qid", cfg.QID))
 	cq := iwarp.NewCQHandler(q.onWC)
 	var err error
@@ -181,10 +183,7 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 		q.free = append(q.free, i)
 	}
 	cm := CMRequest{QID: cfg.QID, HRQSize: uint16(q.size), HSQSize: uint16(q.size - 1)}
-	ecfg := cfg.Engine
-	if ecfg.Logger == nil {
-		ecfg.Logger = cfg.Logger
-	}
+	ecfg := cfg.Transport.engine(cfg.Logger)
 	q.qp.OnDone(q.watch)
 	if err := iwarp.Dial(ctx, network, address, q.qp, cm.Append(nil), &ecfg); err != nil {
 		var rej *iwarp.RejectError
@@ -207,14 +206,8 @@ func (q *HostQueue) QID() uint16 { return q.qid }
 // Size is the queue size.
 func (q *HostQueue) Size() int { return q.size }
 
-// PD is the queue's protection domain.
-func (q *HostQueue) PD() *iwarp.PD { return q.pd }
-
 // Accept is the controller's CM accept data.
 func (q *HostQueue) Accept() CMAccept { return q.accept }
-
-// RemoteAddr is the controller's address.
-func (q *HostQueue) RemoteAddr() net.Addr { return q.qp.RemoteAddr() }
 
 // LocalAddr is our address.
 func (q *HostQueue) LocalAddr() net.Addr { return q.qp.LocalAddr() }
@@ -260,24 +253,6 @@ func (q *HostQueue) Abort(err error) {
 	}
 	q.mu.Unlock()
 	q.qp.Disconnect()
-}
-
-// SetInlineDataSize sets the in-capsule data size after Identify (I/O
-// queues only).
-func (q *HostQueue) SetInlineDataSize(n int) {
-	if q.qid == 0 {
-		return
-	}
-	q.mu.Lock()
-	q.inline = max(n, 0)
-	q.mu.Unlock()
-}
-
-// Outstanding is the number of commands submitted and not completed.
-func (q *HostQueue) Outstanding() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.slots) - len(q.free)
 }
 
 // Submit sends a command. Read data lands in r.Data, write data is taken

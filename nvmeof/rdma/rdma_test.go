@@ -255,11 +255,11 @@ func TestBufferPool(t *testing.T) {
 
 func TestReadWriteKeyedAndInCapsule(t *testing.T) {
 	for _, async := range []bool{false, true} {
-		for _, crc := range []iwarp.CRCPolicy{iwarp.CRCOff, iwarp.CRCRequired} {
+		for _, crc := range []CRCPolicy{CRCOff, CRCRequired} {
 			t.Run(fmt.Sprintf("async=%v/crc=%v", async, crc), func(t *testing.T) {
 				m := newMemCtrl(8 << 20)
 				m.async = async
-				ln := serve(t, ControllerConfig{Engine: iwarp.Config{CRC: crc}}, m)
+				ln := serve(t, ControllerConfig{Transport: TransportConfig{CRC: crc}}, m)
 				q := dialQ(t, ln.Addr().String(), HostConfig{QID: 1, QueueSize: 32, InlineDataSize: DefaultInlineDataSize})
 				if q.Accept().CRQSize != 32 {
 					t.Fatalf("accept %+v", q.Accept())
@@ -662,7 +662,7 @@ func TestSQFlowControlDisabled(t *testing.T) {
 		_ = cr.Accept(qp, (&CMAccept{CRQSize: 8}).Append(nil))
 		<-qp.Done()
 	}()
-	pd := iwarp.NewPD()
+	pd := NewPD()
 	q, err := Dial(context.Background(), "tcp", ln.Addr().String(), HostConfig{QID: 1, QueueSize: 8, PD: pd})
 	if err != nil {
 		t.Fatal(err)
@@ -677,7 +677,7 @@ func TestSQFlowControlDisabled(t *testing.T) {
 	q.Close()
 	<-srvDone
 	// Every slot MR was deregistered.
-	if n := pd.Regions(); n != 0 {
+	if n := pd.pd.Regions(); n != 0 {
 		t.Fatalf("%d regions left in the PD after the queue closed", n)
 	}
 }
@@ -757,5 +757,21 @@ func TestSubmitRacingQueueEnd(t *testing.T) {
 				t.Fatalf("round %d, command %d: Submit returned ok=%v, Done called %d times", round, i, s.ok, n)
 			}
 		}
+	}
+}
+
+// TestCRCPolicyValues: the binding's CRC policies convert to the engine's
+// by value (CRCPolicy.engine).
+func TestCRCPolicyValues(t *testing.T) {
+	for p, want := range map[CRCPolicy]iwarp.CRCPolicy{CRCOff: iwarp.CRCOff, CRCOffered: iwarp.CRCOffered, CRCRequired: iwarp.CRCRequired} {
+		if p.engine() != want || p.String() != want.String() {
+			t.Errorf("%v: engine %v", p, p.engine())
+		}
+		if q, err := ParseCRCPolicy(p.String()); err != nil || q != p {
+			t.Errorf("ParseCRCPolicy(%q) = %v, %v", p.String(), q, err)
+		}
+	}
+	if _, err := ParseCRCPolicy("sometimes"); err == nil {
+		t.Error("ParseCRCPolicy accepted nonsense")
 	}
 }

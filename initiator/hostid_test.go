@@ -1,10 +1,19 @@
-package nvmeof
+package initiator
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// The host of the lab's captures (nvmeof/testdata/golden).
+const (
+	labHostNQN  = "nqn.2014-08.org.nvmexpress:uuid:6e766d65-6f66-4c61-9b00-000000000001"
+	labSubNQN   = "nqn.2024-01.io.nvmeof-lab:kernel-target"
+	labHostUUID = "6e766d65-6f66-4c61-9b00-000000000001"
 )
 
 func writeFiles(t *testing.T, files map[string]string) HostPaths {
@@ -72,8 +81,8 @@ func TestHostIdentity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if id.NQN != tc.nqn || FormatUUID(id.ID) != tc.id || id.Source != tc.source {
-				t.Errorf("got %q %s %s, want %q %s %s", id.NQN, FormatUUID(id.ID), id.Source, tc.nqn, tc.id, tc.source)
+			if id.NQN != tc.nqn || nvmeof.FormatUUID(id.ID) != tc.id || id.Source != tc.source {
+				t.Errorf("got %q %s %s, want %q %s %s", id.NQN, nvmeof.FormatUUID(id.ID), id.Source, tc.nqn, tc.id, tc.source)
 			}
 			// Stable: the same answer again.
 			if again, _ := HostIdentityFrom(p); again != id {
@@ -83,7 +92,7 @@ func TestHostIdentity(t *testing.T) {
 	}
 	// Nothing to go on: a random v4 UUID.
 	id, err := HostIdentityFrom(writeFiles(t, nil))
-	if err != nil || id.Source != "random" || id.ID[6]>>4 != 4 || id.ID[8]&0xC0 != 0x80 || ValidateNQN(id.NQN) != nil {
+	if err != nil || id.Source != "random" || id.ID[6]>>4 != 4 || id.ID[8]&0xC0 != 0x80 || nvmeof.ValidateNQN(id.NQN) != nil {
 		t.Errorf("random: %+v %v", id, err)
 	}
 	// Malformed files are errors.
@@ -118,7 +127,7 @@ func TestWriteHostIdentity(t *testing.T) {
 		t.Errorf("hostnqn file %q", b)
 	}
 	b, _ = os.ReadFile(p.HostID)
-	if string(b) != FormatUUID(gen.ID)+"\n" {
+	if string(b) != nvmeof.FormatUUID(gen.ID)+"\n" {
 		t.Errorf("hostid file %q", b)
 	}
 	st, _ := os.Stat(p.HostNQN)

@@ -1,4 +1,4 @@
-package nvmeof
+package initiator
 
 import (
 	"bytes"
@@ -12,7 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
 )
+
+// This file is the host's identity on this machine (files of nvme-cli, DMI,
+// /etc/machine-id): host side, so that package nvmeof stays free of I/O.
 
 // Identity is a host's NVMe identity: the host NQN and the 128-bit host
 // identifier (the Connect data HOSTID), as nvme-cli keeps them in
@@ -58,7 +63,7 @@ var hostnqnAppID = [16]byte{0xc7, 0xf4, 0x61, 0x81, 0x12, 0xbe, 0x49, 0x32, 0x8c
 //
 //  1. The host NQN file and the host ID file, first line of each, trimmed.
 //     If only the NQN exists and it is of the UUID form, the ID is its UUID;
-//     if only the ID exists, the NQN is UUIDNQN(ID).
+//     if only the ID exists, the NQN is nvmeof.UUIDNQN(ID).
 //  2. Otherwise a stable UUID of the machine: the DMI product UUID (readable
 //     by root only), else the device-tree partition UUID, else a UUID
 //     derived from /etc/machine-id as systemd's
@@ -68,7 +73,7 @@ var hostnqnAppID = [16]byte{0xc7, 0xf4, 0x61, 0x81, 0x12, 0xbe, 0x49, 0x32, 0x8c
 //  3. Otherwise a random UUID (not stable: persist it with
 //     WriteHostIdentity).
 //
-// With a generated UUID the NQN is UUIDNQN(uuid) and the ID the same UUID.
+// With a generated UUID the NQN is nvmeof.UUIDNQN(uuid) and the ID the same UUID.
 // Files that cannot be read are skipped; malformed ones are errors.
 func HostIdentityFrom(p HostPaths) (Identity, error) {
 	nqn, err := readFirstLine(p.HostNQN)
@@ -80,26 +85,26 @@ func HostIdentityFrom(p HostPaths) (Identity, error) {
 		return Identity{}, err
 	}
 	if nqn != "" {
-		if err := ValidateNQN(nqn); err != nil {
-			return Identity{}, fmt.Errorf("nvmeof: host NQN file %s: %w", p.HostNQN, err)
+		if err := nvmeof.ValidateNQN(nqn); err != nil {
+			return Identity{}, fmt.Errorf("initiator: host NQN file %s: %w", p.HostNQN, err)
 		}
 	}
 	switch {
 	case nqn != "" && idStr != "":
-		id, err := ParseUUID(idStr)
+		id, err := nvmeof.ParseUUID(idStr)
 		if err != nil {
-			return Identity{}, fmt.Errorf("nvmeof: host ID file %s: %w", p.HostID, err)
+			return Identity{}, fmt.Errorf("initiator: host ID file %s: %w", p.HostID, err)
 		}
 		return Identity{NQN: nqn, ID: id, Source: "file"}, nil
 	case idStr != "":
-		id, err := ParseUUID(idStr)
+		id, err := nvmeof.ParseUUID(idStr)
 		if err != nil {
-			return Identity{}, fmt.Errorf("nvmeof: host ID file %s: %w", p.HostID, err)
+			return Identity{}, fmt.Errorf("initiator: host ID file %s: %w", p.HostID, err)
 		}
-		return Identity{NQN: UUIDNQN(id), ID: id, Source: "file+derived"}, nil
+		return Identity{NQN: nvmeof.UUIDNQN(id), ID: id, Source: "file+derived"}, nil
 	}
 	if nqn != "" {
-		if u, ok := UUIDFromNQN(nqn); ok {
+		if u, ok := nvmeof.UUIDFromNQN(nqn); ok {
 			return Identity{NQN: nqn, ID: u, Source: "file+derived"}, nil
 		}
 	}
@@ -110,21 +115,21 @@ func HostIdentityFrom(p HostPaths) (Identity, error) {
 	if nqn != "" {
 		return Identity{NQN: nqn, ID: id, Source: "file+" + src}, nil
 	}
-	return Identity{NQN: UUIDNQN(id), ID: id, Source: src}, nil
+	return Identity{NQN: nvmeof.UUIDNQN(id), ID: id, Source: src}, nil
 }
 
 // machineUUID returns a stable UUID for this machine and where it came from.
 func machineUUID(p HostPaths) ([16]byte, string, error) {
 	if s, _ := readFirstLine(p.ProductUUID); s != "" {
 		// libnvme takes the line as is (the kernel already byte-swapped it).
-		if id, err := ParseUUID(s); err == nil && !allBytes(id, 0) && !allBytes(id, 0xFF) {
+		if id, err := nvmeof.ParseUUID(s); err == nil && !allBytes(id, 0) && !allBytes(id, 0xFF) {
 			return id, "dmi", nil
 		}
 	}
 	if p.DeviceTree != "" {
 		if b, err := os.ReadFile(p.DeviceTree); err == nil {
 			s := strings.TrimSpace(string(bytes.TrimRight(b, "\x00")))
-			if id, err := ParseUUID(s); err == nil {
+			if id, err := nvmeof.ParseUUID(s); err == nil {
 				return id, "device-tree", nil
 			}
 		}
@@ -136,7 +141,7 @@ func machineUUID(p HostPaths) ([16]byte, string, error) {
 	}
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return id, "", fmt.Errorf("nvmeof: host identity: %w", err)
+		return id, "", fmt.Errorf("initiator: host identity: %w", err)
 	}
 	id[6] = id[6]&0x0F | 0x40
 	id[8] = id[8]&0x3F | 0x80
@@ -176,7 +181,7 @@ func readFirstLine(path string) (string, error) {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 			return "", nil
 		}
-		return "", fmt.Errorf("nvmeof: host identity: %w", err)
+		return "", fmt.Errorf("initiator: host identity: %w", err)
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	return strings.TrimSpace(line), nil
@@ -193,13 +198,13 @@ func GenerateHostIdentity(p HostPaths) (Identity, error) {
 // WriteHostIdentity writes id to p.HostNQN and p.HostID (one line each,
 // mode 0644, creating the directories), replacing each file atomically.
 func WriteHostIdentity(p HostPaths, id Identity) error {
-	if err := ValidateNQN(id.NQN); err != nil {
+	if err := nvmeof.ValidateNQN(id.NQN); err != nil {
 		return err
 	}
 	if err := writeFileAtomic(p.HostNQN, id.NQN+"\n"); err != nil {
 		return err
 	}
-	return writeFileAtomic(p.HostID, FormatUUID(id.ID)+"\n")
+	return writeFileAtomic(p.HostID, nvmeof.FormatUUID(id.ID)+"\n")
 }
 
 func writeFileAtomic(path, content string) error {
@@ -208,11 +213,11 @@ func writeFileAtomic(path, content string) error {
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("nvmeof: write host identity: %w", err)
+		return fmt.Errorf("initiator: write host identity: %w", err)
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("nvmeof: write host identity: %w", err)
+		return fmt.Errorf("initiator: write host identity: %w", err)
 	}
 	tmp := f.Name()
 	_, err = f.WriteString(content)
@@ -230,7 +235,7 @@ func writeFileAtomic(path, content string) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("nvmeof: write host identity %s: %w", path, err)
+		return fmt.Errorf("initiator: write host identity %s: %w", path, err)
 	}
 	return nil
 }
