@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ type fdio struct {
 	// mu is read-held by every call that uses fd and write-held by close,
 	// so fd is never closed (and its number never reused by another open)
 	// while a call is using it.
-	mu     sync.RWMutex
+	mu     perfcount.RWMutex
 	closed bool
 	fd     int
 
@@ -33,7 +34,7 @@ type fdio struct {
 	// noRWF is set once pwritev2(RWF_DSYNC) has failed as unsupported; FUA
 	// writes then go to dsyncFD, the same file reopened O_DSYNC.
 	noRWF   atomic.Bool
-	dsyncMu sync.Mutex
+	dsyncMu perfcount.Mutex
 	dsyncFD atomic.Int64 // -1 until opened
 
 	bounceReads   atomic.Uint64

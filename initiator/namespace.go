@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -66,7 +67,7 @@ type Request struct {
 	// Ctx is for the caller.
 	Ctx any
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	err     error
 	pending atomic.Int32
 }
@@ -100,7 +101,7 @@ type Namespace struct {
 	gone     atomic.Bool
 	readOnly atomic.Bool
 
-	mu  sync.Mutex
+	mu  perfcount.Mutex
 	ids nvmeof.NSIdentifiers
 	id  nvmeof.IdentifyNamespace
 

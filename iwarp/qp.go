@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
 
@@ -102,7 +102,7 @@ type QP struct {
 
 	state atomic.Int32 // mirrors e.state, for State without the lock
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	e       *engine
 	adm     *admEntry // the connection's place in its Admission (responders)
 	loops   int       // driver loops still running

@@ -3,11 +3,11 @@ package target
 import (
 	"errors"
 	"net"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -37,7 +37,7 @@ type queue struct {
 	// a successful Connect; see hostUsage).
 	host string
 
-	mu         sync.Mutex
+	mu         perfcount.Mutex
 	connecting bool
 	closed     bool
 	// parked are commands received while the target shuts down: they are

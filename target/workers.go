@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
@@ -15,7 +16,7 @@ import (
 type workerPool struct {
 	exec func(*rdma.Request)
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	cond    sync.Cond
 	ring    []*rdma.Request
 	head, n int

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -273,7 +273,7 @@ type ControllerQueue struct {
 	closedCh chan struct{} // closed after the handler's QueueClosed returned
 	admitted atomic.Bool
 
-	mu       sync.Mutex
+	mu       perfcount.Mutex
 	pool     *bufferPool // data buffers (a small one until Admit)
 	poolMR   *iwarp.MR
 	recvBufs [][]byte

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"unsafe"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -114,7 +114,7 @@ type HostQueue struct {
 	doneCh  chan struct{}
 	failErr error
 
-	mu     sync.Mutex
+	mu     perfcount.Mutex
 	stats  HostStats
 	slots  []hostSlot
 	free   []int

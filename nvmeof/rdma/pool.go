@@ -3,8 +3,9 @@ package rdma
 import (
 	"fmt"
 	"math/bits"
-	"sync"
 	"unsafe"
+
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 )
 
 // Buffer pool geometry.
@@ -19,7 +20,7 @@ const (
 // (the collector never moves large objects), so a buffer stays valid for as
 // long as anybody holds it, even after its queue is gone.
 type bufferPool struct {
-	mu       sync.Mutex
+	mu       perfcount.Mutex
 	arena    []byte
 	maxOrder int     // largest block: 2^maxOrder pages
 	head     []int32 // per order: first free block (page index) or -1

@@ -19,6 +19,14 @@
 #   RT=10s              runtime of each load
 #   ROUNDS=1            how many times the whole set runs
 #   Q=1                 I/O queues
+#   COUNT=0             1: count what each I/O costs on each side instead of
+#                       only timing it: system calls by kind, context
+#                       switches and wake-ups (perf stat on each process),
+#                       goroutine schedulings, lock acquisitions and heap
+#                       allocations (binaries built here with -tags
+#                       perfcount; see internal/perfcount). Needs perf
+#                       (Debian: linux-perf) and go. The counted build is
+#                       slower (about 10 ns a lock): time with COUNT=0.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}
@@ -30,11 +38,19 @@ LOADS=${LOADS:-qd1 qd64 r128 w128}
 RT=${RT:-10s}
 ROUNDS=${ROUNDS:-1}
 Q=${Q:-1}
+COUNT=${COUNT:-0}
 NQN=nqn.2024-01.io.nvmetd:bench
-[ -x "$BIN/nvmetd" ] && [ -x "$BIN/nvmeof" ] || { echo "no $BIN/nvmetd or $BIN/nvmeof: run make build" >&2; exit 1; }
 if ss -Hltn "sport = :$PORT" | grep -q .; then echo "port $PORT is in use" >&2; exit 1; fi
 
 D=$(mktemp -d)
+if [ "$COUNT" = 1 ]; then
+	command -v perf >/dev/null || { echo "COUNT=1 needs perf (apt-get install linux-perf)" >&2; exit 1; }
+	go build -tags perfcount -o "$D/bin/" ./cmd/nvmetd ./cmd/nvmeof
+	go build -o "$D/countreport" ./test/bench/countreport
+	BIN=$D/bin
+	read -r -a PERFEV <<<"$("$D/countreport" -events)"
+fi
+[ -x "$BIN/nvmetd" ] && [ -x "$BIN/nvmeof" ] || { echo "no $BIN/nvmetd or $BIN/nvmeof: run make build" >&2; exit 1; }
 cat > "$D/nvmetd.yaml" <<Y
 daemon:
   log_level: warn
@@ -62,18 +78,50 @@ if [ "$PIN" = 1 ]; then
 	run0=(taskset -c 0 env GOMAXPROCS=1)
 	run1=(taskset -c 1 env GOMAXPROCS=1)
 fi
-"${run0[@]}" "$BIN/nvmetd" --config "$D/nvmetd.yaml" >"$D/nvmetd.log" 2>&1 &
+NVMETD_PERFCOUNT=$D/target.count "${run0[@]}" "$BIN/nvmetd" --config "$D/nvmetd.yaml" >"$D/nvmetd.log" 2>&1 &
 tgt=$!
 trap 'kill $tgt 2>/dev/null; wait $tgt 2>/dev/null; rm -rf "$D"' EXIT
 until ss -Hltn "sport = :$PORT" | grep -q .; do
 	kill -0 $tgt 2>/dev/null || { cat "$D/nvmetd.log" >&2; exit 1; }
 	sleep 0.1
 done
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP Q=$Q RT=$RT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+# snap asks the target for its perfcount counts since the last snap.
+snap() {
+	local n
+	n=$(wc -l <"$D/target.count" 2>/dev/null || echo 0)
+	kill -USR2 $tgt
+	for _ in $(seq 100); do
+		[ "$(wc -l <"$D/target.count" 2>/dev/null || echo 0)" -gt "$n" ] && return
+		sleep 0.05
+	done
+	echo "no perfcount answer from nvmetd" >&2
+}
+ctxsw() { awk '/^voluntary_ctxt/{v+=$2} /^nonvoluntary_ctxt/{n+=$2} END{print v+0, n+0}' /proc/$tgt/task/*/status 2>/dev/null; }
 bench() {
 	echo "== nsid $1: ${*:2}"
-	"${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$BP" \
-		--nsid "$@" | grep -E 'IOPS=|lat \(usec\)|cpu:'
+	local cmd=("${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$BP" --nsid "$@")
+	if [ "$COUNT" != 1 ]; then
+		"${cmd[@]}" | grep -E 'IOPS=|lat \(usec\)|cpu:'
+		return
+	fi
+	snap
+	local c0 c1 pp
+	c0=$(ctxsw)
+	perf stat -x, -o "$D/target.perf" "${PERFEV[@]}" -p $tgt &
+	pp=$!
+	rm -f "$D/host.count"
+	NVMETD_PERFCOUNT=$D/host.count perf stat -x, -o "$D/host.perf" "${PERFEV[@]}" -- "${cmd[@]}" >"$D/bench.out"
+	kill -INT $pp
+	wait $pp || true
+	c1=$(ctxsw)
+	snap
+	grep -E 'IOPS=|lat \(usec\)|cpu:' "$D/bench.out"
+	local ios
+	ios=$(grep -oE '[0-9]+ I/Os in' "$D/bench.out" | awk '{s+=$1} END{print s+0}')
+	"$D/countreport" -ios "$ios" -target-perf "$D/target.perf" -host-perf "$D/host.perf" \
+		-target-count "$D/target.count" -host-count "$D/host.count" \
+		-target-ctx "$(echo "$c0 $c1" | awk '{print $3-$1, $4-$2}')"
 }
 for round in $(seq "$ROUNDS"); do
 	for ns in $NSS; do
