@@ -11,11 +11,14 @@
 #                       (one core a side); PIN=0: both share every CPU
 #   BP=50us             busy polling on both sides (transport.busy_poll and
 #                       --busy-poll); 0s: off
+#   HBP=$BP             the host's busy polling alone (BP=0s HBP=50us: the
+#                       target sleeps, the host spins, as SPDK's interrupt
+#                       mode with spdk_nvme_perf)
 #   NSS="1 2"           namespaces: 1 null (8 GiB), 2 file (2 GiB, written
 #                       fully first so that reads hit data)
-#   LOADS="qd1 qd64 r128 w128"
-#                       4 KiB randread QD1 and QD64, 128 KiB sequential read
-#                       and write QD16
+#   LOADS="qd1 qd64 w64 r128 w128"
+#                       4 KiB randread QD1 and QD64, 4 KiB randwrite QD64,
+#                       128 KiB sequential read and write QD16
 #   RT=10s              runtime of each load
 #   ROUNDS=1            how many times the whole set runs
 #   Q=1                 I/O queues
@@ -33,8 +36,9 @@ BIN=${BIN:-bin}
 PORT=${PORT:-4520}
 PIN=${PIN:-1}
 BP=${BP:-50us}
+HBP=${HBP:-$BP}
 NSS=${NSS:-1 2}
-LOADS=${LOADS:-qd1 qd64 r128 w128}
+LOADS=${LOADS:-qd1 qd64 w64 r128 w128}
 RT=${RT:-10s}
 ROUNDS=${ROUNDS:-1}
 Q=${Q:-1}
@@ -85,7 +89,7 @@ until ss -Hltn "sport = :$PORT" | grep -q .; do
 	kill -0 $tgt 2>/dev/null || { cat "$D/nvmetd.log" >&2; exit 1; }
 	sleep 0.1
 done
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 # snap asks the target for its perfcount counts since the last snap.
 snap() {
 	local n
@@ -100,7 +104,7 @@ snap() {
 ctxsw() { awk '/^voluntary_ctxt/{v+=$2} /^nonvoluntary_ctxt/{n+=$2} END{print v+0, n+0}' /proc/$tgt/task/*/status 2>/dev/null; }
 bench() {
 	echo "== nsid $1: ${*:2}"
-	local cmd=("${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$BP" --nsid "$@")
+	local cmd=("${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$HBP" --nsid "$@")
 	if [ "$COUNT" != 1 ]; then
 		"${cmd[@]}" | grep -E 'IOPS=|lat \(usec\)|cpu:'
 		return
@@ -129,6 +133,7 @@ for round in $(seq "$ROUNDS"); do
 			case $load in
 			qd1) bench "$ns" --rw randread --bs 4k --iodepth 1 ;;
 			qd64) bench "$ns" --rw randread --bs 4k --iodepth 64 ;;
+			w64) bench "$ns" --rw randwrite --bs 4k --iodepth 64 ;;
 			r128) bench "$ns" --rw read --bs 128k --iodepth 16 ;;
 			w128) bench "$ns" --rw write --bs 128k --iodepth 16 ;;
 			*) echo "unknown load $load" >&2; exit 2 ;;
