@@ -60,6 +60,11 @@ type Config struct {
 	// (kind null only). Empty means zeroes.
 	Pattern []byte
 
+	// NoFill leaves read buffers untouched instead of zeroing them (kind
+	// null only), as SPDK's null bdev and Linux null_blk: for measuring the
+	// transport alone. Reads then return whatever the buffer held.
+	NoFill bool
+
 	// DeferClaim opens the storage without its claim (the flock of a file
 	// unless NoLock, the O_EXCL of a block device with Exclusive); the
 	// backend then implements [Claimer] and takes the claim when Claim is
@@ -146,6 +151,9 @@ func (c *Config) Validate() error {
 	if len(c.Pattern) > 0 && c.Kind != KindNull {
 		return cfgErr("pattern", "only used by kind null")
 	}
+	if c.NoFill && c.Kind != KindNull {
+		return cfgErr("no_fill", "only used by kind null")
+	}
 	if len(c.Pattern) > maxPattern {
 		return cfgErr("pattern", "%d bytes is longer than the limit of %d", len(c.Pattern), maxPattern)
 	}
@@ -204,7 +212,7 @@ func Open(cfg Config) (Backend, error) {
 		}
 	case KindNull:
 		var n *Null
-		if n, err = OpenNull(NullOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Pattern: cfg.Pattern}); err == nil {
+		if n, err = OpenNull(NullOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Pattern: cfg.Pattern, NoFill: cfg.NoFill}); err == nil {
 			b = n
 		}
 	default:

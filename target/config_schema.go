@@ -195,6 +195,9 @@ type BackendConfig struct {
 	// DriveDB is a smartmontools drivedb.yaml naming ATA SMART attributes
 	// in health reports (kind block).
 	DriveDB string `mapstructure:"drive_db"`
+	// NoFill leaves read buffers as they are instead of zeroing them (kind
+	// null; for benchmarks of the transport, as SPDK's null bdev).
+	NoFill bool `mapstructure:"no_fill"`
 }
 
 // HostConfig is a known host.
@@ -404,6 +407,7 @@ func (b *BackendConfig) Config() (backend.Config, error) {
 		NoLock:     b.NoLock,
 		Exclusive:  b.Exclusive,
 		DriveDB:    b.DriveDB,
+		NoFill:     b.NoFill,
 	}
 	if b.Size != "" {
 		n, err := backend.ParseSize(b.Size)
