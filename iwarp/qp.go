@@ -436,6 +436,12 @@ func (qp *QP) start(conn *net.TCPConn, cfg *Config, neg negotiated, responder bo
 	if cfg.Logger != nil && !qp.logSet {
 		qp.log = cfg.Logger.With(zap.Stringer("remote", conn.RemoteAddr()))
 	}
+	if cfg.SocketSendBuffer > 0 {
+		_ = conn.SetWriteBuffer(cfg.SocketSendBuffer)
+	}
+	if cfg.SocketReceiveBuffer > 0 {
+		_ = conn.SetReadBuffer(cfg.SocketReceiveBuffer)
+	}
 	qp.conn, qp.raw, qp.neg, qp.responder = conn, raw, neg, responder
 	qp.peerPrivateData = peerPD
 	qp.localAddr, qp.remote = conn.LocalAddr(), conn.RemoteAddr()

@@ -230,6 +230,11 @@ type TransportConfig struct {
 	// BusyPoll makes receive loops spin for up to this long before parking:
 	// lower latency for a busy core; default 0 (off).
 	BusyPoll time.Duration `mapstructure:"busy_poll"`
+	// SocketSendBuffer and SocketReceiveBuffer set each connection's
+	// SO_SNDBUF and SO_RCVBUF ("2MiB", as SPDK); empty or 0 keeps the
+	// kernel's default with its automatic tuning.
+	SocketSendBuffer    string `mapstructure:"socket_send_buffer"`
+	SocketReceiveBuffer string `mapstructure:"socket_receive_buffer"`
 }
 
 // LimitsConfig caps the resources a peer can make the target hold. A
@@ -560,5 +565,19 @@ func (t *TransportConfig) IWARP() (iwarp.Config, error) {
 	cfg.StallTimeout = t.StallTimeout
 	cfg.WriteTimeout = t.WriteTimeout
 	cfg.BusyPoll = t.BusyPoll
+	for _, b := range []struct {
+		field string
+		val   string
+		dst   *int
+	}{{"socket_send_buffer", t.SocketSendBuffer, &cfg.SocketSendBuffer}, {"socket_receive_buffer", t.SocketReceiveBuffer, &cfg.SocketReceiveBuffer}} {
+		if b.val == "" {
+			continue
+		}
+		n, err := backend.ParseSize(b.val)
+		if err != nil || n < 0 || n > 1<<30 {
+			return cfg, &FieldError{Field: b.field, Reason: fmt.Sprintf("%q is not a size from 0 to 1GiB", b.val), Err: err}
+		}
+		*b.dst = int(n)
+	}
 	return cfg, nil
 }

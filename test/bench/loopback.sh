@@ -19,6 +19,10 @@
 #   LOADS="qd1 qd64 w64 r128 w128"
 #                       4 KiB randread QD1 and QD64, 4 KiB randwrite QD64,
 #                       128 KiB sequential read and write QD16
+#   NOFILL=0            1: the null namespace leaves read buffers untouched
+#                       (backend no_fill), as SPDK's null bdev
+#   SOCKBUF=            SO_SNDBUF/SO_RCVBUF of both sides ("2MiB", as SPDK
+#                       sets); empty: the kernel's default
 #   RT=10s              runtime of each load
 #   ROUNDS=1            how many times the whole set runs
 #   Q=1                 I/O queues
@@ -43,6 +47,8 @@ RT=${RT:-10s}
 ROUNDS=${ROUNDS:-1}
 Q=${Q:-1}
 COUNT=${COUNT:-0}
+NOFILL=${NOFILL:-0}
+SOCKBUF=${SOCKBUF:-}
 NQN=nqn.2024-01.io.nvmetd:bench
 if ss -Hltn "sport = :$PORT" | grep -q .; then echo "port $PORT is in use" >&2; exit 1; fi
 
@@ -52,6 +58,7 @@ if [ "$COUNT" = 1 ]; then
 	go build -tags perfcount -o "$D/bin/" ./cmd/nvmetd ./cmd/nvmeof
 	go build -o "$D/countreport" ./test/bench/countreport
 	BIN=$D/bin
+	: >"$D/target.count"
 	read -r -a PERFEV <<<"$("$D/countreport" -events)"
 fi
 [ -x "$BIN/nvmetd" ] && [ -x "$BIN/nvmeof" ] || { echo "no $BIN/nvmetd or $BIN/nvmeof: run make build" >&2; exit 1; }
@@ -67,12 +74,13 @@ ports:
     subsystems: [$NQN]
 transport:
   busy_poll: $BP
+$( [ -n "$SOCKBUF" ] && printf '  socket_send_buffer: %s\n  socket_receive_buffer: %s\n' "$SOCKBUF" "$SOCKBUF" )
 subsystems:
   - nqn: $NQN
     allow_any_host: true
     namespaces:
       - nsid: 1
-        backend: {kind: "null", size: 8GiB}
+        backend: {kind: "null", size: 8GiB$( [ "$NOFILL" = 1 ] && echo ", no_fill: true" )}
       - nsid: 2
         backend: {kind: file, path: $D/ns2.img, size: 2GiB}
 Y
@@ -89,7 +97,7 @@ until ss -Hltn "sport = :$PORT" | grep -q .; do
 	kill -0 $tgt 2>/dev/null || { cat "$D/nvmetd.log" >&2; exit 1; }
 	sleep 0.1
 done
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP NOFILL=$NOFILL SOCKBUF=$SOCKBUF Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 # snap asks the target for its perfcount counts since the last snap.
 snap() {
 	local n
@@ -104,7 +112,7 @@ snap() {
 ctxsw() { awk '/^voluntary_ctxt/{v+=$2} /^nonvoluntary_ctxt/{n+=$2} END{print v+0, n+0}' /proc/$tgt/task/*/status 2>/dev/null; }
 bench() {
 	echo "== nsid $1: ${*:2}"
-	local cmd=("${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$HBP" --nsid "$@")
+	local cmd=("${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$HBP" ${SOCKBUF:+--socket-buffer "$SOCKBUF"} --nsid "$@")
 	if [ "$COUNT" != 1 ]; then
 		"${cmd[@]}" | grep -E 'IOPS=|lat \(usec\)|cpu:'
 		return
