@@ -47,20 +47,11 @@ func (r *rxDriver) init(qp *QP) {
 // doRead is the RawConn read callback: one readv into the prepared iovecs.
 // With busy polling it retries a would-block read until the spin time runs
 // out before letting the runtime park the goroutine.
-//
-// The socket is non-blocking, so readv never sleeps: it is a raw system
-// call, without the runtime's entersyscall/exitsyscall. That matters to a
-// process that sleeps between I/Os: the first entersyscall after the
-// scheduler was idle wakes the runtime's sysmon thread (futex), which then
-// polls (nanosleep, sched_yield) until the process is idle again; measured
-// on the target at QD1, that was a second thread wake-up and two more
-// context switches per I/O (test/bench/loopback.sh COUNT=1). writev (tx.go)
-// is raw for the same reason.
 func (qp *QP) doRead(fd uintptr) bool {
 	r := &qp.rx
 	var deadline time.Time
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&r.iov[0])), uintptr(r.iovCnt))
+		n, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&r.iov[0])), uintptr(r.iovCnt))
 		switch e {
 		case 0:
 			r.readN = int(n)

@@ -117,8 +117,7 @@ func (qp *QP) writev(blocking bool) (n int, full bool, err error) {
 
 // doWrite is the RawConn write callback: writev of the pending iovecs until
 // they are out, the socket is full, or an error. Returning false makes the
-// runtime wait for socket space (blocking mode). writev on the
-// non-blocking socket never sleeps: a raw system call (see doRead).
+// runtime wait for socket space (blocking mode).
 func (qp *QP) doWrite(fd uintptr) bool {
 	t := &qp.tx
 	for {
@@ -140,7 +139,7 @@ func (qp *QP) doWrite(fd uintptr) bool {
 		if n == 0 {
 			return true
 		}
-		w, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.sysIov[0])), uintptr(n))
+		w, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.sysIov[0])), uintptr(n))
 		switch e {
 		case 0:
 		case syscall.EINTR:
