@@ -37,6 +37,13 @@ type fdio struct {
 	dsyncMu perfcount.Mutex
 	dsyncFD atomic.Int64 // -1 until opened
 
+	// noNowait[write] is set once RWF_NOWAIT has failed as unsupported for
+	// reads or writes (ext4 on Linux 6.18 takes NOWAIT reads but refuses
+	// buffered NOWAIT writes): no more tries of that kind.
+	noNowait     [2]atomic.Bool
+	nowaitDone   atomic.Uint64
+	nowaitMissed atomic.Uint64
+
 	bounceReads   atomic.Uint64
 	bounceWrites  atomic.Uint64
 	zeroFallbacks atomic.Uint64
@@ -255,6 +262,8 @@ func (f *fdio) stats() Stats {
 		BounceReads:   f.bounceReads.Load(),
 		BounceWrites:  f.bounceWrites.Load(),
 		ZeroFallbacks: f.zeroFallbacks.Load(),
+		NowaitDone:    f.nowaitDone.Load(),
+		NowaitMissed:  f.nowaitMissed.Load(),
 	}
 }
 
