@@ -326,13 +326,12 @@ func (qp *QP) post(ent []sqEntry) error {
 		qp.mu.Unlock()
 		return err
 	}
-	claimed := qp.e.txClaim(writerPoster)
-	a := qp.takeActions()
-	qp.mu.Unlock()
-	if claimed {
-		qp.write(writerPoster)
+	if qp.e.txClaim(writerPoster) {
+		qp.writeLocked(writerPoster)
 		return nil
 	}
+	a := qp.takeActions()
+	qp.mu.Unlock()
 	qp.apply(a, writerPoster)
 	return nil
 }
@@ -384,13 +383,12 @@ func (qp *QP) apply(a actions, who writer) {
 			return // the send goroutine loops on its own
 		}
 		qp.mu.Lock()
-		claimed := qp.e.txClaim(who)
-		more := qp.takeActions()
-		qp.mu.Unlock()
-		if claimed {
-			qp.write(who)
+		if qp.e.txClaim(who) {
+			qp.writeLocked(who)
 			return
 		}
+		more := qp.takeActions()
+		qp.mu.Unlock()
 		if more&actTx != 0 {
 			qp.wake()
 		}
