@@ -83,9 +83,10 @@ func (r *Request) chunkDone(err error) {
 		r.mu.Unlock()
 	}
 	if r.pending.Add(-1) == 0 {
-		r.mu.Lock()
+		// Every other chunk wrote r.err before its own Add: the last Add
+		// sees those writes without the lock (sync/atomic is sequentially
+		// consistent).
 		r.Err = r.err
-		r.mu.Unlock()
 		r.Done(r)
 	}
 }
