@@ -21,6 +21,8 @@
 #                       128 KiB sequential read and write QD16
 #   NOFILL=0            1: the null namespace leaves read buffers untouched
 #                       (backend no_fill), as SPDK's null bdev
+#   DIRECT=0            1: the file namespace bypasses the page cache
+#                       (O_DIRECT: every command goes to a backend worker)
 #   SOCKBUF=            SO_SNDBUF/SO_RCVBUF of both sides ("2MiB", as SPDK
 #                       sets); empty: the kernel's default
 #   RT=10s              runtime of each load
@@ -48,6 +50,7 @@ ROUNDS=${ROUNDS:-1}
 Q=${Q:-1}
 COUNT=${COUNT:-0}
 NOFILL=${NOFILL:-0}
+DIRECT=${DIRECT:-0}
 SOCKBUF=${SOCKBUF:-}
 NQN=nqn.2024-01.io.nvmetd:bench
 if ss -Hltn "sport = :$PORT" | grep -q .; then echo "port $PORT is in use" >&2; exit 1; fi
@@ -82,7 +85,7 @@ subsystems:
       - nsid: 1
         backend: {kind: "null", size: 8GiB$( [ "$NOFILL" = 1 ] && echo ", no_fill: true" )}
       - nsid: 2
-        backend: {kind: file, path: $D/ns2.img, size: 2GiB}
+        backend: {kind: file, path: $D/ns2.img, size: 2GiB$( [ "$DIRECT" = 1 ] && echo ", direct: true" )}
 Y
 case " $NSS " in *" 2 "*) dd if=/dev/urandom of="$D/ns2.img" bs=1M count=2048 status=none ;; esac
 run0=() run1=()
@@ -97,7 +100,7 @@ until ss -Hltn "sport = :$PORT" | grep -q .; do
 	kill -0 $tgt 2>/dev/null || { cat "$D/nvmetd.log" >&2; exit 1; }
 	sleep 0.1
 done
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP NOFILL=$NOFILL SOCKBUF=$SOCKBUF Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP NOFILL=$NOFILL DIRECT=$DIRECT SOCKBUF=$SOCKBUF Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 # snap asks the target for its perfcount counts since the last snap.
 snap() {
 	local n
