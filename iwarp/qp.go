@@ -331,6 +331,13 @@ func (qp *QP) post(ent []sqEntry) error {
 		return nil
 	}
 	a := qp.takeActions()
+	if qp.e.state == QPStateRTS {
+		// Somebody else writes it (txClaim): the receive loop when it is
+		// done with its read, the writer in turn (it loops until nothing
+		// is left), or the send goroutine after a handoff. Another claim
+		// in apply would only take the lock again.
+		a &^= actTx
+	}
 	qp.mu.Unlock()
 	qp.apply(a, writerPoster)
 	return nil
