@@ -254,8 +254,27 @@ type Stats struct {
 	BounceReads   uint64 // ReadAt calls copied through an aligned buffer
 	BounceWrites  uint64 // WriteAt calls copied through an aligned buffer
 	ZeroFallbacks uint64 // WriteZeroes calls emulated by writing zeroes
+	// NowaitDone counts TryReadAt/TryWriteAt calls served at once (page
+	// cache); NowaitMissed those that would have had to wait.
+	NowaitDone, NowaitMissed uint64
 	// AllocatedBytes is the memory held by a memory backend.
 	AllocatedBytes int64
+}
+
+// NowaitIO is implemented by backends that can try a read or a write
+// without sleeping: a buffered file whose data is in the page cache (as
+// nvmet's file backend tries IOCB_NOWAIT first). A caller that must not
+// block (a queue's receive goroutine) tries here first and hands the
+// command to a goroutine that may block only when done is false.
+//
+// done is false when the call would have had to wait (data not cached, a
+// lock held, FUA, O_DIRECT, a file system without RWF_NOWAIT): nothing is
+// reported and p may hold part of the data; the caller then uses ReadAt or
+// WriteAt, which do the whole transfer. With done true, err is what ReadAt
+// or WriteAt would have returned.
+type NowaitIO interface {
+	TryReadAt(p []byte, off int64) (done bool, err error)
+	TryWriteAt(p []byte, off int64, fua bool) (done bool, err error)
 }
 
 // HealthReporter is implemented by backends that can describe device health

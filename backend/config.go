@@ -74,6 +74,12 @@ type Config struct {
 	Keyring        string        // keyring path; empty: as ceph.conf says
 	OpTimeout      time.Duration // bound of one cluster operation; 0: DefaultRBDOpTimeout
 	ConnectTimeout time.Duration // bound of connecting; 0: DefaultRBDConnectTimeout
+
+	// NoFill leaves read buffers untouched instead of zeroing them (kind
+	// null only), as SPDK's null bdev and Linux null_blk: for measuring the
+	// transport alone. Reads then return whatever the buffer held.
+	NoFill bool
+
 	// DeferClaim opens the storage without its claim (the flock of a file
 	// unless NoLock, the O_EXCL of a block device with Exclusive); the
 	// backend then implements [Claimer] and takes the claim when Claim is
@@ -162,6 +168,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Pattern) > 0 && c.Kind != KindNull {
 		return cfgErr("pattern", "only used by kind null")
+	}
+	if c.NoFill && c.Kind != KindNull {
+		return cfgErr("no_fill", "only used by kind null")
 	}
 	if len(c.Pattern) > maxPattern {
 		return cfgErr("pattern", "%d bytes is longer than the limit of %d", len(c.Pattern), maxPattern)
@@ -292,7 +301,7 @@ func Open(cfg Config) (Backend, error) {
 		b, err = openRBD(cfg.rbdOptions())
 	case KindNull:
 		var n *Null
-		if n, err = OpenNull(NullOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Pattern: cfg.Pattern}); err == nil {
+		if n, err = OpenNull(NullOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Pattern: cfg.Pattern, NoFill: cfg.NoFill}); err == nil {
 			b = n
 		}
 	default:

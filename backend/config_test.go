@@ -1,6 +1,7 @@
 package backend_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -62,6 +63,7 @@ func TestConfigValidate(t *testing.T) {
 		{backend.Config{Kind: "file", Path: "/x", Exclusive: true}, "backend: exclusive: only used by kind block"},
 		{backend.Config{Kind: "file", Path: "/x", DriveDB: "db"}, "backend: drive_db: only used by kind block"},
 		{backend.Config{Kind: "memory", Size: 4096, Pattern: []byte{1}}, "backend: pattern: only used by kind null"},
+		{backend.Config{Kind: "file", Path: "/x", NoFill: true}, "backend: no_fill: only used by kind null"},
 		{backend.Config{Kind: "null", Size: 4096, Pattern: make([]byte, 4097)}, "backend: pattern: 4097 bytes is longer than the limit of 4096"},
 	} {
 		err := c.cfg.Validate()
@@ -109,6 +111,23 @@ func TestOpen(t *testing.T) {
 		if b, err := backend.Open(cfg); err == nil || b != nil {
 			t.Errorf("Open(%+v) = %v, %v; want nil and an error", cfg, b, err)
 		}
+	}
+}
+
+// TestNullNoFill: no_fill reaches the null backend, which then leaves a
+// read buffer as it was.
+func TestNullNoFill(t *testing.T) {
+	b, err := backend.Open(backend.Config{Kind: "null", Size: 1 << 20, NoFill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p := bytes.Repeat([]byte{0xa5}, 4096)
+	if err := b.ReadAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, bytes.Repeat([]byte{0xa5}, 4096)) {
+		t.Error("a no_fill read changed the buffer")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ type fdio struct {
 	// mu is read-held by every call that uses fd and write-held by close,
 	// so fd is never closed (and its number never reused by another open)
 	// while a call is using it.
-	mu     sync.RWMutex
+	mu     perfcount.RWMutex
 	closed bool
 	fd     int
 
@@ -33,8 +34,15 @@ type fdio struct {
 	// noRWF is set once pwritev2(RWF_DSYNC) has failed as unsupported; FUA
 	// writes then go to dsyncFD, the same file reopened O_DSYNC.
 	noRWF   atomic.Bool
-	dsyncMu sync.Mutex
+	dsyncMu perfcount.Mutex
 	dsyncFD atomic.Int64 // -1 until opened
+
+	// noNowait[write] is set once RWF_NOWAIT has failed as unsupported for
+	// reads or writes (ext4 on Linux 6.18 takes NOWAIT reads but refuses
+	// buffered NOWAIT writes): no more tries of that kind.
+	noNowait     [2]atomic.Bool
+	nowaitDone   atomic.Uint64
+	nowaitMissed atomic.Uint64
 
 	bounceReads   atomic.Uint64
 	bounceWrites  atomic.Uint64
@@ -254,6 +262,8 @@ func (f *fdio) stats() Stats {
 		BounceReads:   f.bounceReads.Load(),
 		BounceWrites:  f.bounceWrites.Load(),
 		ZeroFallbacks: f.zeroFallbacks.Load(),
+		NowaitDone:    f.nowaitDone.Load(),
+		NowaitMissed:  f.nowaitMissed.Load(),
 	}
 }
 

@@ -355,3 +355,49 @@ func TestFileWriteError(t *testing.T) {
 		t.Fatalf("WriteAt beyond the file system's space: %v; want an *IOError for a write wrapping ENOSPC", err)
 	}
 }
+
+// TestFileNowait: TryReadAt and TryWriteAt serve a buffered file from the
+// page cache and return what ReadAt and WriteAt would; they decline FUA
+// and O_DIRECT (those wait for the device) without touching the file.
+func TestFileNowait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ns.img")
+	f := openFile(t, path, backend.FileOptions{Size: 1 << 20})
+	want := bytes.Repeat([]byte("nowait!!"), 512)
+	// A write RWF_NOWAIT may decline (a file system without buffered
+	// NOWAIT writes); then the plain write stands in.
+	done, err := f.TryWriteAt(want, 8192, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !done {
+		t.Logf("buffered RWF_NOWAIT write declined on this file system")
+		if err := f.WriteAt(want, 8192, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, len(want))
+	done, err = f.TryReadAt(got, 8192)
+	if err != nil || !done {
+		t.Fatalf("TryReadAt of data just written: done %v, %v", done, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("TryReadAt returned other data than was written")
+	}
+	if done, err := f.TryWriteAt(want, 0, true); done || err != nil {
+		t.Errorf("TryWriteAt with FUA: done %v, %v; want it declined", done, err)
+	}
+	if done, err := f.TryReadAt(got, 1<<20); !done || !errors.Is(err, backend.ErrOutOfRange) {
+		t.Errorf("TryReadAt past the end: done %v, %v; want ErrOutOfRange", done, err)
+	}
+	if st := f.Stats(); st.NowaitDone == 0 {
+		t.Errorf("Stats %+v: no NOWAIT call counted", st)
+	}
+	d, err := backend.OpenFile(path, backend.FileOptions{Direct: true, NoLock: true})
+	if err != nil {
+		t.Skipf("O_DIRECT not available here: %v", err)
+	}
+	defer d.Close()
+	if done, err := d.TryReadAt(got, 8192); done || err != nil {
+		t.Errorf("TryReadAt with O_DIRECT: done %v, %v; want it declined", done, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -98,7 +99,7 @@ type Controller struct {
 	maxXfer   atomic.Int64
 	rr        atomic.Uint32
 	compSeen  atomic.Bool // a command completed since the last keep-alive tick (TBKAS)
-	failMu    sync.Mutex
+	failMu    perfcount.Mutex
 	failed    failure       // the first failure of the newest association that reported one
 	recoverCh chan struct{} // (buffer 1) a failure was reported
 	closeReq  chan struct{}
@@ -112,14 +113,14 @@ type Controller struct {
 	closing   atomic.Bool // Close has started: new I/O is refused
 	closeErr  error
 
-	evMu   sync.Mutex
+	evMu   perfcount.Mutex
 	events []Event
 	evWake chan struct{}
 	evDone chan struct{}
 
-	scanMu sync.Mutex // one namespace scan at a time
+	scanMu perfcount.Mutex // one namespace scan at a time
 
-	mu         sync.Mutex
+	mu         perfcount.Mutex
 	state      State
 	assoc      *association
 	deadErr    error

@@ -3,9 +3,9 @@ package initiator
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -18,7 +18,7 @@ type ioQueue struct {
 	qid  uint16
 	cmds []cmd // command slots this queue owns (size-1 of them)
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	hq      *rdma.HostQueue // nil while not connected
 	gen     uint64          // association of hq
 	pending []*cmd

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -64,7 +65,7 @@ type Request struct {
 	// (ErrControllerLost, ErrControllerClosed, a canceled context).
 	Err error
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	err     error
 	pending atomic.Int32
 }
@@ -80,9 +81,10 @@ func (r *Request) chunkDone(err error) {
 		r.mu.Unlock()
 	}
 	if r.pending.Add(-1) == 0 {
-		r.mu.Lock()
+		// Every other chunk wrote r.err before its own Add: the last Add
+		// sees those writes without the lock (sync/atomic is sequentially
+		// consistent).
 		r.Err = r.err
-		r.mu.Unlock()
 		r.Done(r)
 	}
 }
@@ -98,7 +100,7 @@ type Namespace struct {
 	gone     atomic.Bool
 	readOnly atomic.Bool
 
-	mu  sync.Mutex
+	mu  perfcount.Mutex
 	ids nvmeof.NSIdentifiers
 	id  nvmeof.IdentifyNamespace
 

@@ -103,6 +103,10 @@ type Config struct {
 	// ReadBuffer is the size of the receive read-ahead buffer that small
 	// FPDUs are parsed from (default 256 KiB).
 	ReadBuffer int
+	// SocketSendBuffer and SocketReceiveBuffer set the TCP socket's
+	// SO_SNDBUF and SO_RCVBUF (SPDK sets 2 MiB); 0 keeps the kernel's
+	// default and its automatic tuning.
+	SocketSendBuffer, SocketReceiveBuffer int
 	// Admission, when set, caps the connections a Listener holds and closes
 	// those that the ULP does not admit (QP.Admit) in time; one Admission
 	// may serve several listeners. Nil: no caps (Dial ignores it).
@@ -124,6 +128,8 @@ const (
 	maxFPDU = 65528
 	// minFPDU leaves room for a header, 4 bytes of payload and the CRC.
 	minFPDU = 32
+	// maxSocketBuffer bounds SocketSendBuffer and SocketReceiveBuffer.
+	maxSocketBuffer = 1 << 30
 )
 
 // withDefaults returns a copy with zero fields set to defaults.
@@ -163,6 +169,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("iwarp: config timeouts must not be negative")
 	case d.ReadBuffer < 4096:
 		return fmt.Errorf("iwarp: config ReadBuffer: %d, want at least 4096", d.ReadBuffer)
+	case d.SocketSendBuffer < 0 || d.SocketSendBuffer > maxSocketBuffer || d.SocketReceiveBuffer < 0 || d.SocketReceiveBuffer > maxSocketBuffer:
+		return fmt.Errorf("iwarp: config socket buffers %d/%d: want 0..%d", d.SocketSendBuffer, d.SocketReceiveBuffer, maxSocketBuffer)
 	}
 	return nil
 }

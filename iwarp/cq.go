@@ -3,7 +3,8 @@ package iwarp
 import (
 	"context"
 	"errors"
-	"sync"
+
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 )
 
 // CQ is a completion queue. It works in one of two modes:
@@ -22,7 +23,7 @@ import (
 type CQ struct {
 	handler func(*WC)
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	ring    []WC // circular, of the CQ's depth
 	head    int
 	n       int

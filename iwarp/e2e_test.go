@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -264,5 +268,37 @@ func TestConfigLoggerReachesQP(t *testing.T) {
 			t.Fatalf("no nudge logged; logs: %v", logs.All())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSocketBuffers: Config.SocketSendBuffer and SocketReceiveBuffer reach
+// both ends' sockets (the kernel caps them at net.core.wmem_max/rmem_max
+// and reports twice the value set, socket(7)).
+func TestSocketBuffers(t *testing.T) {
+	sysMax := func(name string) int {
+		b, err := os.ReadFile("/proc/sys/net/core/" + name)
+		if err != nil {
+			t.Skipf("cannot read the kernel's cap: %v", err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	wantSnd, wantRcv := 2*min(1<<20, sysMax("wmem_max")), 2*min(768<<10, sysMax("rmem_max"))
+	cfg := &Config{SocketSendBuffer: 1 << 20, SocketReceiveBuffer: 768 << 10}
+	cli, srv := pair(t, pairOpts{clientCfg: cfg, serverCfg: cfg})
+	for _, s := range []*side{cli, srv} {
+		var snd, rcv int
+		var err error
+		if cerr := s.qp.raw.Control(func(fd uintptr) {
+			if snd, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF); err != nil {
+				return
+			}
+			rcv, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+		}); cerr != nil || err != nil {
+			t.Fatal(cerr, err)
+		}
+		if snd != wantSnd || rcv != wantRcv {
+			t.Errorf("SO_SNDBUF %d, SO_RCVBUF %d; want %d and %d", snd, rcv, wantSnd, wantRcv)
+		}
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
 
@@ -23,7 +23,7 @@ const (
 // PD is a protection domain: a namespace of memory regions. A QP may only
 // touch regions of its own PD, locally and on the peer's behalf.
 type PD struct {
-	mu    sync.Mutex
+	mu    perfcount.Mutex
 	table atomic.Pointer[[]*MR] // slot → region; copy on write
 	free  []uint32              // free slots
 	// mask scrambles slot numbers into STag indices so that indices are
@@ -49,7 +49,7 @@ type MR struct {
 	pd   *PD
 	slot uint32
 
-	mu     sync.Mutex
+	mu     perfcount.Mutex
 	stag   uint32
 	buf    []byte
 	iova   uint64

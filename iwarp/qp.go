@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
 
@@ -102,7 +102,7 @@ type QP struct {
 
 	state atomic.Int32 // mirrors e.state, for State without the lock
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	e       *engine
 	adm     *admEntry // the connection's place in its Admission (responders)
 	loops   int       // driver loops still running
@@ -326,13 +326,19 @@ func (qp *QP) post(ent []sqEntry) error {
 		qp.mu.Unlock()
 		return err
 	}
-	claimed := qp.e.txClaim(writerPoster)
-	a := qp.takeActions()
-	qp.mu.Unlock()
-	if claimed {
-		qp.write(writerPoster)
+	if qp.e.txClaim(writerPoster) {
+		qp.writeLocked(writerPoster)
 		return nil
 	}
+	a := qp.takeActions()
+	if qp.e.state == QPStateRTS {
+		// Somebody else writes it (txClaim): the receive loop when it is
+		// done with its read, the writer in turn (it loops until nothing
+		// is left), or the send goroutine after a handoff. Another claim
+		// in apply would only take the lock again.
+		a &^= actTx
+	}
+	qp.mu.Unlock()
 	qp.apply(a, writerPoster)
 	return nil
 }
@@ -384,13 +390,12 @@ func (qp *QP) apply(a actions, who writer) {
 			return // the send goroutine loops on its own
 		}
 		qp.mu.Lock()
-		claimed := qp.e.txClaim(who)
-		more := qp.takeActions()
-		qp.mu.Unlock()
-		if claimed {
-			qp.write(who)
+		if qp.e.txClaim(who) {
+			qp.writeLocked(who)
 			return
 		}
+		more := qp.takeActions()
+		qp.mu.Unlock()
 		if more&actTx != 0 {
 			qp.wake()
 		}
@@ -435,6 +440,12 @@ func (qp *QP) start(conn *net.TCPConn, cfg *Config, neg negotiated, responder bo
 	qp.cfg = *cfg
 	if cfg.Logger != nil && !qp.logSet {
 		qp.log = cfg.Logger.With(zap.Stringer("remote", conn.RemoteAddr()))
+	}
+	if cfg.SocketSendBuffer > 0 {
+		_ = conn.SetWriteBuffer(cfg.SocketSendBuffer)
+	}
+	if cfg.SocketReceiveBuffer > 0 {
+		_ = conn.SetReadBuffer(cfg.SocketReceiveBuffer)
 	}
 	qp.conn, qp.raw, qp.neg, qp.responder = conn, raw, neg, responder
 	qp.peerPrivateData = peerPD

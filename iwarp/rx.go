@@ -146,14 +146,21 @@ func (qp *QP) rxLoop() {
 			qp.mu.Unlock()
 			qp.deliver(r.wcs)
 			// Done with this read: write what the handlers posted, all of
-			// it at once (see txClaim).
+			// it at once (see txClaim); the claim is made under the same
+			// acquisition of the lock.
 			qp.mu.Lock()
 			qp.e.rxBusy = false
-			a |= qp.takeActions()
-			if qp.e.txHasWork() {
-				a |= actTx
+			if qp.e.txClaim(writerRx) {
+				a |= qp.takeActions()
+				qp.writeLocked(writerRx)
+				a &^= actTx
+			} else {
+				a |= qp.takeActions()
+				if qp.e.txHasWork() {
+					a |= actTx
+				}
+				qp.mu.Unlock()
 			}
-			qp.mu.Unlock()
 			qp.apply(a, writerRx)
 			if perr != nil {
 				qp.rxDrain()

@@ -36,10 +36,16 @@ func (t *txDriver) init(qp *QP) {
 // goroutine when the socket is full. Completions are delivered between
 // batches, outside the lock; work they post is picked up by the loop.
 func (qp *QP) write(who writer) {
+	qp.mu.Lock()
+	qp.writeLocked(who)
+}
+
+// writeLocked is write for a caller that holds mu (and has just claimed the
+// writer's turn under it); it unlocks mu.
+func (qp *QP) writeLocked(who writer) {
 	t := &qp.tx
 	blocking := who == writerTx
 	for {
-		qp.mu.Lock()
 		iov := qp.e.txLayout()
 		if iov == nil {
 			qp.e.txRelease(false)
@@ -55,10 +61,10 @@ func (qp *QP) write(who writer) {
 				qp.mu.Lock()
 				claimed := qp.e.txClaim(who)
 				a2 := qp.takeActions()
-				qp.mu.Unlock()
 				if claimed {
 					continue
 				}
+				qp.mu.Unlock()
 				if a2&actTx != 0 {
 					qp.wake()
 				}
@@ -86,21 +92,27 @@ func (qp *QP) write(who writer) {
 			}
 		}
 		qp.syncState()
-		var a actions
-		if err != nil || full {
-			qp.e.txRelease(full && err == nil)
-			a = qp.takeActions()
+		if err == nil && !full {
+			if len(t.wcs) > 0 {
+				// Completions are delivered outside the lock, while this
+				// goroutine is still the writer: work they post is laid
+				// out by the next turn of the loop.
+				qp.mu.Unlock()
+				qp.deliver(t.wcs)
+				qp.mu.Lock()
+			}
+			continue // (without completions: the next layout under the same lock)
 		}
+		qp.e.txRelease(full && err == nil)
+		a := qp.takeActions()
 		qp.mu.Unlock()
 		qp.deliver(t.wcs)
-		if err != nil || full {
-			qp.apply(a&^actTx, who)
-			if a&actTx != 0 || err != nil {
-				qp.wake()
-			}
-			qp.maybeFinish()
-			return
+		qp.apply(a&^actTx, who)
+		if a&actTx != 0 || err != nil {
+			qp.wake()
 		}
+		qp.maybeFinish()
+		return
 	}
 }
 

@@ -223,6 +223,9 @@ type BackendConfig struct {
 	Keyring        string        `mapstructure:"keyring"`
 	OpTimeout      time.Duration `mapstructure:"op_timeout"`
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	// NoFill leaves read buffers as they are instead of zeroing them (kind
+	// null; for benchmarks of the transport, as SPDK's null bdev).
+	NoFill bool `mapstructure:"no_fill"`
 }
 
 // HostConfig is a known host.
@@ -255,6 +258,11 @@ type TransportConfig struct {
 	// BusyPoll makes receive loops spin for up to this long before parking:
 	// lower latency for a busy core; default 0 (off).
 	BusyPoll time.Duration `mapstructure:"busy_poll"`
+	// SocketSendBuffer and SocketReceiveBuffer set each connection's
+	// SO_SNDBUF and SO_RCVBUF ("2MiB", as SPDK); empty or 0 keeps the
+	// kernel's default with its automatic tuning.
+	SocketSendBuffer    string `mapstructure:"socket_send_buffer"`
+	SocketReceiveBuffer string `mapstructure:"socket_receive_buffer"`
 }
 
 // LimitsConfig caps the resources a peer can make the target hold. A
@@ -441,6 +449,7 @@ func (b *BackendConfig) Config() (backend.Config, error) {
 		Keyring:        b.Keyring,
 		OpTimeout:      b.OpTimeout,
 		ConnectTimeout: b.ConnectTimeout,
+		NoFill:         b.NoFill,
 	}
 	if b.Size != "" {
 		n, err := backend.ParseSize(b.Size)
@@ -593,5 +602,19 @@ func (t *TransportConfig) RDMA() (rdma.TransportConfig, error) {
 	cfg.StallTimeout = t.StallTimeout
 	cfg.WriteTimeout = t.WriteTimeout
 	cfg.BusyPoll = t.BusyPoll
+	for _, b := range []struct {
+		field string
+		val   string
+		dst   *int
+	}{{"socket_send_buffer", t.SocketSendBuffer, &cfg.SocketSendBuffer}, {"socket_receive_buffer", t.SocketReceiveBuffer, &cfg.SocketReceiveBuffer}} {
+		if b.val == "" {
+			continue
+		}
+		n, err := backend.ParseSize(b.val)
+		if err != nil || n < 0 || n > 1<<30 {
+			return cfg, &FieldError{Field: b.field, Reason: fmt.Sprintf("%q is not a size from 0 to 1GiB", b.val), Err: err}
+		}
+		*b.dst = int(n)
+	}
 	return cfg, nil
 }

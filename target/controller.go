@@ -2,12 +2,12 @@ package target
 
 import (
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -63,7 +63,7 @@ type controller struct {
 	// I/O is refused (Access Denied) until the controller is torn down.
 	revoked atomic.Bool
 
-	mu sync.Mutex
+	mu perfcount.Mutex
 	cc nvmeof.CC
 	// queues by QID; queues[0] is the admin queue.
 	queues    []*queue

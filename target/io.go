@@ -110,13 +110,67 @@ func (ns *namespace) check(sqe *nvmeof.SQE, dataLen int) nvmeof.Status {
 }
 
 // submit runs a checked command: inline for backends that never sleep,
-// else on the namespace's worker pool.
+// inline too for a read or write that the backend can do without waiting
+// (page cache), else on the namespace's worker pool.
 func (ns *namespace) submit(s *server, c *command) {
 	if ns.inline {
 		s.execIO(c)
 		return
 	}
+	if ns.nowait != nil && s.tryNowait(c) {
+		return
+	}
 	ns.pool.push(c)
+}
+
+// tryNowait runs a read or a non-FUA write on the queue's goroutine if the
+// backend can do it without sleeping (backend.NowaitIO, as nvmet's file
+// backend with IOCB_NOWAIT) and completes it; false: it would have had to
+// wait (or the command is of another kind), nothing was done, and the
+// caller hands it to a worker. The checks and accounting are execIO's.
+func (s *server) tryNowait(c *command) bool {
+	q, r, ns := c.q, c.r, c.ns
+	sqe := r.SQE()
+	op := sqe.Opcode()
+	if op != nvmeof.NVMRead && (op != nvmeof.NVMWrite || sqe.RWCmd().FUA()) {
+		return false
+	}
+	ctrl := q.ctrl.Load()
+	if ctrl == nil || !r.Queue().Live() || !ctrl.io.get() {
+		return false // execIO answers it
+	}
+	data := r.Data()
+	off := int64(sqe.RWCmd().SLBA() << ns.lbaShift)
+	var done bool
+	var err error
+	if op == nvmeof.NVMRead {
+		done, err = ns.nowait.TryReadAt(data, off)
+	} else {
+		done, err = ns.nowait.TryWriteAt(data, off, false)
+	}
+	ctrl.io.put()
+	if !done {
+		return false
+	}
+	st := nvmeof.StatusSuccess
+	if op == nvmeof.NVMRead {
+		ns.readCmds.Add(1)
+		if err == nil {
+			ns.readBytes.Add(uint64(len(data)))
+		} else {
+			st = ns.ioFailed(s, backend.OpRead, err)
+		}
+	} else {
+		ns.writeCmds.Add(1)
+		if err == nil {
+			ns.writeBytes.Add(uint64(len(data)))
+		} else {
+			st = ns.ioFailed(s, backend.OpWrite, err)
+		}
+	}
+	ns.put()
+	q.respond(r, st)
+	return true
 }
 
 // execIO runs a command's backend work and completes it: an NVM command on

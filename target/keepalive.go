@@ -1,9 +1,10 @@
 package target
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 )
 
 // keepAlive is a controller's keep-alive timer (NVMe Base 2.0 §3.9; nvmet
@@ -17,7 +18,7 @@ type keepAlive struct {
 	expired func()
 	traffic atomic.Bool // a command arrived since the timer last ran
 
-	mu       sync.Mutex
+	mu       perfcount.Mutex
 	timeout  time.Duration
 	deadline time.Time
 	timer    *time.Timer

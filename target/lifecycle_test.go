@@ -45,6 +45,9 @@ func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 	var nvmeErrs []error
 	var next uint64
 	stop := make(chan struct{})
+	// enough is closed at the 100th acknowledged write: the shutdown comes
+	// in the middle of the load whatever the machine's speed.
+	enough := make(chan struct{})
 	var wg sync.WaitGroup
 	for qi, q := range h.io {
 		wg.Add(1)
@@ -81,6 +84,9 @@ func TestShutdownKeepsAcknowledgedWrites(t *testing.T) {
 				case err == nil:
 					mu.Lock()
 					acked = append(acked, ack{r.SQE.RWCmd().SLBA(), r.Data})
+					if len(acked) == 100 {
+						close(enough)
+					}
 					mu.Unlock()
 				case errors.Is(err, rdma.ErrQueueClosed):
 					// Never acknowledged: the host would retry it.

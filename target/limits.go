@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
@@ -24,7 +25,7 @@ func admissionLimits(cfg *Config) rdma.AdmissionLimits {
 // hostUsage counts each host NQN's controllers and queues against
 // LimitsConfig.MaxControllersPerHost and MaxQueuesPerHost.
 type hostUsage struct {
-	mu sync.Mutex
+	mu perfcount.Mutex
 	m  map[string]*hostCount
 }
 
@@ -132,7 +133,7 @@ type drainKey struct{ host, sub string }
 // drainRegistry remembers controllers that are gone but still have
 // commands running at a backend, by host and subsystem.
 type drainRegistry struct {
-	mu sync.Mutex
+	mu perfcount.Mutex
 	m  map[drainKey][]*controller
 }
 

@@ -42,6 +42,10 @@ type namespace struct {
 	// inline: the backend never sleeps (null, memory), so commands run on
 	// the queue's engine goroutine without a hop to a worker.
 	inline bool
+	// nowait: the backend can try reads and writes without sleeping (a
+	// buffered file, from the page cache): they run on the queue's
+	// goroutine when they can, on a worker when they would wait.
+	nowait backend.NowaitIO
 	ids    nvmeof.NSIdentifiers
 	pool   *workerPool // the shared pool, or a dedicated one (ownPool)
 	// ownPool is set when the namespace has dedicated workers
@@ -151,6 +155,7 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 	ns.nsze.Store(uint64(ns.be.Size()) >> ns.lbaShift)
 	ns.readOnly = ns.info.ReadOnly
 	ns.inline = ns.info.Kind == backend.KindNull || ns.info.Kind == backend.KindMemory
+	ns.nowait, _ = ns.be.(backend.NowaitIO)
 	ns.ids = namespaceIDs(nqn, &cfg, ns.info)
 	ns.pool = s.shared
 	if cfg.IOWorkers > 0 {

@@ -2,11 +2,11 @@ package target
 
 import (
 	"net"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -40,7 +40,7 @@ type queue struct {
 	// a successful Connect; see hostUsage).
 	host string
 
-	mu         sync.Mutex
+	mu         perfcount.Mutex
 	connecting bool
 	closed     bool
 	// parked are commands received while the target shuts down: they are

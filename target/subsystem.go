@@ -2,9 +2,9 @@ package target
 
 import (
 	"slices"
-	"sync"
 	"sync/atomic"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -22,7 +22,7 @@ type subsystem struct {
 	// ns is the namespace table the I/O path reads without locks.
 	ns atomic.Pointer[nsTable]
 
-	mu    sync.Mutex
+	mu    perfcount.Mutex
 	ctrls map[uint16]*controller
 	// next is where the CNTLID search starts: CNTLIDs are handed out round
 	// robin so a torn-down controller's ID is not reused at once (a host

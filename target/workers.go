@@ -3,6 +3,8 @@ package target
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 )
 
 // workerPool runs backend I/O off the queues' engine goroutines, so that a
@@ -13,7 +15,7 @@ import (
 type workerPool struct {
 	exec func(*command)
 
-	mu      sync.Mutex
+	mu      perfcount.Mutex
 	cond    sync.Cond
 	ring    []*command
 	head, n int

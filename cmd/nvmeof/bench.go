@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -359,6 +360,7 @@ func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, p
 	}
 	var ru0 unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	perfcount.Begin()
 	b.start = time.Now()
 	helperDone := make(chan struct{})
 	go func() { // submits what TrySubmit could not
@@ -408,6 +410,7 @@ loop:
 	b.stop.Store(true)
 	b.active.Wait()
 	elapsed := time.Since(b.start)
+	perfcount.End(b.rd.count() + b.wr.count())
 	close(b.retry)
 	<-helperDone
 	var ru1 unix.Rusage

@@ -48,6 +48,7 @@ type connectOptsJSON struct {
 	MaxFPDU                                          int
 	ConnectTimeout, IOTimeout, BusyPoll              time.Duration
 	MaxTransfer                                      int
+	SocketBuffer                                     string
 	Mount                                            string
 	Loop                                             bool
 	MountNSID                                        uint32
@@ -60,7 +61,7 @@ type connectOptsJSON struct {
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
-		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer,
+		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
 		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO}
 }
 
@@ -69,7 +70,7 @@ func (j connectOptsJSON) opts() connectOpts {
 		fabrics: fabricsOpts{transport: j.Transport, traddr: j.Traddr, trsvcid: j.Trsvcid, nqn: j.NQN, hostnqn: j.HostNQN,
 			hostid: j.HostID, nrIOQueues: j.NrIOQueues, queueSize: j.QueueSize, keepAliveTmo: j.KeepAliveTmo,
 			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, maxFPDU: j.MaxFPDU, connTimeout: j.ConnectTimeout,
-			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer},
+			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
 		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO,
 	}

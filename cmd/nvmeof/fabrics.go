@@ -36,6 +36,7 @@ type fabricsOpts struct {
 	ioTimeout    time.Duration
 	busyPoll     time.Duration
 	maxTransfer  int
+	socketBuffer string
 	discoverOnly bool // the flags of discover (no queue options)
 }
 
@@ -61,6 +62,7 @@ func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
 	fs.DurationVar(&o.connTimeout, "connect-timeout", initiator.DefaultConnectTimeout, "bound on one attempt to open the association")
 	fs.DurationVar(&o.ioTimeout, "io-timeout", 0, "I/O command timeout before error recovery (default 30s)")
 	fs.DurationVar(&o.busyPoll, "busy-poll", 0, "spin this long on each queue's socket before sleeping (lower latency for a busy core; 0: off; at most 1s)")
+	fs.StringVar(&o.socketBuffer, "socket-buffer", "", "SO_SNDBUF and SO_RCVBUF of each queue's socket (bytes, k/m; SPDK sets 2m; default: the kernel's, auto-tuned)")
 	fs.IntVar(&o.maxTransfer, "max-transfer", 0, "largest data transfer of one command in bytes (default 1 MiB, lowered by MDTS)")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "log protocol events to stderr")
 }
@@ -93,12 +95,18 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 	if o.busyPoll < 0 || o.busyPoll > time.Second {
 		return initiator.Config{}, fmt.Errorf("--busy-poll %v: want 0..1s", o.busyPoll)
 	}
+	var sockBuf int64
+	if o.socketBuffer != "" {
+		if sockBuf, err = parseSize(o.socketBuffer); err != nil || sockBuf < 0 || sockBuf > 1<<30 {
+			return initiator.Config{}, fmt.Errorf("--socket-buffer %q: want a size up to 1g", o.socketBuffer)
+		}
+	}
 	cfg := initiator.Config{
 		Address:         addr,
 		SubNQN:          subnqn,
 		NrIOQueues:      o.nrIOQueues,
 		QueueSize:       o.queueSize,
-		Transport:       rdma.TransportConfig{CRC: crc, MaxFPDU: o.maxFPDU, BusyPoll: o.busyPoll},
+		Transport:       rdma.TransportConfig{CRC: crc, MaxFPDU: o.maxFPDU, BusyPoll: o.busyPoll, SocketSendBuffer: int(sockBuf), SocketReceiveBuffer: int(sockBuf)},
 		Logger:          log,
 		ConnectTimeout:  o.connTimeout,
 		IOTimeout:       o.ioTimeout,

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/internal/defaults"
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -263,7 +263,7 @@ type ControllerQueue struct {
 	closedCh chan struct{} // closed after the handler's QueueClosed returned
 	admitted atomic.Bool
 
-	mu       sync.Mutex
+	mu       perfcount.Mutex
 	pool     *bufferPool // data buffers (a small one until Admit)
 	poolMR   *iwarp.MR
 	recvBufs [][]byte
@@ -587,9 +587,7 @@ func (q *ControllerQueue) onWC(wc *iwarp.WC) {
 		}
 		q.h.DataReady(r, err)
 	case iwarp.WCSend:
-		if r := q.live(wc.ID); r != nil {
-			q.release(r)
-		}
+		q.releaseID(wc.ID)
 	}
 	// RDMA Writes are unsignaled: a WCWrite is only ever a flush, and the
 	// Send behind it flushes too.
@@ -625,9 +623,21 @@ func (q *ControllerQueue) onCapsule(slot, n int) {
 		q.protocolError(fmt.Errorf("command capsule of %d bytes", n))
 		return
 	}
+	// A keyed SGL's buffer is taken with the context, under the same
+	// acquisition of mu, when nothing waits for one (start decodes the
+	// SGL again and checks it fully).
+	want := 0
+	if desc, err := (*nvmeof.SQE)(q.recvBufs[slot][:nvmeof.SQESize]).DecodeSGL1(); err == nil && desc.Kind == nvmeof.SGLKeyed && desc.Length > 0 && int(desc.Length) <= q.maxXfer {
+		want = int(desc.Length)
+	}
 	q.mu.Lock()
 	if q.bHead == len(q.backlog) {
 		if r := q.allocLocked(); r != nil {
+			if want > 0 && want <= q.pool.maxBuffer() && q.wHead == len(q.waiting) {
+				if buf, off, ok := q.pool.get(want); ok {
+					r.data, r.dataOff, r.pool, r.mr = buf, off, q.pool, q.poolMR
+				}
+			}
 			q.mu.Unlock()
 			q.start(r, slot, n)
 			return
@@ -686,6 +696,10 @@ func (q *ControllerQueue) start(r *Request, slot, n int) {
 			return
 		}
 		r.key, r.addr, r.inval = desc.Key, desc.Addr, desc.Invalidate
+		if r.pool != nil && len(r.data) == int(desc.Length) {
+			q.h.HandleCommand(r) // onCapsule took the buffer
+			return
+		}
 		q.withBuffer(r, int(desc.Length))
 	default:
 		r.Complete(nvmeof.StatusSGLInvalidType | nvmeof.StatusDNR)
@@ -720,6 +734,28 @@ func (q *ControllerQueue) withBuffer(r *Request, n int) {
 // response went out (or could not), and starts commands that waited.
 func (q *ControllerQueue) release(r *Request) {
 	q.mu.Lock()
+	q.releaseLocked(r)
+}
+
+// releaseID releases the request a Send completion names if it is still in
+// that use (see live), under one acquisition of mu.
+func (q *ControllerQueue) releaseID(id uint64) {
+	idx, gen := int(uint32(id)), uint32(id>>32)
+	q.mu.Lock()
+	var r *Request
+	if idx < len(q.reqs) {
+		r = q.reqs[idx]
+	}
+	if r == nil || !r.active || r.gen != gen {
+		q.stats.StaleCompletions++
+		q.mu.Unlock()
+		return
+	}
+	q.releaseLocked(r)
+}
+
+// releaseLocked is release with mu held; it unlocks mu.
+func (q *ControllerQueue) releaseLocked(r *Request) {
 	if !r.active {
 		q.mu.Unlock()
 		return
@@ -730,14 +766,22 @@ func (q *ControllerQueue) release(r *Request) {
 	*r = Request{q: q, index: r.index, gen: r.gen + 1}
 	q.free = append(q.free, r.index)
 	q.sqAvail += sqPerCommand
-	q.mu.Unlock()
-	q.drain()
+	if q.wHead == len(q.waiting) && q.bHead == len(q.backlog) {
+		q.mu.Unlock() // nothing waits: no drain
+		return
+	}
+	q.drainLocked()
 }
 
 // drain starts the commands that waited for a data buffer, then those that
 // waited for a context, as far as resources allow.
 func (q *ControllerQueue) drain() {
 	q.mu.Lock()
+	q.drainLocked()
+}
+
+// drainLocked is drain with mu held; it unlocks mu.
+func (q *ControllerQueue) drainLocked() {
 	for {
 		if q.wHead < len(q.waiting) {
 			w := q.waiting[q.wHead]

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"unsafe"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -113,7 +113,7 @@ type HostQueue struct {
 	doneCh  chan struct{}
 	failErr error
 
-	mu     sync.Mutex
+	mu     perfcount.Mutex
 	stats  HostStats
 	slots  []hostSlot
 	free   []int
@@ -300,11 +300,12 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 	s.sge[0] = r.SQE[:]
 	s.wr = iwarp.SendWR{Opcode: iwarp.WRSend, Local: s.sge[:1]}
 	s.usedMR = false
+	var kind *uint64 // the counter of the SGL used, bumped with s.req below
 	switch {
 	case len(r.Data) == 0:
 		sgl.SetKeyed(0, 0, 0, false)
 	case r.Write && len(r.Data) <= inline:
-		q.count(&q.stats.InCapsule)
+		kind = &q.stats.InCapsule
 		sgl.SetInCapsule(0, uint32(len(r.Data)))
 		s.sge[1] = r.Data
 		s.wr.Local = s.sge[:2]
@@ -329,11 +330,14 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 			return err
 		}
 		s.usedMR = true
-		q.count(&q.stats.Keyed)
+		kind = &q.stats.Keyed
 		sgl.SetKeyed(iova, uint32(len(r.Data)), stag, true)
 	}
 	q.mu.Lock()
 	s.req = r
+	if kind != nil {
+		*kind++
+	}
 	q.mu.Unlock()
 	if err := q.qp.PostSend(&s.wr); err != nil {
 		// The connection is ending. If watch has already taken the slot,
@@ -346,12 +350,6 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 		return fmt.Errorf("%w: %w", ErrQueueClosed, err)
 	}
 	return nil
-}
-
-func (q *HostQueue) count(c *uint64) {
-	q.mu.Lock()
-	*c++
-	q.mu.Unlock()
 }
 
 // HostStats are counters of a host queue.

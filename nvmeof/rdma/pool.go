@@ -3,7 +3,6 @@ package rdma
 import (
 	"fmt"
 	"math/bits"
-	"sync"
 	"unsafe"
 )
 
@@ -17,9 +16,9 @@ const (
 // allocator: blocks of 2^k pages, split on demand and merged when freed.
 // Nothing is allocated after construction. The arena is ordinary Go memory
 // (the collector never moves large objects), so a buffer stays valid for as
-// long as anybody holds it, even after its queue is gone.
+// long as anybody holds it, even after its queue is gone. It has no lock
+// of its own: its queue's mutex guards it (ControllerQueue.mu).
 type bufferPool struct {
-	mu       sync.Mutex
 	arena    []byte
 	maxOrder int     // largest block: 2^maxOrder pages
 	head     []int32 // per order: first free block (page index) or -1
@@ -99,8 +98,6 @@ func (p *bufferPool) get(n int) (buf []byte, off int, ok bool) {
 	if o > p.maxOrder {
 		return nil, 0, false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	k := o
 	for k <= p.maxOrder && p.head[k] < 0 {
 		k++
@@ -123,8 +120,6 @@ func (p *bufferPool) get(n int) (buf []byte, off int, ok bool) {
 func (p *bufferPool) put(off, capacity int) {
 	o := orderFor(capacity)
 	pg := int32(off >> poolPageBits)
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.inUse -= 1 << o
 	for o < p.maxOrder {
 		buddy := pg ^ int32(1)<<o
@@ -140,7 +135,5 @@ func (p *bufferPool) put(off, capacity int) {
 
 // used is the number of bytes handed out.
 func (p *bufferPool) used() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	return p.inUse << poolPageBits
 }

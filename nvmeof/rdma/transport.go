@@ -72,6 +72,9 @@ type TransportConfig struct {
 	// this long before it parks: lower latency for a busy core (default 0:
 	// off).
 	BusyPoll time.Duration
+	// SocketSendBuffer and SocketReceiveBuffer set each connection's TCP
+	// socket buffers (SO_SNDBUF, SO_RCVBUF; 0: the kernel's autotuning).
+	SocketSendBuffer, SocketReceiveBuffer int
 	// Admission, on a controller's listener, caps the connections it holds
 	// and closes those not admitted in time; one Admission may serve
 	// several listeners. Nil: no caps. Hosts ignore it.
@@ -88,6 +91,9 @@ func (c *TransportConfig) engine(log *zap.Logger) iwarp.Config {
 		WriteTimeout:   c.WriteTimeout,
 		BusyPoll:       c.BusyPoll,
 		Logger:         log,
+
+		SocketSendBuffer:    c.SocketSendBuffer,
+		SocketReceiveBuffer: c.SocketReceiveBuffer,
 	}
 	if c.Admission != nil {
 		e.Admission = c.Admission.a

@@ -11,30 +11,60 @@
 #                       (one core a side); PIN=0: both share every CPU
 #   BP=50us             busy polling on both sides (transport.busy_poll and
 #                       --busy-poll); 0s: off
+#   HBP=$BP             the host's busy polling alone (BP=0s HBP=50us: the
+#                       target sleeps, the host spins, as SPDK's interrupt
+#                       mode with spdk_nvme_perf)
 #   NSS="1 2"           namespaces: 1 null (8 GiB), 2 file (2 GiB, written
 #                       fully first so that reads hit data)
-#   LOADS="qd1 qd64 r128 w128"
-#                       4 KiB randread QD1 and QD64, 128 KiB sequential read
-#                       and write QD16
+#   LOADS="qd1 qd64 w64 r128 w128"
+#                       4 KiB randread QD1 and QD64, 4 KiB randwrite QD64,
+#                       128 KiB sequential read and write QD16
+#   NOFILL=0            1: the null namespace leaves read buffers untouched
+#                       (backend no_fill), as SPDK's null bdev
+#   DIRECT=0            1: the file namespace bypasses the page cache
+#                       (O_DIRECT: every command goes to a backend worker)
+#   SOCKBUF=            SO_SNDBUF/SO_RCVBUF of both sides ("2MiB", as SPDK
+#                       sets); empty: the kernel's default
 #   RT=10s              runtime of each load
 #   ROUNDS=1            how many times the whole set runs
 #   Q=1                 I/O queues
+#   COUNT=0             1: count what each I/O costs on each side instead of
+#                       only timing it: system calls by kind, context
+#                       switches and wake-ups (perf stat on each process),
+#                       goroutine schedulings, lock acquisitions and heap
+#                       allocations (binaries built here with -tags
+#                       perfcount; see internal/perfcount). Needs perf
+#                       (Debian: linux-perf) and go. The counted build is
+#                       slower (about 10 ns a lock): time with COUNT=0.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}
 PORT=${PORT:-4520}
 PIN=${PIN:-1}
 BP=${BP:-50us}
+HBP=${HBP:-$BP}
 NSS=${NSS:-1 2}
-LOADS=${LOADS:-qd1 qd64 r128 w128}
+LOADS=${LOADS:-qd1 qd64 w64 r128 w128}
 RT=${RT:-10s}
 ROUNDS=${ROUNDS:-1}
 Q=${Q:-1}
+COUNT=${COUNT:-0}
+NOFILL=${NOFILL:-0}
+DIRECT=${DIRECT:-0}
+SOCKBUF=${SOCKBUF:-}
 NQN=nqn.2024-01.io.nvmetd:bench
-[ -x "$BIN/nvmetd" ] && [ -x "$BIN/nvmeof" ] || { echo "no $BIN/nvmetd or $BIN/nvmeof: run make build" >&2; exit 1; }
 if ss -Hltn "sport = :$PORT" | grep -q .; then echo "port $PORT is in use" >&2; exit 1; fi
 
 D=$(mktemp -d)
+if [ "$COUNT" = 1 ]; then
+	command -v perf >/dev/null || { echo "COUNT=1 needs perf (apt-get install linux-perf)" >&2; exit 1; }
+	go build -tags perfcount -o "$D/bin/" ./cmd/nvmetd ./cmd/nvmeof
+	go build -o "$D/countreport" ./test/bench/countreport
+	BIN=$D/bin
+	: >"$D/target.count"
+	read -r -a PERFEV <<<"$("$D/countreport" -events)"
+fi
+[ -x "$BIN/nvmetd" ] && [ -x "$BIN/nvmeof" ] || { echo "no $BIN/nvmetd or $BIN/nvmeof: run make build" >&2; exit 1; }
 cat > "$D/nvmetd.yaml" <<Y
 daemon:
   log_level: warn
@@ -47,14 +77,15 @@ ports:
     subsystems: [$NQN]
 transport:
   busy_poll: $BP
+$( [ -n "$SOCKBUF" ] && printf '  socket_send_buffer: %s\n  socket_receive_buffer: %s\n' "$SOCKBUF" "$SOCKBUF" )
 subsystems:
   - nqn: $NQN
     allow_any_host: true
     namespaces:
       - nsid: 1
-        backend: {kind: "null", size: 8GiB}
+        backend: {kind: "null", size: 8GiB$( [ "$NOFILL" = 1 ] && echo ", no_fill: true" )}
       - nsid: 2
-        backend: {kind: file, path: $D/ns2.img, size: 2GiB}
+        backend: {kind: file, path: $D/ns2.img, size: 2GiB$( [ "$DIRECT" = 1 ] && echo ", direct: true" )}
 Y
 case " $NSS " in *" 2 "*) dd if=/dev/urandom of="$D/ns2.img" bs=1M count=2048 status=none ;; esac
 run0=() run1=()
@@ -62,18 +93,50 @@ if [ "$PIN" = 1 ]; then
 	run0=(taskset -c 0 env GOMAXPROCS=1)
 	run1=(taskset -c 1 env GOMAXPROCS=1)
 fi
-"${run0[@]}" "$BIN/nvmetd" --config "$D/nvmetd.yaml" >"$D/nvmetd.log" 2>&1 &
+NVMETD_PERFCOUNT=$D/target.count "${run0[@]}" "$BIN/nvmetd" --config "$D/nvmetd.yaml" >"$D/nvmetd.log" 2>&1 &
 tgt=$!
 trap 'kill $tgt 2>/dev/null; wait $tgt 2>/dev/null; rm -rf "$D"' EXIT
 until ss -Hltn "sport = :$PORT" | grep -q .; do
 	kill -0 $tgt 2>/dev/null || { cat "$D/nvmetd.log" >&2; exit 1; }
 	sleep 0.1
 done
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP Q=$Q RT=$RT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP NOFILL=$NOFILL DIRECT=$DIRECT SOCKBUF=$SOCKBUF Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+# snap asks the target for its perfcount counts since the last snap.
+snap() {
+	local n
+	n=$(wc -l <"$D/target.count" 2>/dev/null || echo 0)
+	kill -USR2 $tgt
+	for _ in $(seq 100); do
+		[ "$(wc -l <"$D/target.count" 2>/dev/null || echo 0)" -gt "$n" ] && return
+		sleep 0.05
+	done
+	echo "no perfcount answer from nvmetd" >&2
+}
+ctxsw() { awk '/^voluntary_ctxt/{v+=$2} /^nonvoluntary_ctxt/{n+=$2} END{print v+0, n+0}' /proc/$tgt/task/*/status 2>/dev/null; }
 bench() {
 	echo "== nsid $1: ${*:2}"
-	"${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$BP" \
-		--nsid "$@" | grep -E 'IOPS=|lat \(usec\)|cpu:'
+	local cmd=("${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$HBP" ${SOCKBUF:+--socket-buffer "$SOCKBUF"} --nsid "$@")
+	if [ "$COUNT" != 1 ]; then
+		"${cmd[@]}" | grep -E 'IOPS=|lat \(usec\)|cpu:'
+		return
+	fi
+	snap
+	local c0 c1 pp
+	c0=$(ctxsw)
+	perf stat -x, -o "$D/target.perf" "${PERFEV[@]}" -p $tgt &
+	pp=$!
+	rm -f "$D/host.count"
+	NVMETD_PERFCOUNT=$D/host.count perf stat -x, -o "$D/host.perf" "${PERFEV[@]}" -- "${cmd[@]}" >"$D/bench.out"
+	kill -INT $pp
+	wait $pp || true
+	c1=$(ctxsw)
+	snap
+	grep -E 'IOPS=|lat \(usec\)|cpu:' "$D/bench.out"
+	local ios
+	ios=$(grep -oE '[0-9]+ I/Os in' "$D/bench.out" | awk '{s+=$1} END{print s+0}')
+	"$D/countreport" -ios "$ios" -target-perf "$D/target.perf" -host-perf "$D/host.perf" \
+		-target-count "$D/target.count" -host-count "$D/host.count" \
+		-target-ctx "$(echo "$c0 $c1" | awk '{print $3-$1, $4-$2}')"
 }
 for round in $(seq "$ROUNDS"); do
 	for ns in $NSS; do
@@ -81,6 +144,7 @@ for round in $(seq "$ROUNDS"); do
 			case $load in
 			qd1) bench "$ns" --rw randread --bs 4k --iodepth 1 ;;
 			qd64) bench "$ns" --rw randread --bs 4k --iodepth 64 ;;
+			w64) bench "$ns" --rw randwrite --bs 4k --iodepth 64 ;;
 			r128) bench "$ns" --rw read --bs 128k --iodepth 16 ;;
 			w128) bench "$ns" --rw write --bs 128k --iodepth 16 ;;
 			*) echo "unknown load $load" >&2; exit 2 ;;
