@@ -126,13 +126,15 @@ func (e *env) forceCleanup() {
 	for _, l := range strings.Split(string(mounts), "\n") {
 		f := strings.Fields(l)
 		if len(f) > 1 && strings.HasPrefix(f[1], e.dir) {
-			_ = exec.Command("umount", "-l", f[1]).Run()
+			_, _ = runTool("umount", "-l", f[1])
 		}
 	}
-	out, _ := exec.Command("losetup", "-a").Output()
-	for _, l := range strings.Split(string(out), "\n") {
+	// Bounded (runTool): losetup can wait on the FUSE file behind another
+	// test's loop device whose server does not answer.
+	out, _ := runTool("losetup", "-a")
+	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, e.dir) {
-			_ = exec.Command("losetup", "-d", strings.TrimSuffix(strings.Fields(l)[0], ":")).Run()
+			_, _ = runTool("losetup", "-d", strings.TrimSuffix(strings.Fields(l)[0], ":"))
 		}
 	}
 }
