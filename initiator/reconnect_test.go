@@ -157,7 +157,10 @@ func TestIOWaitsDuringReconnect(t *testing.T) {
 	tg := startTarget(t)
 	cfg := testConfig(t, tg.Addr())
 	cfg.ReconnectDelay = 100 * time.Millisecond
-	cfg.ConnectTimeout = 500 * time.Millisecond
+	// The connect timeout ends the reconnect attempts the paused target
+	// holds; it also bounds the first connect, which a loaded machine
+	// may need seconds for (500 ms failed there).
+	cfg.ConnectTimeout = 5 * time.Second
 	events := eventSink(&cfg, 64)
 	c := connect(t, cfg)
 	ns := c.Namespace(1)
