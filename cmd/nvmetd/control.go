@@ -43,6 +43,12 @@ type daemonStatus struct {
 	// HealthError is what target Healthy returned, if not nil.
 	HealthError string      `json:"health_error,omitempty"`
 	LastReload  *reloadInfo `json:"last_reload,omitempty"`
+	// LastChange is the management API's last change (nvmetctl).
+	LastChange *reloadInfo `json:"last_change,omitempty"`
+	// Unsaved is true while the running configuration has management API
+	// changes that the configuration file lacks (a SIGHUP would undo
+	// them; nvmetctl save writes them).
+	Unsaved bool `json:"unsaved_changes,omitempty"`
 	// Warnings are the configuration's warnings.
 	Warnings      []string       `json:"warnings,omitempty"`
 	Target        target.Status  `json:"target"`
@@ -106,9 +112,12 @@ type controlServer struct {
 }
 
 // serveControl serves status requests on l until close; snapshot builds
-// the answer.
-func serveControl(l net.Listener, snapshot func(reports bool) daemonStatus, log *zap.Logger) *controlServer {
+// the answer. Each of routes registers more endpoints (the management API).
+func serveControl(l net.Listener, snapshot func(reports bool) daemonStatus, log *zap.Logger, routes ...func(*http.ServeMux)) *controlServer {
 	mux := http.NewServeMux()
+	for _, r := range routes {
+		r(mux)
+	}
 	mux.HandleFunc("GET "+statusPath, func(w http.ResponseWriter, r *http.Request) {
 		st := snapshot(r.URL.Query().Get("health_report") != "")
 		w.Header().Set("Content-Type", "application/json")

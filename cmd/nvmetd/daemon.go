@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,7 @@ type targetService interface {
 	Status() target.Status
 	Healthy() error
 	HealthReport(nqn string, nsid uint32) (string, error)
+	Queues() []target.QueueStatus
 }
 
 // newTargetService creates the target; tests replace it.
@@ -64,11 +66,19 @@ type daemon struct {
 	t        targetService
 	stopping atomic.Bool
 
+	// changeMu serializes reloads (SIGHUP) and the management API's
+	// changes: each works from the configuration the previous one left.
+	changeMu sync.Mutex
+
 	mu         sync.Mutex
 	cur        *loadedConfig
 	state      string
 	startedAt  time.Time
 	lastReload *reloadInfo
+	// lastChange is the management API's last change; unsaved is set
+	// while the running configuration has changes the file lacks.
+	lastChange *reloadInfo
+	unsaved    bool
 }
 
 // sdNotify sends state to systemd if NOTIFY_SOCKET is set.
@@ -103,7 +113,7 @@ func (d *daemon) run() int {
 		d.log.Error("cannot serve the control socket", zap.Error(err))
 		return exitFailure
 	}
-	cs := serveControl(l, d.snapshot, d.log)
+	cs := serveControl(l, d.snapshot, d.log, func(m *http.ServeMux) { d.mgmtRoutes(m) })
 	defer cs.close()
 
 	// Start, while still answering signals: SIGTERM aborts the start,
@@ -249,6 +259,8 @@ func (d *daemon) logReady(cfg *loadedConfig) {
 // reload re-reads the configuration and applies it. An invalid
 // configuration is logged and the running one kept.
 func (d *daemon) reload() {
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
 	d.setState(stateReloading)
 	// systemd 253+ (Type=notify-reload) wants MONOTONIC_USEC with
 	// RELOADING=1; older versions ignore it.
@@ -298,6 +310,7 @@ func (d *daemon) reload() {
 	// of it failed to apply (target.Target.Reload).
 	d.mu.Lock()
 	d.cur = nc
+	d.unsaved = false // the file is the configuration of record again
 	d.mu.Unlock()
 	if err != nil {
 		info.Error = err.Error()
@@ -513,6 +526,8 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 		ConfigFile: d.cur.File,
 		State:      d.state,
 		LastReload: d.lastReload,
+		LastChange: d.lastChange,
+		Unsaved:    d.unsaved,
 		Warnings:   d.cur.Warnings,
 	}
 	d.mu.Unlock()
