@@ -107,6 +107,7 @@ func (a *app) rootCommand() *cobra.Command {
 			return nil
 		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	f := root.PersistentFlags()
 	f.StringVar(&a.socket, "socket", "", "control socket (default: $NVMETD_CONTROL_SOCKET, else daemon.control_socket of the configuration file, else "+rootControlSocket+" as root or $XDG_RUNTIME_DIR/"+controlSocketName+")")
 	f.StringVar(&a.config, "config", "", "nvmetd configuration file to take daemon.control_socket from (default "+defaultConfigFile+" if it exists)")
