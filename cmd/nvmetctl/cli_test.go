@@ -137,6 +137,11 @@ func TestCLI(t *testing.T) {
 	if fi, err := os.Stat(img); err != nil || fi.Size() != 3<<20 {
 		t.Errorf("the image after resize: %v %v", fi, err)
 	}
+	// A file larger than the size asked is refused (the file backend
+	// never shrinks a file), naming the size.
+	if rc, _, errs := d.ctl("namespace", "resize", two, "2", "1MiB"); rc != exitFailure || !strings.Contains(errs, "  size (subsystems[1].namespaces[1].backend.size): ") {
+		t.Errorf("shrinking a file namespace: exit %d\n%s", rc, errs)
+	}
 	d.mustCtl(t, "port", "link", "1", two)
 	d.mustCtl(t, "ana", "set", "1", "2", "inaccessible")
 	d.mustCtl(t, "host", "add", "nqn.2014-08.org.example:h1", "--description", "first host")

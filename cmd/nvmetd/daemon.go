@@ -79,6 +79,10 @@ type daemon struct {
 	// while the running configuration has changes the file lacks.
 	lastChange *reloadInfo
 	unsaved    bool
+	// logLevelSet is set when the management API changed the log level
+	// (then saving writes daemon.log_level; a level from a flag or the
+	// environment is not written into the file).
+	logLevelSet bool
 }
 
 // sdNotify sends state to systemd if NOTIFY_SOCKET is set.
@@ -311,6 +315,7 @@ func (d *daemon) reload() {
 	d.mu.Lock()
 	d.cur = nc
 	d.unsaved = false // the file is the configuration of record again
+	d.logLevelSet = false
 	d.mu.Unlock()
 	if err != nil {
 		info.Error = err.Error()

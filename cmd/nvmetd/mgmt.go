@@ -280,7 +280,13 @@ func (d *daemon) persistLocked(r *http.Request) error {
 			Message: "no configuration file to persist to (nvmetd runs the built-in default; start it with --config FILE)"}
 	}
 	force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
-	sum, err := persistConfig(cur.File, cur.FileSum, force, cur.Target, cur.Daemon.LogLevel)
+	level := ""
+	d.mu.Lock()
+	if d.logLevelSet {
+		level = cur.Daemon.LogLevel
+	}
+	d.mu.Unlock()
+	sum, err := persistConfig(cur.File, cur.FileSum, force, cur.Target, level)
 	if err != nil {
 		status := http.StatusInternalServerError
 		if errors.Is(err, errConfigChanged) {
@@ -637,6 +643,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 			d.mu.Lock()
 			d.cur = &lc
 			d.unsaved = true
+			d.logLevelSet = true
 			d.lastChange = &reloadInfo{At: time.Now(), Changes: res.Changes}
 			d.mu.Unlock()
 			d.log.Info("management API: log level changed", zap.String("level", body.Level))

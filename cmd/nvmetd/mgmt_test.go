@@ -95,17 +95,26 @@ transport:
 // waitMsg waits for a systemd notification beginning with prefix.
 func (md *mgmtDaemon) waitMsg(prefix string) {
 	md.t.Helper()
+	if err := md.waitNotice(prefix); err != nil {
+		md.t.Fatal(err)
+	}
+}
+
+// waitNotice waits for a systemd notification beginning with prefix (any
+// goroutine).
+func (md *mgmtDaemon) waitNotice(prefix string) error {
 	timeout := time.After(60 * time.Second) // a hang guard
 	for {
 		select {
 		case m := <-md.msgs:
 			if strings.HasPrefix(m, prefix) {
-				return
+				return nil
 			}
 		case rc := <-md.code:
-			md.t.Fatalf("nvmetd exited %d before %q; log:\n%s", rc, prefix, md.stderr.String())
+			md.code <- rc // for the cleanup
+			return fmt.Errorf("nvmetd exited %d before %q; log:\n%s", rc, prefix, md.stderr.String())
 		case <-timeout:
-			md.t.Fatalf("no %q; log:\n%s", prefix, md.stderr.String())
+			return fmt.Errorf("no %q; log:\n%s", prefix, md.stderr.String())
 		}
 	}
 }
@@ -408,7 +417,10 @@ func TestMgmtRacesReload(t *testing.T) {
 				done <- err
 				return
 			}
-			md.waitMsg("READY=1")
+			if err := md.waitNotice("READY=1"); err != nil {
+				done <- err
+				return
+			}
 		}
 		done <- nil
 	}()

@@ -25,7 +25,7 @@ var errConfigChanged = errors.New("the configuration file changed on disk since 
 // fsync, rename, fsync of the directory; nvmetcli save does the same): the
 // ports, subsystems and hosts are replaced by cfg's (settings at their
 // defaults left out, see target.Config.WithoutDefaults), and
-// daemon.log_level by logLevel if it is not empty. Everything else of the
+// daemon.log_level by logLevel if it is not empty (set through the API). Everything else of the
 // file (the daemon, transport, tuning and limits sections, comments outside
 // the replaced lists) stays as it was. Unless force, the file must still
 // have the content whose SHA-256 is want. It returns the new content's
