@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -152,7 +153,7 @@ func (a *app) saveCommand() *cobra.Command {
 				if force {
 					q.Set("force", "true")
 				}
-				var res changeResult
+				var res ctlclient.ChangeResult
 				if err := a.call("POST", "/v1/save", q, nil, &res); err != nil {
 					return err
 				}

@@ -176,16 +176,6 @@ func (a *app) call(method, path string, query url.Values, body, out any) error {
 	return c.Do(ctx, method, path, query, body, out)
 }
 
-// changeResult is the daemon's answer to a change.
-type changeResult struct {
-	Changes   []string `json:"changes"`
-	Persisted bool     `json:"persisted"`
-	File      string   `json:"file,omitempty"`
-	NSID      uint32   `json:"nsid,omitempty"`
-	PortID    uint16   `json:"port_id,omitempty"`
-	Warnings  []string `json:"warnings,omitempty"`
-}
-
 // change sends a change (with ?persist=true under --persist) and prints
 // what changed.
 func (a *app) change(method, path string, body any) error {
@@ -201,7 +191,7 @@ func (a *app) change(method, path string, body any) error {
 		_, err := a.stdout.Write(raw)
 		return err
 	}
-	var res changeResult
+	var res ctlclient.ChangeResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return err
 	}
@@ -209,7 +199,7 @@ func (a *app) change(method, path string, body any) error {
 	return nil
 }
 
-func (a *app) printChange(res *changeResult) {
+func (a *app) printChange(res *ctlclient.ChangeResult) {
 	if len(res.Changes) == 0 {
 		fmt.Fprintln(a.stdout, "no changes")
 	}

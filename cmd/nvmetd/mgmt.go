@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -33,43 +34,13 @@ import (
 // maxAPIBody bounds a request body (a whole configuration at most).
 const maxAPIBody = maxConfigFile
 
-// apiProblem is one thing wrong with a request.
-type apiProblem struct {
-	// Field is the request's parameter ("nsid", "backend.size") where the
-	// problem is inside the object the request sends or names, else the
-	// configuration path.
-	Field string `json:"field,omitempty"`
-	// ConfigField is the configuration path
-	// ("subsystems[0].namespaces[1].backend.size"), where known.
-	ConfigField string `json:"config_field,omitempty"`
-	Reason      string `json:"reason"`
-}
-
-// apiError is the answer to a request that failed.
-type apiError struct {
-	status   int
-	Message  string       `json:"error"`
-	Problems []apiProblem `json:"problems,omitempty"`
-	// Applied is true when the change was applied but something after it
-	// failed (persisting; a part of the reload).
-	Applied bool `json:"applied,omitempty"`
-}
-
-func (e *apiError) Error() string { return e.Message }
-
-// changeResult is the answer to a change.
-type changeResult struct {
-	// Changes are the differences applied, as a reload logs them; empty
-	// when the request changed nothing.
-	Changes []string `json:"changes"`
-	// Persisted is true when the configuration file was written.
-	Persisted bool   `json:"persisted"`
-	File      string `json:"file,omitempty"`
-	// NSID is the NSID of an added namespace, ID the ID of an added port.
-	NSID     uint32   `json:"nsid,omitempty"`
-	PortID   uint16   `json:"port_id,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-}
+// The API's answers are internal/ctlclient's types, which nvmetctl
+// decodes.
+type (
+	apiProblem   = ctlclient.Problem
+	apiError     = ctlclient.Error
+	changeResult = ctlclient.ChangeResult
+)
 
 // apiHandler answers a request with a value to encode, or an error.
 type apiHandler func(r *http.Request) (any, error)
@@ -82,7 +53,7 @@ func (d *daemon) serveAPI(h apiHandler) http.HandlerFunc {
 		status := http.StatusOK
 		if err != nil {
 			ae := toAPIError(err, "")
-			status, v = ae.status, ae
+			status, v = ae.Status, ae
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
@@ -110,11 +81,11 @@ func toAPIError(err error, prefix string) *apiError {
 		case target.EditExists:
 			status = http.StatusConflict
 		}
-		return &apiError{status: status, Message: ee.Error(), Problems: []apiProblem{{Field: ee.Field, Reason: ee.Reason}}}
+		return &apiError{Status: status, Message: ee.Error(), Problems: []apiProblem{{Field: ee.Field, Reason: ee.Reason}}}
 	}
 	var ve *target.ValidationError
 	if errors.As(err, &ve) {
-		ae := &apiError{status: http.StatusBadRequest, Message: "invalid: nothing changed"}
+		ae := &apiError{Status: http.StatusBadRequest, Message: "invalid: nothing changed"}
 		var lines []string
 		for _, p := range ve.Problems {
 			ap := apiProblem{ConfigField: p.Field, Field: p.Field, Reason: p.Reason}
@@ -133,9 +104,9 @@ func toAPIError(err error, prefix string) *apiError {
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return &apiError{status: http.StatusRequestEntityTooLarge, Message: err.Error()}
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: err.Error()}
 	}
-	return &apiError{status: http.StatusInternalServerError, Message: err.Error()}
+	return &apiError{Status: http.StatusInternalServerError, Message: err.Error()}
 }
 
 // decodeProblems names decode problems inside the request body: their
@@ -170,7 +141,7 @@ func readBody(r *http.Request) (map[string]any, error) {
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.UseNumber()
 	if err := dec.Decode(&m); err != nil || m == nil {
-		return nil, &apiError{status: http.StatusBadRequest, Message: fmt.Sprintf("the body is not a JSON object: %v", err)}
+		return nil, &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf("the body is not a JSON object: %v", err)}
 	}
 	return m, nil
 }
@@ -194,7 +165,7 @@ func patch[T any](m map[string]any, v *T, prefix string, fixed ...string) error 
 	before := target.EncodeJSON(*v).(map[string]any)
 	for _, k := range fixed {
 		if x, ok := m[k]; ok && fmt.Sprint(x) != fmt.Sprint(before[k]) {
-			return &apiError{status: http.StatusBadRequest, Message: k + ": cannot be changed (remove and add instead)",
+			return &apiError{Status: http.StatusBadRequest, Message: k + ": cannot be changed (remove and add instead)",
 				Problems: []apiProblem{{Field: k, ConfigField: prefix + "." + k, Reason: "cannot be changed (remove and add instead)"}}}
 		}
 	}
@@ -216,7 +187,7 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 	d.changeMu.Lock()
 	defer d.changeMu.Unlock()
 	if d.stopping.Load() {
-		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "nvmetd is shutting down"}
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Message: "nvmetd is shutting down"}
 	}
 	res := &changeResult{Changes: []string{}}
 	cur := d.config()
@@ -238,8 +209,8 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		if errors.Is(err, target.ErrReloadRefused) {
 			d.log.Error("management API: refused, nothing changed:\n  " + indent(err.Error()))
 			ae := toAPIError(err, prefix)
-			if ae.status == http.StatusInternalServerError {
-				ae.status = http.StatusBadRequest
+			if ae.Status == http.StatusInternalServerError {
+				ae.Status = http.StatusBadRequest
 			}
 			ae.Message = err.Error()
 			return nil, ae
@@ -258,7 +229,7 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		d.mu.Unlock()
 		if err != nil {
 			d.log.Error("management API: the target could not apply everything", zap.Error(err))
-			return nil, &apiError{status: http.StatusInternalServerError, Applied: true, Message: "applied with errors: " + err.Error()}
+			return nil, &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "applied with errors: " + err.Error()}
 		}
 	}
 	if persistRequested(r) {
@@ -276,7 +247,7 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 func (d *daemon) persistLocked(r *http.Request) error {
 	cur := d.config()
 	if cur.File == "" {
-		return &apiError{status: http.StatusConflict, Applied: true,
+		return &apiError{Status: http.StatusConflict, Applied: true,
 			Message: "no configuration file to persist to (nvmetd runs the built-in default; start it with --config FILE)"}
 	}
 	force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
@@ -292,7 +263,7 @@ func (d *daemon) persistLocked(r *http.Request) error {
 		if errors.Is(err, errConfigChanged) {
 			status = http.StatusConflict
 		}
-		return &apiError{status: status, Applied: true, Message: "not persisted: " + err.Error()}
+		return &apiError{Status: status, Applied: true, Message: "not persisted: " + err.Error()}
 	}
 	lc := *cur
 	lc.FileSum = sum
@@ -304,10 +275,10 @@ func (d *daemon) persistLocked(r *http.Request) error {
 	// The file must read back as what runs.
 	back, err := d.load()
 	if err != nil {
-		return &apiError{status: http.StatusInternalServerError, Applied: true, Message: "persisted, but the file does not load: " + err.Error()}
+		return &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "persisted, but the file does not load: " + err.Error()}
 	}
 	if diff := target.Diff(back.Target, cur.Target); !diff.Empty() {
-		return &apiError{status: http.StatusInternalServerError, Applied: true, Message: "persisted, but the file reads back differently: " + diff.String()}
+		return &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "persisted, but the file reads back differently: " + diff.String()}
 	}
 	return nil
 }
@@ -376,7 +347,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 		c := cfg()
 		i := c.PortIndex(id)
 		if i < 0 {
-			return nil, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no port %d", id)}
+			return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no port %d", id)}
 		}
 		return target.EncodeJSON(c.Ports[i]), nil
 	})
@@ -392,7 +363,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 		return d.change(r, "modify port", func(c *target.Config, _ *changeResult) (string, error) {
 			i := c.PortIndex(id)
 			if i < 0 {
-				return "", &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no port %d", id)}
+				return "", &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no port %d", id)}
 			}
 			prefix := fmt.Sprintf("ports[%d]", i)
 			return prefix, patch(m, &c.Ports[i], prefix, "id")
@@ -430,7 +401,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 		}
 		group, err := strconv.ParseUint(r.PathValue("group"), 10, 32)
 		if err != nil {
-			return nil, &apiError{status: http.StatusBadRequest, Message: "group: not a number",
+			return nil, &apiError{Status: http.StatusBadRequest, Message: "group: not a number",
 				Problems: []apiProblem{{Field: "group", Reason: "not a number"}}}
 		}
 		body, err := decodeNew[struct {
@@ -457,7 +428,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 		c := cfg()
 		i := c.SubsystemIndex(r.PathValue("nqn"))
 		if i < 0 {
-			return nil, &apiError{status: http.StatusNotFound, Message: "no subsystem " + r.PathValue("nqn")}
+			return nil, &apiError{Status: http.StatusNotFound, Message: "no subsystem " + r.PathValue("nqn")}
 		}
 		return &c.Subsystems[i], nil
 	}
@@ -474,14 +445,14 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 			return nil, err
 		}
 		if _, ok := m["namespaces"]; ok {
-			return nil, &apiError{status: http.StatusBadRequest, Message: "namespaces: change them with /v1/subsystems/{nqn}/namespaces",
+			return nil, &apiError{Status: http.StatusBadRequest, Message: "namespaces: change them with /v1/subsystems/{nqn}/namespaces",
 				Problems: []apiProblem{{Field: "namespaces", Reason: "change them with /v1/subsystems/{nqn}/namespaces"}}}
 		}
 		nqn := r.PathValue("nqn")
 		return d.change(r, "modify subsystem", func(c *target.Config, _ *changeResult) (string, error) {
 			i := c.SubsystemIndex(nqn)
 			if i < 0 {
-				return "", &apiError{status: http.StatusNotFound, Message: "no subsystem " + nqn}
+				return "", &apiError{Status: http.StatusNotFound, Message: "no subsystem " + nqn}
 			}
 			prefix := fmt.Sprintf("subsystems[%d]", i)
 			return prefix, patch(m, &c.Subsystems[i], prefix, "nqn")
@@ -590,7 +561,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 		c := cfg()
 		i := c.HostIndex(r.PathValue("nqn"))
 		if i < 0 {
-			return nil, &apiError{status: http.StatusNotFound, Message: "no host " + r.PathValue("nqn")}
+			return nil, &apiError{Status: http.StatusNotFound, Message: "no host " + r.PathValue("nqn")}
 		}
 		return target.EncodeJSON(c.Hosts[i]), nil
 	})
@@ -603,7 +574,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 		return d.change(r, "modify host", func(c *target.Config, _ *changeResult) (string, error) {
 			i := c.HostIndex(nqn)
 			if i < 0 {
-				return "", &apiError{status: http.StatusNotFound, Message: "no host " + nqn}
+				return "", &apiError{Status: http.StatusNotFound, Message: "no host " + nqn}
 			}
 			prefix := fmt.Sprintf("hosts[%d]", i)
 			return prefix, patch(m, &c.Hosts[i], prefix, "nqn")
@@ -628,7 +599,7 @@ func (d *daemon) mgmtRoutes(mux routeMux) {
 		}
 		l, err := zapcore.ParseLevel(body.Level)
 		if err != nil || body.Level == "" || !slices.Contains([]string{"debug", "info", "warn", "error"}, body.Level) {
-			return nil, &apiError{status: http.StatusBadRequest, Message: fmt.Sprintf("level: %q is not one of debug, info, warn, error", body.Level),
+			return nil, &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf("level: %q is not one of debug, info, warn, error", body.Level),
 				Problems: []apiProblem{{Field: "level", ConfigField: "daemon.log_level", Reason: "not one of debug, info, warn, error"}}}
 		}
 		d.changeMu.Lock()

@@ -288,6 +288,11 @@ func TestMgmtAddNamespaceWhileConnected(t *testing.T) {
 	if err := md.do("GET", statusPath, nil, nil, &st); err != nil || !st.Unsaved {
 		t.Errorf("status after an unsaved change: unsaved %v, %v", st.Unsaved, err)
 	}
+	var human bytes.Buffer
+	if rc := run([]string{"status", "--socket", md.sock}, &human, io.Discard); rc != exitOK ||
+		!strings.Contains(human.String(), "last change (nvmetctl): ") || !strings.Contains(human.String(), "unsaved changes:") {
+		t.Errorf("nvmetd status (exit %d):\n%s", rc, human.String())
+	}
 
 	// ANA: a state set through the API is an ANA change notice to the
 	// hosts on that port. (The initiator does not enable the notice

@@ -38,24 +38,43 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // Problem is one thing wrong with a request (the API's problems[]).
 type Problem struct {
-	// Field is the request's parameter, or the configuration path.
-	Field       string `json:"field,omitempty"`
+	// Field is the request's parameter ("nsid", "backend.size") where the
+	// problem is inside the object the request sends or names, else the
+	// configuration path.
+	Field string `json:"field,omitempty"`
+	// ConfigField is the configuration path
+	// ("subsystems[0].namespaces[1].backend.size"), where known.
 	ConfigField string `json:"config_field,omitempty"`
 	Reason      string `json:"reason"`
 }
 
-// Error is an answer other than 200 OK.
+// Error is an answer other than 200 OK (the API's Error schema).
 type Error struct {
 	// Status is the HTTP status.
 	Status   int       `json:"-"`
 	Message  string    `json:"error"`
 	Problems []Problem `json:"problems,omitempty"`
-	// Applied is true when the change was applied but what followed
-	// (persisting) failed.
+	// Applied is true when the change was applied but what followed it
+	// failed (persisting; a part of the reload).
 	Applied bool `json:"applied,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// ChangeResult is the answer to a change (the API's ChangeResult schema).
+type ChangeResult struct {
+	// Changes are the differences applied, as a reload logs them; empty
+	// when the request changed nothing.
+	Changes []string `json:"changes"`
+	// Persisted is true when the configuration file was written.
+	Persisted bool   `json:"persisted"`
+	File      string `json:"file,omitempty"`
+	// NSID is the NSID of an added namespace, PortID the ID of an added
+	// port.
+	NSID     uint32   `json:"nsid,omitempty"`
+	PortID   uint16   `json:"port_id,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
 
 // Do sends method path?query with body (JSON-encoded unless nil or
 // []byte) and decodes the answer into out (unless nil; a *json.RawMessage
