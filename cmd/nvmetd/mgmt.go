@@ -218,7 +218,13 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		lc := *cur
 		lc.Target = nc
 		lc.Warnings = append(nc.Warnings(), unknownEnv(os.Environ())...)
-		res.Warnings = nc.Warnings()
+		// The warnings the change brings (not those already there).
+		old := cur.Target.Warnings()
+		for _, w := range nc.Warnings() {
+			if !slices.Contains(old, w) {
+				res.Warnings = append(res.Warnings, w)
+			}
+		}
 		if err != nil {
 			info.Error = err.Error()
 		}
