@@ -250,7 +250,7 @@ func readConfigDoc(path string, force bool, warn io.Writer) (map[string]any, err
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if isNvmetcli(doc) {
-		c, err := target.ImportNvmetcli(b, nil)
+		c, err := target.ImportNvmetcli(b, deviceKind)
 		if err != nil {
 			var ve *target.ValidationError
 			if !errors.As(err, &ve) || !force || c == nil {
@@ -272,6 +272,20 @@ func readConfigDoc(path string, force bool, warn io.Writer) (map[string]any, err
 	}
 	delete(doc, "daemon") // settings of the program, not of the target
 	return doc, nil
+}
+
+// deviceKind is the backend kind of an nvmetcli device path: the control
+// socket is local, so the path is this machine's: a block device is
+// block, anything else file (by the path when it does not exist).
+func deviceKind(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return target.BackendKindByPath(path)
+	}
+	if fi.Mode()&os.ModeDevice != 0 {
+		return "block"
+	}
+	return "file"
 }
 
 // isNvmetcli tells nvmetcli's config.json from an nvmetd configuration:

@@ -206,7 +206,11 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		info := &reloadInfo{At: time.Now(), Changes: res.Changes}
 		d.log.Info("management API: "+what, zap.Strings("changes", res.Changes))
 		err := d.t.Reload(nc.Clone())
-		if errors.Is(err, target.ErrReloadRefused) {
+		var ve *target.ValidationError
+		if errors.Is(err, target.ErrReloadRefused) || errors.As(err, &ve) {
+			// Refused before anything changed (storage that does not
+			// open, an address that does not listen; or, defensively, a
+			// validation the target repeats).
 			d.log.Error("management API: refused, nothing changed:\n  " + indent(err.Error()))
 			ae := toAPIError(err, prefix)
 			if ae.Status == http.StatusInternalServerError {

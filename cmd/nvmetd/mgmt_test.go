@@ -458,3 +458,77 @@ func TestMgmtRacesReload(t *testing.T) {
 		t.Errorf("configuration of record has namespaces %v, the target serves %v", want, have)
 	}
 }
+
+// TestMgmtEditsThroughAPI covers the modifications (PATCH) and the
+// refusals of each kind of object: identities cannot change, unknown
+// objects are 404, existing ones 409, a port on an address in use is
+// refused naming address, and each refusal leaves the configuration as it
+// was.
+func TestMgmtEditsThroughAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: end-to-end test")
+	}
+	md := startMgmtDaemon(t)
+	sub := "/v1/subsystems/" + url.PathEscape(mgmtSubNQN)
+	var res changeResult
+	if err := md.do("PATCH", sub, nil, map[string]any{"model": "patched", "allowed_hosts": []string{mgmtHostNQN, "nqn.2014-08.org.example:h2"}}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(res.Changes, "subsystem "+mgmtSubNQN+" changed: model, allowed_hosts") {
+		t.Errorf("patch subsystem: %v", res.Changes)
+	}
+	if err := md.do("PATCH", sub+"/namespaces/1", nil, map[string]any{"backend": map[string]any{"size": "32MiB"}}, &res); err != nil ||
+		!slices.Contains(res.Changes, "subsystem "+mgmtSubNQN+" namespace 1 changed: backend.size") {
+		t.Errorf("patch namespace: %v %v", res.Changes, err)
+	}
+	var n map[string]any
+	if err := md.do("GET", sub+"/namespaces/1", nil, nil, &n); err != nil || n["backend"].(map[string]any)["size"] != "32MiB" || n["backend"].(map[string]any)["kind"] != "memory" {
+		t.Errorf("namespace after patch: %v %v", n, err)
+	}
+	if err := md.do("PATCH", "/v1/ports/1", nil, map[string]any{"max_queue_size": 64}, &res); err != nil ||
+		!slices.Contains(res.Changes, "port 1 changed: max_queue_size") {
+		t.Errorf("patch port: %v %v", res.Changes, err)
+	}
+	before := md.config()
+	apiErr(t, md.do("PATCH", sub+"/namespaces/1", nil, map[string]any{"nsid": 5}, nil), 400, "nsid")
+	apiErr(t, md.do("PATCH", "/v1/ports/1", nil, map[string]any{"id": 3}, nil), 400, "id")
+	apiErr(t, md.do("PATCH", sub, nil, map[string]any{"nqn": "nqn.2014-08.org.example:other"}, nil), 400, "nqn")
+	apiErr(t, md.do("PATCH", sub, nil, map[string]any{"serial": strings.Repeat("x", 21)}, nil), 400, "serial")
+	apiErr(t, md.do("PATCH", "/v1/ports/1", nil, map[string]any{"max_queue_size": 1}, nil), 400, "max_queue_size")
+	apiErr(t, md.do("POST", "/v1/subsystems", nil, map[string]any{"nqn": mgmtSubNQN}, nil), 409, "nqn")
+	apiErr(t, md.do("POST", "/v1/subsystems", nil, map[string]any{"nqn": "not an nqn"}, nil), 400, "nqn")
+	apiErr(t, md.do("DELETE", "/v1/subsystems/nqn.2014-08.org.example:none", nil, nil, nil), 404, "nqn")
+	apiErr(t, md.do("DELETE", "/v1/hosts/nqn.2014-08.org.example:none", nil, nil, nil), 404, "nqn")
+	apiErr(t, md.do("POST", "/v1/ports", nil, map[string]any{"id": 1, "address": "127.0.0.1"}, nil), 409, "id")
+	// An address someone else listens on: refused when prepared.
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	busy := l.Addr().(*net.TCPAddr).Port
+	apiErr(t, md.do("POST", "/v1/ports", nil, map[string]any{"address": "127.0.0.1", "service_id": busy}, nil), 400, "address")
+	apiErr(t, md.do("PUT", "/v1/log_level", nil, map[string]any{"level": "loud"}, nil), 400, "level")
+	if after := md.config(); !bytes.Equal(before, after) {
+		t.Errorf("refused changes changed the configuration:\n%s\n%s", before, after)
+	}
+
+	// A port added, a subsystem linked to it, and removed again.
+	free, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freePort := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	res = changeResult{}
+	if err := md.do("POST", "/v1/ports", nil, map[string]any{"address": "127.0.0.1", "service_id": freePort}, &res); err != nil || res.PortID != 2 {
+		t.Fatalf("add port: %+v %v", res, err)
+	}
+	if err := md.do("PUT", "/v1/ports/2/subsystems/"+url.PathEscape(mgmtSubNQN), nil, nil, &res); err != nil ||
+		!slices.Contains(res.Changes, "port 2 changed: subsystems") {
+		t.Errorf("link: %v %v", res.Changes, err)
+	}
+	if err := md.do("DELETE", "/v1/ports/2", nil, nil, &res); err != nil {
+		t.Error(err)
+	}
+}
