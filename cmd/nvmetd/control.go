@@ -50,6 +50,9 @@ type daemonStatus struct {
 	// changes that the configuration file lacks (a SIGHUP would undo
 	// them; nvmetctl save writes them).
 	Unsaved bool `json:"unsaved_changes,omitempty"`
+	// Pending counts the reloads and changes waiting for the one in
+	// progress.
+	Pending int `json:"pending_changes,omitempty"`
 	// Warnings are the configuration's warnings.
 	Warnings      []string       `json:"warnings,omitempty"`
 	Target        target.Status  `json:"target"`

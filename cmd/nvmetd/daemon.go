@@ -68,7 +68,7 @@ type daemon struct {
 
 	// changeMu serializes reloads (SIGHUP) and the management API's
 	// changes: each works from the configuration the previous one left.
-	changeMu sync.Mutex
+	changeMu changeLock
 
 	mu         sync.Mutex
 	cur        *loadedConfig
@@ -84,6 +84,23 @@ type daemon struct {
 	// environment is not written into the file).
 	logLevelSet bool
 }
+
+// changeLock is a mutex that counts the goroutines waiting for it: status
+// shows how many reloads and changes are queued (pending_changes).
+type changeLock struct {
+	mu      sync.Mutex
+	waiters atomic.Int32
+}
+
+// Lock waits for the lock.
+func (l *changeLock) Lock() {
+	l.waiters.Add(1)
+	l.mu.Lock()
+	l.waiters.Add(-1)
+}
+
+// Unlock releases it.
+func (l *changeLock) Unlock() { l.mu.Unlock() }
 
 // sdNotify sends state to systemd if NOTIFY_SOCKET is set.
 func sdNotify(log *zap.Logger) func(string) {
@@ -533,6 +550,7 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 		LastReload: d.lastReload,
 		LastChange: d.lastChange,
 		Unsaved:    d.unsaved,
+		Pending:    int(d.changeMu.waiters.Load()),
 		Warnings:   d.cur.Warnings,
 	}
 	d.mu.Unlock()

@@ -9,15 +9,20 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/ctlclient"
@@ -530,5 +535,105 @@ func TestMgmtEditsThroughAPI(t *testing.T) {
 	}
 	if err := md.do("DELETE", "/v1/ports/2", nil, nil, &res); err != nil {
 		t.Error(err)
+	}
+}
+
+// gatedTarget is the fake target whose Reload of a configuration with
+// namespace 7 waits for release, and which records Reloads that overlap.
+type gatedTarget struct {
+	*fakeTarget
+	entered  chan struct{}
+	release  chan struct{}
+	inflight atomic.Int32
+	overlap  atomic.Bool
+}
+
+func (g *gatedTarget) Reload(cfg *target.Config) error {
+	if g.inflight.Add(1) > 1 {
+		g.overlap.Store(true)
+	}
+	defer g.inflight.Add(-1)
+	if _, _, err := cfg.Namespace("nqn.2014-08.org.example:a", 7); err == nil {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.fakeTarget.Reload(cfg)
+}
+
+// TestChangeSerializedWithReload: a SIGHUP reload that comes while an API
+// change is being applied waits for it, then works from its result (the
+// file lacks the change, so the reload removes it), and the configuration
+// of record is the reload's.
+func TestChangeSerializedWithReload(t *testing.T) {
+	dir := isolate(t)
+	file := writeFile(t, dir, "nvmetd.yaml", daemonConfigYAML(filepath.Join(dir, "ctl.sock"), ""))
+	o, fs, err := parseFlags([]string{"--config", file}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := loadConfig(o, fs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedTarget{fakeTarget: newFakeTarget(lc.Target), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	d := &daemon{log: zap.NewNop(), level: zap.NewAtomicLevel(), notify: func(string) {}, cur: lc, t: g,
+		load: func() (*loadedConfig, error) { return loadConfig(o, fs, true) }}
+
+	changed := make(chan error, 1)
+	go func() {
+		_, err := d.change(httptest.NewRequest("POST", "/v1/subsystems/x/namespaces", nil), "add namespace",
+			func(c *target.Config, _ *changeResult) (string, error) {
+				_, _, err := c.AddNamespace("nqn.2014-08.org.example:a", target.NamespaceConfig{NSID: 7, Backend: target.BackendConfig{Kind: "memory", Size: "1MiB"}})
+				return "", err
+			})
+		changed <- err
+	}()
+	<-g.entered // the change is inside the target's Reload
+	reloaded := make(chan struct{})
+	go func() {
+		d.reload()
+		close(reloaded)
+	}()
+	// The reload queues behind the change (or, were it not serialized,
+	// reaches the target at once: an overlap).
+	guard := time.After(60 * time.Second)
+	for d.changeMu.waiters.Load() == 0 && !g.overlap.Load() {
+		select {
+		case <-guard:
+			t.Fatal("the reload neither waited for the change nor reached the target")
+		case <-reloaded:
+			t.Fatal("the reload finished while the change was being applied")
+		default:
+			runtime.Gosched()
+		}
+	}
+	if g.overlap.Load() {
+		t.Fatal("the reload reached the target while the change was being applied")
+	}
+	if st := d.snapshot(false); st.Pending != 1 {
+		t.Errorf("status: %d pending, want 1", st.Pending)
+	}
+	close(g.release)
+	if err := <-changed; err != nil {
+		t.Fatal(err)
+	}
+	<-reloaded
+	if g.overlap.Load() {
+		t.Error("reloads overlapped")
+	}
+	d.mu.Lock()
+	last, cur, unsaved := d.lastReload, d.cur, d.unsaved
+	d.mu.Unlock()
+	if last == nil || !slices.Contains(last.Changes, "subsystem nqn.2014-08.org.example:a namespace 7 removed") {
+		t.Errorf("the reload did not start from the change's result: %+v", last)
+	}
+	if _, _, err := cur.Target.Namespace("nqn.2014-08.org.example:a", 7); err == nil || unsaved {
+		t.Errorf("after the reload the configuration of record has namespace 7 (unsaved %v)", unsaved)
+	}
+	g.mu.Lock()
+	n := len(g.reloads)
+	g.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d target reloads, want 2", n)
 	}
 }
