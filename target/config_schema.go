@@ -323,6 +323,7 @@ func (c *Config) Clone() *Config {
 	for i := range d.Ports {
 		d.Ports[i].Subsystems = cloneSlice(d.Ports[i].Subsystems)
 		d.Ports[i].Referrals = cloneSlice(d.Ports[i].Referrals)
+		d.Ports[i].ANAGroups = cloneSlice(d.Ports[i].ANAGroups)
 	}
 	d.Subsystems = cloneSlice(c.Subsystems)
 	for i := range d.Subsystems {

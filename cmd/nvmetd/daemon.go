@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,7 @@ type targetService interface {
 	Status() target.Status
 	Healthy() error
 	HealthReport(nqn string, nsid uint32) (string, error)
+	Queues() []target.QueueStatus
 }
 
 // newTargetService creates the target; tests replace it.
@@ -64,12 +66,41 @@ type daemon struct {
 	t        targetService
 	stopping atomic.Bool
 
+	// changeMu serializes reloads (SIGHUP) and the management API's
+	// changes: each works from the configuration the previous one left.
+	changeMu changeLock
+
 	mu         sync.Mutex
 	cur        *loadedConfig
 	state      string
 	startedAt  time.Time
 	lastReload *reloadInfo
+	// lastChange is the management API's last change; unsaved is set
+	// while the running configuration has changes the file lacks.
+	lastChange *reloadInfo
+	unsaved    bool
+	// logLevelSet is set when the management API changed the log level
+	// (then saving writes daemon.log_level; a level from a flag or the
+	// environment is not written into the file).
+	logLevelSet bool
 }
+
+// changeLock is a mutex that counts the goroutines waiting for it: status
+// shows how many reloads and changes are queued (pending_changes).
+type changeLock struct {
+	mu      sync.Mutex
+	waiters atomic.Int32
+}
+
+// Lock waits for the lock.
+func (l *changeLock) Lock() {
+	l.waiters.Add(1)
+	l.mu.Lock()
+	l.waiters.Add(-1)
+}
+
+// Unlock releases it.
+func (l *changeLock) Unlock() { l.mu.Unlock() }
 
 // sdNotify sends state to systemd if NOTIFY_SOCKET is set.
 func sdNotify(log *zap.Logger) func(string) {
@@ -103,7 +134,7 @@ func (d *daemon) run() int {
 		d.log.Error("cannot serve the control socket", zap.Error(err))
 		return exitFailure
 	}
-	cs := serveControl(l, d.snapshot, d.log)
+	cs := serveControl(l, d.snapshot, d.log, func(m *http.ServeMux) { d.mgmtRoutes(m) })
 	defer cs.close()
 
 	// Start, while still answering signals: SIGTERM aborts the start,
@@ -249,6 +280,8 @@ func (d *daemon) logReady(cfg *loadedConfig) {
 // reload re-reads the configuration and applies it. An invalid
 // configuration is logged and the running one kept.
 func (d *daemon) reload() {
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
 	d.setState(stateReloading)
 	// systemd 253+ (Type=notify-reload) wants MONOTONIC_USEC with
 	// RELOADING=1; older versions ignore it.
@@ -298,6 +331,8 @@ func (d *daemon) reload() {
 	// of it failed to apply (target.Target.Reload).
 	d.mu.Lock()
 	d.cur = nc
+	d.unsaved = false // the file is the configuration of record again
+	d.logLevelSet = false
 	d.mu.Unlock()
 	if err != nil {
 		info.Error = err.Error()
@@ -513,6 +548,9 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 		ConfigFile: d.cur.File,
 		State:      d.state,
 		LastReload: d.lastReload,
+		LastChange: d.lastChange,
+		Unsaved:    d.unsaved,
+		Pending:    int(d.changeMu.waiters.Load()),
 		Warnings:   d.cur.Warnings,
 	}
 	d.mu.Unlock()
