@@ -62,6 +62,9 @@ type controller struct {
 	// revoked is set when a reload disallows the host: from then on its
 	// I/O is refused (Access Denied) until the controller is torn down.
 	revoked atomic.Bool
+	// authRequired: the host had to authenticate the admin queue, so every
+	// I/O queue must authenticate too.
+	authRequired bool
 
 	mu perfcount.Mutex
 	cc nvmeof.CC
