@@ -158,6 +158,15 @@ func (c *Controller) authenticate(ctx context.Context, hq *rdma.HostQueue, qid u
 		}
 		st, err := c.authDo(ctx, hq, r)
 		if err != nil {
+			if hd, perr := auth.ParseHeader(r.Data); perr == nil && r.Write && hd.Type == auth.TypeCommon && hd.ID == auth.MsgFailure2 {
+				// The host was reporting a failure (the controller's
+				// response was wrong): nvmet tears the controller down on
+				// AUTH_Failure2, maybe before it answers. The failure is
+				// the cause, not the lost connection.
+				if done := h.Complete(nvmeof.StatusSuccess, nil); done.Err != nil {
+					return fail(done.Err)
+				}
+			}
 			h.Expire()
 			return fail(err)
 		}

@@ -289,7 +289,7 @@ func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
 			err = errors.New("authentication failed")
 		}
 		a.fail(err, "auth_failed")
-	case res.Err != nil:
+	case res.Err != nil && res.Status != nvmeof.StatusSuccess:
 		lf := append(q.fields(), zap.String("host_nqn", c.hostNQN), zap.String("subsystem", c.sub.nqn), zap.Error(res.Err))
 		q.s.adm.Log(zap.WarnLevel, "auth_command_refused", "authentication command refused", lf...)
 	}
