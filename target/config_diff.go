@@ -228,7 +228,12 @@ func diffSubsystem(o, n *SubsystemConfig) (SubsystemChange, bool) {
 			sc.NamespacesRemoved = append(sc.NamespacesRemoved, *on)
 			continue
 		}
-		if fields := changedFields("", reflect.ValueOf(*on), reflect.ValueOf(*nn)); len(fields) > 0 {
+		fields := changedFields("", reflect.ValueOf(*on), reflect.ValueOf(*nn))
+		if a, r := stringSetDiff(on.Hosts, nn.Hosts); len(a)+len(r) == 0 {
+			// A set: a reordering, or [] for none, is no change.
+			fields = slices.DeleteFunc(fields, func(f string) bool { return f == "hosts" })
+		}
+		if len(fields) > 0 {
 			sc.NamespacesChanged = append(sc.NamespacesChanged, NamespaceChange{NSID: id, Old: *on, New: *nn, Fields: fields})
 		}
 	}
