@@ -44,6 +44,15 @@ import (
 // auth_expire_secs), at most this.
 const maxAuthTimeout = auth.DefaultTimeout
 
+// failureGrace is how long a queue whose authentication failed stays
+// connected after the answer that says so (AUTH_Failure1, or the
+// completion of the host's AUTH_Failure2), refusing every command: the
+// host closes it itself once it has read the answer. nvmet tears the
+// controller down asynchronously too; a Linux host (siw) that sees the
+// connection end before it has processed the answer misses the failure
+// and waits for its command timeout instead.
+const failureGrace = 2 * time.Second
+
 // authTimeout is the authentication timeout of a controller with
 // keep-alive timeout kato.
 func authTimeout(kato time.Duration) time.Duration {
@@ -101,6 +110,7 @@ type queueAuth struct {
 	timer   *time.Timer
 	gen     uint64 // bumped whenever the timer is re-armed or stopped
 	done    bool   // the queue has ended
+	failed  bool   // the authentication failed: the queue is being dropped
 	// ioSize is the size of an I/O queue, recorded when it takes its QID.
 	ioSize int
 }
@@ -186,22 +196,34 @@ func (a *queueAuth) expired(gen uint64) {
 		}
 		return
 	}
-	a.fail(&auth.Error{Detail: "no authentication within " + a.timeout.String(), Err: auth.ErrTimeout}, "auth_timeout")
+	a.fail(&auth.Error{Detail: "no authentication within " + a.timeout.String(), Err: auth.ErrTimeout}, "auth_timeout", 0)
 }
 
 // fail logs a failed authentication (rate-limited: a peer can cause it in
-// bulk) and drops the queue: the admin queue takes its controller along.
-func (a *queueAuth) fail(err error, reason string) {
+// bulk) and drops the queue, at once or after failureGrace: the admin
+// queue takes its controller along.
+func (a *queueAuth) fail(err error, reason string, grace time.Duration) {
 	a.ok.Store(false)
+	a.mu.Lock()
+	a.failed = true
+	a.stopLocked()
+	a.mu.Unlock()
 	q, c := a.q, a.c
 	lf := append(q.fields(), zap.String("host_nqn", c.hostNQN), zap.String("subsystem", c.sub.nqn),
 		zap.Uint16("cntlid", c.cntlid), zap.Error(err))
 	q.s.adm.Log(zap.WarnLevel, reason, "authentication failed", lf...)
-	if q.qid == 0 {
-		c.teardown("authentication failed")
+	drop := func() {
+		if q.qid == 0 {
+			c.teardown("authentication failed")
+			return
+		}
+		q.close()
+	}
+	if grace <= 0 {
+		drop()
 		return
 	}
-	q.close()
+	time.AfterFunc(grace, drop)
 }
 
 // handleAuth serves an Authentication Send or Receive on a connected queue
@@ -227,6 +249,14 @@ func (q *queue) handleAuth(c *controller, r *rdma.Request) {
 			return
 		}
 		q.auth.Store(a)
+	}
+	a.mu.Lock()
+	failed := a.failed
+	a.mu.Unlock()
+	if failed {
+		// Nothing more: the queue is being dropped.
+		q.respond(r, nvmeof.StatusAuthRequired|nvmeof.StatusDNR)
+		return
 	}
 	if r.SQE().FCType() == nvmeof.FCTypeAuthSend {
 		q.cmd(r).kind = cmdAuth
@@ -288,7 +318,7 @@ func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
 		if err == nil {
 			err = errors.New("authentication failed")
 		}
-		a.fail(err, "auth_failed")
+		a.fail(err, "auth_failed", failureGrace)
 	case res.Err != nil && res.Status != nvmeof.StatusSuccess:
 		lf := append(q.fields(), zap.String("host_nqn", c.hostNQN), zap.String("subsystem", c.sub.nqn), zap.Error(res.Err))
 		q.s.adm.Log(zap.WarnLevel, "auth_command_refused", "authentication command refused", lf...)
