@@ -340,6 +340,7 @@ func (c *controller) installQueue(q *queue) bool {
 	if c.dead.Load() || int(q.qid) > c.maxQID || c.queues[q.qid] != nil {
 		return false
 	}
+	delete(c.unauth, q)
 	c.queues[q.qid] = q
 	c.ioQueues++
 	c.ioSize = q.auth.Load().ioSize

@@ -237,6 +237,11 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 		c.queues[qid] = q
 		c.ioQueues++
 		c.ioSize = cmd.QueueSize()
+	default:
+		if c.unauth == nil {
+			c.unauth = map[*queue]bool{}
+		}
+		c.unauth[q] = true
 	}
 	// A queue that must authenticate takes its QID only once it has
 	// (installQueue): an unauthenticated peer cannot hold it.
