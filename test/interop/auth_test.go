@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -39,17 +40,18 @@ import (
 //     GenerateKey and used by the kernel host; in the second half the other
 //     way round.
 //
-// Linux 6.1 cannot take part: Debian's 6.1 kernel is built without
-// CONFIG_NVME_AUTH (so without CONFIG_NVME_HOST_AUTH and
-// CONFIG_NVME_TARGET_AUTH): its host has no --dhchap-secret support and its
-// target no dhchap_* attributes. Debian's 6.12 has them.
+// Linux 6.1 cannot take part: Debian's 6.1 kernel is built with
+// CONFIG_NVME_AUTH (the host's DH-HMAC-CHAP in 6.1) and
+// CONFIG_NVME_TARGET_AUTH unset: its host ignores --dhchap-secret and its
+// target has no dhchap_* attributes. Debian's 6.12 has CONFIG_NVME_HOST_AUTH
+// and CONFIG_NVME_TARGET_AUTH.
 
 const authNQN = "nqn.2024-01.io.nvmetd.interop:auth"
 
 func testAuth(t *testing.T, k kernel) {
 	if k == "6.1" {
-		t.Skip("Linux 6.1 (Debian) is built without CONFIG_NVME_AUTH, CONFIG_NVME_HOST_AUTH and CONFIG_NVME_TARGET_AUTH: " +
-			"neither its NVMe host nor its target implements DH-HMAC-CHAP; this test runs against 6.12")
+		t.Skip("Linux 6.1 (Debian 6.1.0-56) is built with CONFIG_NVME_AUTH and CONFIG_NVME_TARGET_AUTH unset: " +
+			"neither its NVMe host nor its target implements DH-HMAC-CHAP; this test runs against 6.12 (CONFIG_NVME_HOST_AUTH=y, CONFIG_NVME_TARGET_AUTH=y)")
 	}
 	opts := k.opts(labOpts)
 	opts.Forwards = []int{4420, 4421}
@@ -207,6 +209,21 @@ func testAuthKernelTarget(t *testing.T, vm *lab.VM) {
 	}
 	t.Run("unidirectional", func(t *testing.T) { bench(t, "-S", hostKey) })
 	t.Run("bidirectional", func(t *testing.T) { bench(t, "-S", hostKey, "-C", ctrlKey) })
+	t.Run("connect", func(t *testing.T) {
+		h.t = t
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: nvmeof connect mounts the namespaces' FUSE files")
+		}
+		keyFile := filepath.Join(t.TempDir(), "ctrl.key")
+		if err := os.WriteFile(keyFile, []byte(ctrlKey+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.must(append([]string{"connect", "-i", "2", "-S", hostKey, "-C", "file:" + keyFile}, fab...)...)
+		if out := h.must("list"); !strings.Contains(out, kernelNQN) {
+			t.Fatalf("list:\n%s", out)
+		}
+		h.must("disconnect", "-n", kernelNQN)
+	})
 	refused := func(t *testing.T, want string, secrets ...string) {
 		h.t = t
 		mark := kmsgMark(t, vm)
