@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -48,42 +45,6 @@ func (e *AuthError) Unwrap() error { return e.Err }
 // ErrNoSecret is the cause of an AuthError when the controller requires
 // authentication and the host has no DH-HMAC-CHAP secret.
 var ErrNoSecret = errors.New("the controller requires authentication and no DH-HMAC-CHAP secret is configured (--dhchap-secret)")
-
-// LoadSecret parses a DH-HMAC-CHAP secret given literally
-// ("DHHC-1:01:...:", as nvme gen-dhchap-key prints it) or as
-// "file:/path" of a file that holds it; the file must be a regular file
-// that neither its group nor others may access (as ssh wants of keys).
-func LoadSecret(s string) (*auth.Secret, error) {
-	path, ok := strings.CutPrefix(s, "file:")
-	if !ok {
-		return auth.ParseSecret(s)
-	}
-	path = strings.TrimSpace(path)
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%s is accessible by group or others (mode %04o): keep secrets mode 0600 or 0400 (chmod go-rwx)", path, perm)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	sec, err := auth.ParseSecret(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return sec, nil
-}
 
 // needsAuth reports whether the host authenticates a queue whose Connect
 // answered resp.

@@ -118,6 +118,24 @@ func TestAuthForgedHost(t *testing.T) {
 	waitFor(t, "the controller torn down", hang, func() bool { return controllers(s) == 0 })
 }
 
+// authenticatedHost connects testHostNQN's admin queue, authenticates it
+// with key, enables the controller and asks for n I/O queues.
+func authenticatedHost(t *testing.T, addr, key string, kato uint32, n int) *host {
+	t.Helper()
+	h, err := connectHost(t, addr, testSubNQN, testHostNQN, kato)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := authenticate(t, h.admin, key); err != nil {
+		t.Fatal(err)
+	}
+	h.enable()
+	if _, err := h.setFeature(nvmeof.FeatNumQueues, nvmeof.EncodeNumQueues(n, n)); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // controllers counts the controllers of testSubNQN.
 func controllers(s *server) int {
 	s.regMu.RLock()
@@ -162,17 +180,7 @@ func mustDial(t testing.TB, addr string, qid uint16) *rdma.HostQueue {
 func TestAuthQIDHijack(t *testing.T) {
 	key := genKey(t, testHostNQN)
 	s, addr := authTarget(t, key)
-	h, err := connectHost(t, addr, testSubNQN, testHostNQN, testKATO)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := authenticate(t, h.admin, key); err != nil {
-		t.Fatal(err)
-	}
-	h.enable()
-	if _, err := h.setFeature(nvmeof.FeatNumQueues, nvmeof.EncodeNumQueues(2, 2)); err != nil {
-		t.Fatal(err)
-	}
+	h := authenticatedHost(t, addr, key, testKATO, 2)
 	// The attacker is first on QID 1.
 	evil, err := dial(t, addr, 1, 32)
 	if err != nil {
@@ -265,17 +273,7 @@ func TestAuthStall(t *testing.T) {
 		waitClosed(t, h.admin, "a host that stalls after the challenge")
 	})
 	t.Run("I/O queue stalls, controller stays", func(t *testing.T) {
-		h, err := connectHost(t, addr, testSubNQN, testHostNQN, kato)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := authenticate(t, h.admin, key); err != nil {
-			t.Fatal(err)
-		}
-		h.enable()
-		if _, err := h.setFeature(nvmeof.FeatNumQueues, nvmeof.EncodeNumQueues(1, 1)); err != nil {
-			t.Fatal(err)
-		}
+		h := authenticatedHost(t, addr, key, kato, 1)
 		q, err := h.connectIO(1, 32)
 		if err != nil {
 			t.Fatal(err)

@@ -2,18 +2,14 @@ package target
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"strings"
 
+	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
 )
 
 // This file holds the DH-HMAC-CHAP settings of known hosts: their
 // validation (pure) and their loading (secrets may live in files).
-
-// keyFilePrefix marks a secret kept in a file: "file:/etc/nvmetd/host1.key".
-const keyFilePrefix = "file:"
 
 // validateAuth checks a host's dhchap_* settings without touching files.
 func (h *HostConfig) validateAuth(v *validator, hp string) {
@@ -21,8 +17,8 @@ func (h *HostConfig) validateAuth(v *validator, hp string) {
 		if s == "" {
 			return
 		}
-		if path, ok := strings.CutPrefix(s, keyFilePrefix); ok {
-			if strings.TrimSpace(path) == "" {
+		if path, ok := dhchapkey.IsFile(s); ok {
+			if path == "" {
 				v.add(hp+"."+field, "file: names no file")
 			}
 			return
@@ -72,12 +68,12 @@ func loadAuthKeys(cfg *Config) (authKeys, error) {
 		hp := fmt.Sprintf("hosts[%d]", i)
 		k := &hostKeys{hash: auth.HashSHA256}
 		var err error
-		if k.host, err = loadSecret(h.DHCHAPKey); err != nil {
+		if k.host, err = dhchapkey.Load(h.DHCHAPKey); err != nil {
 			v.addErr(hp+".dhchap_key", err.Error(), err)
 			continue
 		}
 		if h.DHCHAPCtrlKey != "" {
-			if k.ctrl, err = loadSecret(h.DHCHAPCtrlKey); err != nil {
+			if k.ctrl, err = dhchapkey.Load(h.DHCHAPCtrlKey); err != nil {
 				v.addErr(hp+".dhchap_ctrl_key", err.Error(), err)
 				continue
 			}
@@ -98,37 +94,4 @@ func loadAuthKeys(cfg *Config) (authKeys, error) {
 		return nil, &ValidationError{Problems: v.problems}
 	}
 	return keys, nil
-}
-
-// loadSecret parses a literal secret or reads one from a file:.
-func loadSecret(s string) (*auth.Secret, error) {
-	path, ok := strings.CutPrefix(s, keyFilePrefix)
-	if !ok {
-		return auth.ParseSecret(s)
-	}
-	path = strings.TrimSpace(path)
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%s is accessible by group or others (mode %04o): keep secrets mode 0600 or 0400 (chmod go-rwx)", path, perm)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	sec, err := auth.ParseSecret(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return sec, nil
 }

@@ -130,10 +130,11 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		q.connectFailed(r, err.Error(), nvmeof.StatusConnectControllerBusy, 0, host)
 		return
 	}
+	k, required := s.hostAuth(sub, &pc, host)
 	c := &controller{
 		s: s, sub: sub, hostNQN: host, hostID: d.HostID(), port: q.port,
 		inline: pc.InlineDataSize, maxQueue: pc.MaxQueueSize, created: time.Now(),
-		io: newIORef(),
+		io: newIORef(), authRequired: required,
 	}
 	if conn := q.conn.Load(); conn != nil && conn.MaxTransferSize() >= 4096 {
 		c.mdts = uint8(bits.TrailingZeros(uint(conn.MaxTransferSize())) - 12)
@@ -159,7 +160,6 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		q.connectFailed(r, "no free controller ID", nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR, 0, host)
 		return
 	}
-	k, required := s.hostAuth(sub, &q.port.cfg, host)
 	resp, err := q.setupAuth(c, k, required, 0)
 	if err != nil {
 		c.teardown("authentication setup failed")
@@ -167,7 +167,6 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		q.connectFailed(r, err.Error(), nvmeof.StatusInternalError|nvmeof.StatusDNR, 0, host)
 		return
 	}
-	c.authRequired = required
 	q.host = host
 	q.ctrl.Store(c)
 	lf := []zap.Field{zap.Uint16("port_id", q.port.id), zap.Bool("discovery", sub.disc), zap.Bool("auth_required", required),

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -118,7 +119,7 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 		MaxTransferSize: o.maxTransfer,
 	}
 	if o.dhchapSecret != "" {
-		if cfg.DHCHAPSecret, err = initiator.LoadSecret(o.dhchapSecret); err != nil {
+		if cfg.DHCHAPSecret, err = dhchapkey.Load(o.dhchapSecret); err != nil {
 			return cfg, fmt.Errorf("--dhchap-secret: %w", err)
 		}
 	}
@@ -126,7 +127,7 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 		if o.dhchapSecret == "" {
 			return cfg, fmt.Errorf("--dhchap-ctrl-secret needs --dhchap-secret")
 		}
-		if cfg.DHCHAPCtrlSecret, err = initiator.LoadSecret(o.dhchapCtrlSecret); err != nil {
+		if cfg.DHCHAPCtrlSecret, err = dhchapkey.Load(o.dhchapCtrlSecret); err != nil {
 			return cfg, fmt.Errorf("--dhchap-ctrl-secret: %w", err)
 		}
 	}

@@ -129,42 +129,34 @@ func testAuthKernelHost(t *testing.T, vm *lab.VM) {
 	}
 	t.Run("unidirectional", func(t *testing.T) { run(t, base+" --dhchap-secret="+hostKey) })
 	t.Run("bidirectional", func(t *testing.T) { run(t, base+" --dhchap-secret="+hostKey+" --dhchap-ctrl-secret="+ctrlKey) })
-	t.Run("wrong-key", func(t *testing.T) {
+	// refused runs nvme connect with secrets that must be refused: it
+	// fails at once, the kernel and the target log the failure, and the
+	// target holds no controller after it.
+	refused := func(t *testing.T, what, secrets string) {
 		mark := kmsgMark(t, vm)
+		failures := logs.FilterMessage("authentication failed").Len()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		start := time.Now()
-		out, err := vm.Exec(ctx, base+" --dhchap-secret="+wrongKey+" 2>&1")
-		t.Logf("guest$ nvme connect ... --dhchap-secret=<wrong>   (%s, %v)\n%s", time.Since(start).Round(time.Millisecond), err, out)
+		out, err := vm.Exec(ctx, base+" "+secrets+" 2>&1")
+		t.Logf("guest$ nvme connect ... (%s)   (%s, %v)\n%s", what, time.Since(start).Round(time.Millisecond), err, out)
 		if err == nil {
-			t.Fatal("nvme connect with a wrong key succeeded")
+			t.Fatalf("nvme connect with %s succeeded", what)
 		}
 		dmesg := dmesgSince(t, vm, mark)
 		t.Logf("kernel log:\n%s", dmesg)
 		if !authFailureRE.MatchString(dmesg) {
 			t.Errorf("the kernel logged no authentication failure")
 		}
-		if logs.FilterMessage("authentication failed").Len() == 0 {
+		if logs.FilterMessage("authentication failed").Len() == failures {
 			t.Errorf("the target logged no authentication failure")
 		}
 		waitNoControllers(t, tgt)
-	})
+	}
+	t.Run("wrong-key", func(t *testing.T) { refused(t, "a wrong key", "--dhchap-secret="+wrongKey) })
 	t.Run("wrong-ctrl-key", func(t *testing.T) {
-		mark := kmsgMark(t, vm)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
 		bad, _ := auth.GenerateKey(auth.KeyOptions{HMAC: 2, NQN: authNQN}, rand.Reader)
-		out, err := vm.Exec(ctx, base+" --dhchap-secret="+hostKey+" --dhchap-ctrl-secret="+bad+" 2>&1")
-		t.Logf("guest$ nvme connect ... --dhchap-ctrl-secret=<wrong>   (%v)\n%s", err, out)
-		if err == nil {
-			t.Fatal("nvme connect with a wrong controller key succeeded")
-		}
-		dmesg := dmesgSince(t, vm, mark)
-		t.Logf("kernel log:\n%s", dmesg)
-		if !authFailureRE.MatchString(dmesg) {
-			t.Errorf("the kernel logged no authentication failure")
-		}
-		waitNoControllers(t, tgt)
+		refused(t, "a wrong controller key", "--dhchap-secret="+hostKey+" --dhchap-ctrl-secret="+bad)
 	})
 }
 
