@@ -91,6 +91,10 @@ func TestAuthKeyFiles(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := &Config{Hosts: []HostConfig{{NQN: testHostNQN, DHCHAPKey: tt.key, DHCHAPCtrlKey: tt.ctrl}}}
 			keys, err := loadAuthKeys(cfg)
+			// Check (nvmetd --check-config) says the same.
+			if cerr := cfg.Check(); (cerr == nil) != (err == nil) {
+				t.Errorf("Check: %v, loading: %v", cerr, err)
+			}
 			if tt.want == "" {
 				if err != nil || keys[testHostNQN] == nil || (tt.ctrl != "") != (keys[testHostNQN].ctrl != nil) {
 					t.Fatalf("%v %+v", err, keys)
