@@ -95,6 +95,7 @@ type Controller struct {
 	free chan *cmd  // command slots of every I/O queue, interleaved
 
 	gen       atomic.Uint64 // association generation
+	authTID   atomic.Uint32 // DH-HMAC-CHAP transaction IDs (auth.go)
 	nLive     atomic.Int32  // I/O queues of the live association
 	maxXfer   atomic.Int64
 	rr        atomic.Uint32
@@ -212,7 +213,11 @@ func (c *Controller) State() State {
 }
 
 // Config returns the controller's configuration, with defaults applied.
-func (c *Controller) Config() Config { return c.cfg }
+func (c *Controller) Config() Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
 
 // CNTLID returns the controller ID of the current association.
 func (c *Controller) CNTLID() uint16 { return c.current().cntlid }
@@ -429,8 +434,14 @@ func (c *Controller) fabricsConnect(ctx context.Context, hq *rdma.HostQueue, qid
 		return 0, fmt.Errorf("initiator: connect (qid %d): %w", qid, err)
 	}
 	resp := nvmeof.ConnectResponse(r.CQE.Result())
-	if err := resp.CheckAuth(); err != nil {
-		return 0, fmt.Errorf("initiator: connect (qid %d): %w", qid, err)
+	if resp.ASCR() {
+		// Secure channel concatenation (TLS) does not exist on NVMe/RDMA.
+		return 0, fmt.Errorf("initiator: connect (qid %d): the controller requires secure channel concatenation (TLS), which NVMe/RDMA does not have", qid)
+	}
+	if c.needsAuth(resp) {
+		if err := c.authenticate(ctx, hq, qid); err != nil {
+			return 0, err
+		}
 	}
 	if qid != 0 && resp.CNTLID() != cntlid && resp.CNTLID() != 0 {
 		c.log.Warn("I/O queue connect returned another cntlid", zap.Uint16("qid", qid), zap.Uint16("cntlid", resp.CNTLID()))

@@ -65,6 +65,14 @@
 // nvme-cli and libnvme do (HostIdentity: /etc/nvme/hostnqn and hostid, else
 // the DMI product UUID, the device tree or /etc/machine-id).
 //
+// # Authentication
+//
+// With Config.DHCHAPSecret (and DHCHAPCtrlSecret for bidirectional
+// authentication) the host runs DH-HMAC-CHAP (nvmeof/auth's Host) on every
+// queue whose Connect response asks for it, and on every queue when it
+// has a controller secret (auth.go); Reauthenticate and SetSecrets do what
+// Linux's sysfs dhchap_secret attributes do.
+//
 // # Testing
 //
 // The package's tests run against the real target (package target, through

@@ -98,7 +98,7 @@ func (c *controller) anaLog(rgo bool) []byte {
 	tab := c.sub.ns.Load()
 	members := map[uint32][]uint32{}
 	groups := []uint32{DefaultANAGroup}
-	for _, id := range tab.active {
+	for _, id := range c.activeNS(tab) {
 		ns := tab.byID[id]
 		g := ns.cfg.ANAGroup
 		members[g] = append(members[g], id)

@@ -17,13 +17,21 @@ func (q *queue) handleIO(ctrl *controller, c *command) {
 	r := c.r
 	sqe := r.SQE()
 	if sqe.IsFabrics() {
-		// Authentication Send/Receive are not supported; nothing else is
-		// valid on an I/O queue (nvmet_parse_fabrics_io_cmd).
+		// Authentication Send/Receive; nothing else is valid on an I/O
+		// queue (nvmet_parse_fabrics_io_cmd).
+		if sqe.IsAuth() {
+			q.handleAuth(ctrl, r)
+			return
+		}
 		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 		return
 	}
 	if !ctrl.ready() {
 		q.respond(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
+		return
+	}
+	if !q.authorized() {
+		q.respond(r, nvmeof.StatusAuthRequired|nvmeof.StatusDNR)
 		return
 	}
 	if ctrl.revoked.Load() {
@@ -44,7 +52,7 @@ func (q *queue) handleIO(ctrl *controller, c *command) {
 		q.s.shared.push(c)
 		return
 	}
-	ns, st := ctrl.sub.ns.Load().lookup(nsid)
+	ns, st := ctrl.lookupNS(ctrl.sub.ns.Load(), nsid)
 	if st != nvmeof.StatusSuccess {
 		q.respond(r, st)
 		return

@@ -97,11 +97,11 @@ func (c *controller) smartLog(log *nvmeof.SMARTLog, nsid uint32) nvmeof.Status {
 	tab := c.sub.ns.Load()
 	var list []*namespace
 	if nsid == 0 || nsid == nvmeof.NSIDAll {
-		for _, id := range tab.active {
+		for _, id := range c.activeNS(tab) {
 			list = append(list, tab.byID[id])
 		}
 	} else {
-		ns, st := tab.lookup(nsid)
+		ns, st := c.lookupNS(tab, nsid)
 		if st != nvmeof.StatusSuccess {
 			return st
 		}

@@ -311,6 +311,9 @@ func (ns *namespace) ioCounters() IOCounters {
 type nsTable struct {
 	byID   map[uint32]*namespace // every configured namespace
 	active []uint32              // online NSIDs, ascending
+	// restricted is set when a namespace is limited to some hosts
+	// (auth_visibility.go).
+	restricted bool
 }
 
 // lookup finds an online namespace and takes a reference on it, or returns
@@ -335,6 +338,7 @@ func newNSTable(list []*namespace) *nsTable {
 		t.byID[ns.nsid] = ns
 	}
 	t.active = t.activeIDs()
+	t.restricted = restrictedTable(t)
 	return t
 }
 

@@ -27,6 +27,9 @@ type queue struct {
 	// the accept or by the first command, whichever comes first.
 	conn atomic.Pointer[rdma.ControllerQueue]
 	ctrl atomic.Pointer[controller]
+	// auth is the queue's DH-HMAC-CHAP state (auth.go); nil when the
+	// queue need not and did not authenticate.
+	auth atomic.Pointer[queueAuth]
 
 	// cmds holds the state of the commands in execution, one entry per
 	// request context of the binding (rdma.Request.Index).
@@ -73,6 +76,7 @@ const (
 	cmdConnect                 // a Connect whose data is being fetched
 	cmdIO                      // an NVM command on ns
 	cmdFlushAll                // a Flush of every namespace of the subsystem
+	cmdAuth                    // an Authentication Send whose data is being fetched
 )
 
 // newQueue makes the target's side of a queue the host asks for.
@@ -162,6 +166,8 @@ func (q *queue) DataReady(r *rdma.Request, err error) {
 		c.ns.submit(q.s, c)
 	case cmdConnect:
 		q.connectData(r)
+	case cmdAuth:
+		q.authSend(r)
 	default:
 		q.respond(r, nvmeof.StatusInternalError|nvmeof.StatusDNR)
 	}
@@ -187,6 +193,9 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 		q.s.adm.Log(zap.InfoLevel, cause.String(), "queue disconnected", append(lf, zap.Error(err))...)
 	} else {
 		q.s.log.Debug("queue disconnected", lf...)
+	}
+	if a := q.auth.Load(); a != nil {
+		a.closed()
 	}
 	if c != nil {
 		c.queueClosed(q)

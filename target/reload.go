@@ -278,6 +278,14 @@ func (s *server) reload(nc *Config) error {
 		s.regMu.Unlock()
 		return nil
 	}
+	// Key files are read again on every reload (a rotated key may keep
+	// its file name); a key that cannot be read refuses the reload.
+	keys, err := loadAuthKeys(nc)
+	if err != nil {
+		s.log.Error("reload refused, nothing changed:\n  " + indentLines(err.Error()))
+		return fmt.Errorf("target: %w:\n%w", ErrReloadRefused, err)
+	}
+	defer func() { s.setAuthKeys(keys) }()
 	failed, online := s.namespaceStates()
 	p := planReload(s.cfg, nc, failed, online)
 	if p.empty() {
@@ -290,6 +298,7 @@ func (s *server) reload(nc *Config) error {
 	s.log.Info("reloading configuration", zap.Strings("changes", p.diff.Summary()))
 	pr, err := s.prepare(p)
 	if err != nil {
+		keys = *s.authKeys.Load()
 		s.log.Error("reload refused, nothing changed:\n  " + indentLines(err.Error()))
 		return fmt.Errorf("target: %w:\n%w", ErrReloadRefused, err)
 	}

@@ -44,6 +44,9 @@ type server struct {
 	ports      map[uint16]*port
 	subsystems map[string]*subsystem
 	disc       *subsystem
+	// authKeys are the hosts' DH-HMAC-CHAP keys (config_auth.go),
+	// replaced by reloads.
+	authKeys atomic.Pointer[authKeys]
 
 	// anaChange is the ANA change count (CHGCNT of the ANA log), bumped on
 	// every ANA state change.
@@ -110,6 +113,11 @@ func (s *server) start(ctx context.Context) error {
 		return errors.New("target: already started")
 	}
 	cfg := s.cfg
+	keys, err := loadAuthKeys(cfg)
+	if err != nil {
+		return fmt.Errorf("target: start: %w", err)
+	}
+	s.authKeys.Store(&keys)
 	s.shared = newWorkerPool(cfg.Tuning.IOWorkers, s.execIO)
 	s.adm = rdma.NewAdmission(admissionLimits(cfg), s.log)
 	s.startedAt = time.Now()

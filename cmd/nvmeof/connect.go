@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,13 +57,16 @@ type connectOptsJSON struct {
 	MKFS                                             bool
 	MountOpts                                        string
 	LoopDirectIO, FUSEDirectIO                       bool
+	// The secrets go to the daemon on its standard input, never on its
+	// command line (which every user can read).
+	DHCHAPSecret, DHCHAPCtrlSecret string `json:",omitempty"`
 }
 
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
-		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -70,7 +74,8 @@ func (j connectOptsJSON) opts() connectOpts {
 		fabrics: fabricsOpts{transport: j.Transport, traddr: j.Traddr, trsvcid: j.Trsvcid, nqn: j.NQN, hostnqn: j.HostNQN,
 			hostid: j.HostID, nrIOQueues: j.NrIOQueues, queueSize: j.QueueSize, keepAliveTmo: j.KeepAliveTmo,
 			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, maxFPDU: j.MaxFPDU, connTimeout: j.ConnectTimeout,
-			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer},
+			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer,
+			dhchapSecret: j.DHCHAPSecret, dhchapCtrlSecret: j.DHCHAPCtrlSecret},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
 		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO,
 	}
@@ -179,9 +184,12 @@ func startDaemon(o *connectOpts, stderr io.Writer) (*ctrlState, error) {
 		return nil, err
 	}
 	defer pr.Close()
-	cfg, _ := json.Marshal(o.toJSON())
+	j := o.toJSON()
+	secrets, _ := json.Marshal(daemonSecrets{j.DHCHAPSecret, j.DHCHAPCtrlSecret})
+	j.DHCHAPSecret, j.DHCHAPCtrlSecret = "", ""
+	cfg, _ := json.Marshal(j)
 	cmd := exec.Command(self, "serve", "--instance", dev, "--state-dir", stateDir(), "--config", string(cfg))
-	cmd.Stdin = nil
+	cmd.Stdin = bytes.NewReader(secrets) // read by serve (readSecrets)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.ExtraFiles = []*os.File{pw} // fd 3: the readiness pipe
@@ -242,4 +250,22 @@ func startIOFlusher(cmd *exec.Cmd) error {
 		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// daemonSecrets are the DH-HMAC-CHAP secrets connect hands its daemon on
+// the daemon's standard input.
+type daemonSecrets struct {
+	Secret, CtrlSecret string
+}
+
+// readSecrets reads the daemon's secrets from r (its standard input): one
+// JSON object, or nothing.
+func readSecrets(r io.Reader) (daemonSecrets, error) {
+	var s daemonSecrets
+	b, err := io.ReadAll(io.LimitReader(r, 1<<16))
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		return s, err
+	}
+	err = json.Unmarshal(b, &s)
+	return s, err
 }

@@ -85,13 +85,19 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: bad arguments: %v\n", err)
 		return exitUsage
 	}
+	sec, err := readSecrets(os.Stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: secrets on standard input: %v\n", err)
+		return exitUsage
+	}
+	j.DHCHAPSecret, j.DHCHAPCtrlSecret = sec.Secret, sec.CtrlSecret
 	ready := os.NewFile(3, "ready")
 	d := &daemon{dev: *dev, opts: j.opts(), shutdown: make(chan struct{})}
 	zc := zap.NewProductionEncoderConfig()
 	zc.EncodeTime = zapcore.ISO8601TimeEncoder
 	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel)).
 		With(zap.String("device", d.dev))
-	err := d.start()
+	err = d.start()
 	msg := readyMsg{OK: err == nil}
 	if err != nil {
 		d.log.Error("connect failed", zap.Error(err))

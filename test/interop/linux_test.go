@@ -54,6 +54,9 @@ var suite = []struct {
 	{"KernelClientIwpingServer", testKernelClientIwpingServer},
 	{"IwpingMPARev1KernelServer", testIwpingMPARev1KernelServer},
 	{"LinuxHostAgainstTarget", testLinuxHostAgainstTarget},
+	// DH-HMAC-CHAP both ways (6.12 only; before the kernel target test,
+	// whose siw issue could leave nvmet unusable).
+	{"Auth", testAuth},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.
 	{"InitiatorAgainstKernelTarget", testInitiatorAgainstKernelTarget},
