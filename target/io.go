@@ -26,6 +26,16 @@ func (q *queue) handleIO(ctrl *controller, c *command) {
 		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 		return
 	}
+	if ctrl.dead.Load() {
+		// The controller is being torn down (keep-alive expiry, a lost
+		// admin queue) and its queues are closing: the host retries the
+		// command on its next association. Command Sequence Error with
+		// DNR, as for a disabled controller, would fail it for good (nvmet
+		// keeps CSTS.RDY until the last queue is gone, so it never
+		// answers that in this window).
+		q.respond(r, nvmeof.StatusAbortSQDeleted)
+		return
+	}
 	if !ctrl.ready() {
 		q.respond(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
 		return
