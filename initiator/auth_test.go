@@ -254,3 +254,23 @@ func TestAuthKeyRotation(t *testing.T) {
 	}
 	checkIO(t, c)
 }
+
+// TestAuthTurnedOnByReload: a reload that gives a connected host a key and
+// requires authentication leaves its association alone (nvmet's soft
+// state); a new association needs the key.
+func TestAuthTurnedOnByReload(t *testing.T) {
+	key := newKey(t, auth.HashSHA256)
+	tt := startTarget(t)
+	c := connect(t, authConfig(t, tt.Addr(), "", ""))
+	checkIO(t, c)
+	tt.Reload(func(cfg *target.Config) {
+		cfg.Subsystems[0].AuthRequired = true
+		cfg.Hosts = append(cfg.Hosts, target.HostConfig{NQN: testHostNQN, DHCHAPKey: key})
+	})
+	checkIO(t, c)
+	if err := connectErr(t, authConfig(t, tt.Addr(), "", "")); !errors.Is(err, ErrNoSecret) {
+		t.Fatalf("a new association without a secret: %v", err)
+	}
+	checkIO(t, connect(t, authConfig(t, tt.Addr(), key, "")))
+	checkIO(t, c)
+}
