@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -143,6 +144,7 @@ func (s *server) tryNowait(c *command) bool {
 	off := int64(sqe.RWCmd().SLBA() << ns.lbaShift)
 	var done bool
 	var err error
+	t0 := time.Now()
 	if op == nvmeof.NVMRead {
 		done, err = ns.nowait.TryReadAt(data, off)
 	} else {
@@ -152,6 +154,7 @@ func (s *server) tryNowait(c *command) bool {
 	if !done {
 		return false
 	}
+	ns.met.observe(op, time.Since(t0))
 	st := nvmeof.StatusSuccess
 	if op == nvmeof.NVMRead {
 		ns.readCmds.Add(1)
@@ -197,7 +200,9 @@ func (s *server) execIO(c *command) {
 	case cmdFlushAll:
 		st = flushAll(ctrl.sub)
 	case cmdIO:
+		t0 := time.Now()
 		st = c.ns.exec(s, sqe, r.Data())
+		c.ns.met.observe(sqe.Opcode(), time.Since(t0))
 		c.ns.put()
 	default:
 		st = nvmeof.StatusInternalError | nvmeof.StatusDNR

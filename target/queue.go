@@ -3,6 +3,7 @@ package target
 import (
 	"net"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -49,6 +50,11 @@ type queue struct {
 	parked []*rdma.Request
 
 	reads, writes, others, rbytes, wbytes, errs atomic.Uint64
+
+	// met counts commands for the metrics (metrics.go); folded is set,
+	// under metricsState.mu, once they were added to the totals.
+	met    cmdStats
+	folded bool
 }
 
 // command is the target's state of one command from its arrival to its
@@ -62,6 +68,9 @@ type command struct {
 	// ns is the namespace an NVM command runs on (cmdIO), with a
 	// reference held until it is executed or dropped.
 	ns *namespace
+	// start is when the capsule arrived (the command's latency runs from
+	// here to its response).
+	start time.Time
 }
 
 // cmdKind says what a command in execution is, for the continuations
@@ -118,7 +127,7 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 		q.conn.CompareAndSwap(nil, r.Queue())
 	}
 	c := q.cmd(r)
-	c.r, c.kind, c.ns = r, cmdOther, nil
+	c.r, c.kind, c.ns, c.start = r, cmdOther, nil, time.Now()
 	if h := q.s.hooks; h != nil && !q.hookCommand(h, r) {
 		return
 	}
@@ -170,6 +179,7 @@ func (q *queue) DataReady(r *rdma.Request, err error) {
 // QueueClosed is called once the connection has ended (rdma.Handler).
 func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 	q.conn.CompareAndSwap(nil, conn)
+	q.s.met.queueClosed(q, conn, q.ctrl.Load())
 	q.mu.Lock()
 	q.closed = true
 	parked := q.parked
@@ -228,7 +238,9 @@ func (q *queue) respond(r *rdma.Request, st nvmeof.Status) {
 	} else {
 		q.others.Add(1)
 	}
-	q.cmd(r).ns = nil // the reference was put by whoever ran the command
+	c := q.cmd(r)
+	c.ns = nil // the reference was put by whoever ran the command
+	q.met.record(classifyOp(q.qid, sqe), classifyStatus(st), len(r.Data()), time.Since(c.start), true)
 	r.Complete(st)
 	q.inflight.Add(-1)
 }
@@ -245,6 +257,7 @@ func (q *queue) completeHeld(r *rdma.Request, st nvmeof.Status) {
 	if st == nvmeof.StatusSuccess {
 		q.others.Add(1)
 	}
+	q.met.record(classifyOp(q.qid, r.SQE()), classifyStatus(st), 0, 0, false)
 	r.Complete(st)
 }
 
