@@ -112,15 +112,15 @@ func TestMetricsCommands(t *testing.T) {
 	ctrl := fmt.Sprintf("cntlid=%d,host=%s,%s", h.cntlid, h.nqn, sub)
 	queue := fmt.Sprintf("cntlid=%d,qid=1,%s", h.cntlid, sub)
 	want := map[string]float64{
-		"nvmetd_subsystem_commands_total{opcode=read,status=success," + sub + "}":  reads,
-		"nvmetd_subsystem_commands_total{opcode=write,status=success," + sub + "}": writes,
-		"nvmetd_subsystem_commands_total{opcode=read,status=generic," + sub + "}":  1,
-		"nvmetd_subsystem_bytes_total{direction=read," + sub + "}":                 reads * bs,
-		"nvmetd_subsystem_bytes_total{direction=write," + sub + "}":                writes * bs,
-		"nvmetd_subsystem_inflight_commands{" + sub + "}":                          0,
-		"nvmetd_subsystem_controllers{" + sub + "}":                                1,
-		"nvmetd_subsystem_command_latency_seconds_count{op=read," + sub + "}":      reads + 1,
-		"nvmetd_subsystem_command_latency_seconds_count{op=write," + sub + "}":     writes,
+		"nvmetd_subsystem_commands_total{opcode=read,status=success," + sub + "}":   reads,
+		"nvmetd_subsystem_commands_total{opcode=write,status=success," + sub + "}":  writes,
+		"nvmetd_subsystem_commands_total{opcode=read,status=generic," + sub + "}":   1,
+		"nvmetd_subsystem_bytes_total{direction=read," + sub + "}":                  reads * bs,
+		"nvmetd_subsystem_bytes_total{direction=write," + sub + "}":                 writes * bs,
+		"nvmetd_subsystem_inflight_commands{" + sub + "}":                           0,
+		"nvmetd_subsystem_controllers{" + sub + "}":                                 1,
+		"nvmetd_subsystem_command_latency_seconds_count{op=read," + sub + "}":       reads + 1,
+		"nvmetd_subsystem_command_latency_seconds_count{op=write," + sub + "}":      writes,
 		"nvmetd_controller_commands_total{" + ctrl + ",opcode=read,status=success}": reads,
 		"nvmetd_controller_bytes_total{" + ctrl + ",direction=write}":               writes * bs,
 		"nvmetd_controller_io_queues{" + ctrl + "}":                                 1,
@@ -222,7 +222,7 @@ func TestMetricsTerminate(t *testing.T) {
 	v, _ := scrape(t, reg)
 	invalid := wire.CauseDDPTaggedInvalidSTag
 	for k, w := range map[string]float64{
-		fmt.Sprintf("nvmetd_iwarp_terminates_total{code=0x%02x,direction=sent,layer=ddp,port=1,type=%d}", invalid.Code(), invalid.Type()): 1,
+		fmt.Sprintf("nvmetd_iwarp_terminates_total{code=0x%02x,direction=sent,layer=ddp,port=1,type=%d}", invalid.Code(), invalid.Type()):                   1,
 		fmt.Sprintf("nvmetd_iwarp_terminates_total{code=0x%02x,direction=sent,layer=mpa,port=1,type=%d}", wire.CauseLLPCRC.Code(), wire.CauseLLPCRC.Type()): 1,
 		"nvmetd_mpa_crc_errors_total{port=1}": 1,
 	} {
