@@ -67,6 +67,7 @@ func (c *Config) Check() error {
 				humanSize(memTotal), humanSize(limit), humanSize(phys))
 		}
 	}
+	d.Metrics.check(&v, "metrics")
 	if len(v.problems) == 0 {
 		return nil
 	}

@@ -30,14 +30,14 @@ var (
 
 	dSubCommands = desc("subsystem_commands_total", "Commands completed on the subsystem's controllers, by opcode class and status (success or the error's status code type).", "subsystem", "opcode", "status")
 	dSubBytes    = desc("subsystem_bytes_total", "Data bytes of successful reads (direction read) and writes (write) on the subsystem.", "subsystem", "direction")
-	dSubLatency  = desc("subsystem_command_latency_seconds", "Command latency at the target, from the capsule's arrival to the response being posted, by op (read, write, other); 4 buckets per octave from 1 µs.", "subsystem", "op")
+	dSubLatency  = desc("subsystem_command_latency_seconds", "Command latency at the target, from the capsule's arrival to the response being posted, by op (read, write, other); 4 buckets per octave from 100 ns.", "subsystem", "op")
 	dSubInflight = desc("subsystem_inflight_commands", "Commands of the subsystem in execution now.", subLabels...)
 	dSubCtrls    = desc("subsystem_controllers", "Controllers of the subsystem now.", subLabels...)
 
 	dCtrlInfo       = desc("controller_info", "A controller (1), with the port its admin queue came through.", "subsystem", "cntlid", "host", "port")
 	dCtrlCommands   = desc("controller_commands_total", "Commands completed on the controller, by opcode class and status.", "subsystem", "cntlid", "host", "opcode", "status")
 	dCtrlBytes      = desc("controller_bytes_total", "Data bytes of the controller's successful reads and writes.", "subsystem", "cntlid", "host", "direction")
-	dCtrlLatency    = desc("controller_command_latency_seconds", "Command latency of the controller, by op; 2 buckets per octave from 1 µs.", "subsystem", "cntlid", "host", "op")
+	dCtrlLatency    = desc("controller_command_latency_seconds", "Command latency of the controller, by op; 2 buckets per octave from 100 ns.", "subsystem", "cntlid", "host", "op")
 	dCtrlInflight   = desc("controller_inflight_commands", "Commands of the controller in execution now.", ctrlLabels...)
 	dCtrlQueues     = desc("controller_io_queues", "I/O queues of the controller now.", ctrlLabels...)
 	dCtrlUnlabelled = desc("metrics_controllers_unlabelled", "Controllers beyond metrics.max_controllers: counted in their subsystem's series only.")
@@ -76,7 +76,7 @@ var (
 	dNSBytes       = desc("namespace_bytes_total", "Data bytes read from and written to the namespace's backend.", "subsystem", "nsid", "direction")
 	dNSErrors      = desc("backend_errors_total", "Backend calls of the namespace that failed.", nsLabels...)
 	dNSMediaErrors = desc("backend_media_errors_total", "Backend calls of the namespace that failed with a media (I/O) error.", nsLabels...)
-	dNSLatency     = desc("backend_latency_seconds", "Time spent in the namespace's backend per command, by op; 4 buckets per octave from 1 µs.", "subsystem", "nsid", "op")
+	dNSLatency     = desc("backend_latency_seconds", "Time spent in the namespace's backend per command, by op; 4 buckets per octave from 100 ns.", "subsystem", "nsid", "op")
 
 	allDescs = []*prometheus.Desc{
 		dSubCommands, dSubBytes, dSubLatency, dSubInflight, dSubCtrls,

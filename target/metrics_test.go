@@ -27,8 +27,8 @@ func TestLatIndex(t *testing.T) {
 			t.Errorf("latIndex(%v) = %d, want %d", ns+ns/50+1, got, i+1)
 		}
 	}
-	if latIndex(0) != 0 || latIndex(time.Microsecond) != 0 || latIndex(time.Hour) != latBuckets {
-		t.Errorf("latIndex ends: %d %d %d", latIndex(0), latIndex(time.Microsecond), latIndex(time.Hour))
+	if latIndex(0) != 0 || latIndex(100*time.Nanosecond) != 0 || latIndex(time.Hour) != latBuckets {
+		t.Errorf("latIndex ends: %d %d %d", latIndex(0), latIndex(100*time.Nanosecond), latIndex(time.Hour))
 	}
 	if d := time.Duration(latBounds[latBuckets-1] * 1e9); d < 10*time.Second {
 		t.Errorf("last bound %v, want at least 10 s", d)
@@ -236,5 +236,51 @@ func TestMetricsTerminate(t *testing.T) {
 				t.Logf("%s = %v", k, x)
 			}
 		}
+	}
+}
+
+func TestMetricsConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		m     MetricsConfig
+		field string // "" valid
+	}{
+		{MetricsConfig{}, ""},
+		{MetricsConfig{Address: "127.0.0.1:9469"}, ""},
+		{MetricsConfig{Address: ":9469"}, ""},
+		{MetricsConfig{Socket: "/run/nvmetd/metrics.sock"}, ""},
+		{MetricsConfig{Address: "127.0.0.1:9469", TLSCert: "/c", TLSKey: "/k", BasicAuthUser: "p", BasicAuthPasswordFile: "/pw"}, ""},
+		{MetricsConfig{Address: "localhost:9469"}, "metrics.address"},
+		{MetricsConfig{Address: "127.0.0.1"}, "metrics.address"},
+		{MetricsConfig{Address: "127.0.0.1:70000"}, "metrics.address"},
+		{MetricsConfig{Address: ":1", Socket: "/s"}, "metrics.socket"},
+		{MetricsConfig{Socket: "rel.sock"}, "metrics.socket"},
+		{MetricsConfig{Address: ":1", Path: "metrics"}, "metrics.path"},
+		{MetricsConfig{Address: ":1", TLSCert: "/c"}, "metrics.tls_key"},
+		{MetricsConfig{Address: ":1", TLSKey: "/k"}, "metrics.tls_cert"},
+		{MetricsConfig{Address: ":1", BasicAuthUser: "p"}, "metrics.basic_auth_password_file"},
+		{MetricsConfig{Address: ":1", BasicAuthUser: "a:b", BasicAuthPasswordFile: "/pw"}, "metrics.basic_auth_user"},
+		{MetricsConfig{TLSCert: "/c", TLSKey: "/k"}, "metrics.address"},
+		{MetricsConfig{Address: ":1", MaxControllers: -1}, "metrics.max_controllers"},
+	} {
+		cfg := &Config{Metrics: tc.m}
+		err := cfg.Validate()
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.m, err)
+			}
+			continue
+		}
+		ve, ok := err.(*ValidationError)
+		if !ok || !slices.ContainsFunc(ve.Problems, func(p *FieldError) bool { return p.Field == tc.field }) {
+			t.Errorf("%+v: %v, want a problem with %s", tc.m, err, tc.field)
+		}
+	}
+	// Check opens the key pair and the password file.
+	dir := t.TempDir()
+	cfg := &Config{Metrics: MetricsConfig{Address: ":1", TLSCert: dir + "/none.crt", TLSKey: dir + "/none.key", BasicAuthUser: "p", BasicAuthPasswordFile: dir + "/none"}}
+	err := cfg.Check()
+	ve, ok := err.(*ValidationError)
+	if !ok || len(ve.Problems) != 2 || ve.Problems[0].Field != "metrics.tls_cert" || ve.Problems[1].Field != "metrics.basic_auth_password_file" {
+		t.Errorf("Check: %v", err)
 	}
 }

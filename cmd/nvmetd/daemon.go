@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -64,6 +65,10 @@ type daemon struct {
 	t        targetService
 	stopping atomic.Bool
 
+	// metrics is the Prometheus endpoint (nil when off).
+	metricsMu sync.Mutex
+	metrics   *metricserve.Server
+
 	mu         sync.Mutex
 	cur        *loadedConfig
 	state      string
@@ -105,6 +110,14 @@ func (d *daemon) run() int {
 	}
 	cs := serveControl(l, d.snapshot, d.log)
 	defer cs.close()
+
+	ms, err := d.startMetrics(cfg.Target.Metrics)
+	if err != nil {
+		d.log.Error("cannot serve the metrics endpoint", zap.Error(err))
+		return exitFailure
+	}
+	d.metrics = ms
+	defer d.stopMetrics()
 
 	// Start, while still answering signals: SIGTERM aborts the start,
 	// SIGHUP is applied once running.
@@ -285,6 +298,7 @@ func (d *daemon) reload() {
 	err = d.t.Reload(nc.Target.Clone())
 	if !errors.Is(err, target.ErrReloadRefused) {
 		d.applyDaemonChanges(&old.Daemon, &nc.Daemon)
+		d.reloadMetrics(old.Target.Metrics, nc.Target.Metrics)
 	}
 	if errors.Is(err, target.ErrReloadRefused) {
 		// Nothing changed: the running configuration stays the one of
