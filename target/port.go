@@ -168,6 +168,7 @@ func (p *port) accept(req *rdma.QueueRequest) {
 		return
 	}
 	q.conn.CompareAndSwap(nil, conn)
+	s.traceQueue(q)
 	s.log.Debug("queue connected", append(q.fields(), zap.Uint16("port_id", p.id), zap.Int("size", q.size))...)
 }
 

@@ -322,6 +322,8 @@ func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
 		if err := r.Queue().Admit(); err != nil {
 			q.s.log.Warn("queue resources unavailable", append(q.fields(), zap.Error(err))...)
 			st = nvmeof.StatusInternalError
+		} else {
+			q.s.traceQueue(q)
 		}
 	}
 	if st != nvmeof.StatusSuccess {

@@ -86,6 +86,8 @@ type server struct {
 
 	// met holds the metrics' totals and events (metrics.go).
 	met *metricsState
+	// traces is the wire trace (trace.go).
+	traces traceState
 }
 
 // Values of server.phase.

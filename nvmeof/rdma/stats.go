@@ -46,3 +46,21 @@ type AdmissionStats = iwarp.AdmissionStats
 
 // Stats returns the Admission's counters.
 func (a *Admission) Stats() AdmissionStats { return a.a.Stats() }
+
+// Tap sees a queue's bytes as they cross its socket (wire traces).
+type Tap = iwarp.Tap
+
+// TapInfo is a queue's connection endpoints and MPA frames, for traces.
+type TapInfo = iwarp.TapInfo
+
+// SetTap sets (nil: removes) the queue's tap.
+func (q *ControllerQueue) SetTap(t Tap) { q.qp.SetTap(t) }
+
+// TapInfo returns the queue's endpoints and MPA frames.
+func (q *ControllerQueue) TapInfo() TapInfo { return q.qp.TapInfo() }
+
+// SetTap sets (nil: removes) the queue's tap.
+func (q *HostQueue) SetTap(t Tap) { q.qp.SetTap(t) }
+
+// TapInfo returns the queue's endpoints and MPA frames.
+func (q *HostQueue) TapInfo() TapInfo { return q.qp.TapInfo() }
