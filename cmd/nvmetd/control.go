@@ -23,6 +23,7 @@ import (
 //
 //	GET /v1/status                   daemonStatus as JSON
 //	GET /v1/status?health_report=1   the same with health reports of block namespaces
+//	GET, POST /v1/trace              wire traces (trace.go)
 const statusPath = "/v1/status"
 
 // daemonStatus is the daemon's answer to `nvmetd status`.
@@ -107,8 +108,11 @@ type controlServer struct {
 
 // serveControl serves status requests on l until close; snapshot builds
 // the answer.
-func serveControl(l net.Listener, snapshot func(reports bool) daemonStatus, log *zap.Logger) *controlServer {
+func serveControl(l net.Listener, snapshot func(reports bool) daemonStatus, log *zap.Logger, routes ...func(*http.ServeMux)) *controlServer {
 	mux := http.NewServeMux()
+	for _, add := range routes {
+		add(mux)
+	}
 	mux.HandleFunc("GET "+statusPath, func(w http.ResponseWriter, r *http.Request) {
 		st := snapshot(r.URL.Query().Get("health_report") != "")
 		w.Header().Set("Content-Type", "application/json")

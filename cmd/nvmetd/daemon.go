@@ -108,7 +108,7 @@ func (d *daemon) run() int {
 		d.log.Error("cannot serve the control socket", zap.Error(err))
 		return exitFailure
 	}
-	cs := serveControl(l, d.snapshot, d.log)
+	cs := serveControl(l, d.snapshot, d.log, d.traceRoutes)
 	defer cs.close()
 
 	ms, err := d.startMetrics(cfg.Target.Metrics)
