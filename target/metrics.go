@@ -1,12 +1,12 @@
 package target
 
 import (
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/lathist"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -110,102 +110,18 @@ func latOpOf(c opClass) latOp {
 	return latOther
 }
 
-// Latency histogram buckets: four per octave from 100 ns (upper bounds
-// 100 ns · 2^(i/4), i = 0..latBuckets-1, the last about 22 s), then +Inf.
-// A bucket is 19 % wide: p99.9 at microsecond scale is read within that (a
-// command on a RAM backend takes well under a microsecond at the target).
-const (
-	latBuckets      = 112
-	latPerOctave    = 4
-	latFirstBoundNS = 100
+// The latency histograms (package lathist: 4 buckets per octave from
+// 100 ns).
+const latBuckets = lathist.Buckets
+
+var latBounds = lathist.Bounds
+
+func latIndex(d time.Duration) int { return lathist.Index(d) }
+
+type (
+	latHist  = lathist.Hist
+	histSnap = lathist.Snap
 )
-
-// latBounds are the upper bounds of the buckets in seconds.
-var latBounds = func() []float64 {
-	b := make([]float64, latBuckets)
-	for i := range b {
-		b[i] = latFirstBoundNS * math.Exp2(float64(i)/latPerOctave) / 1e9
-	}
-	return b
-}()
-
-// latIndex is the bucket of a latency: the first whose bound is at least d.
-func latIndex(d time.Duration) int {
-	ns := int64(d)
-	if ns <= latFirstBoundNS {
-		return 0
-	}
-	i := int(math.Ceil(latPerOctave * math.Log2(float64(ns)/latFirstBoundNS)))
-	// Rounding at an exact bound: keep the first bucket that holds d.
-	if i > 0 && i-1 < latBuckets && float64(ns) <= latBounds[i-1]*1e9 {
-		i--
-	}
-	return min(i, latBuckets)
-}
-
-// latHist is a latency histogram: counts per bucket (the last is +Inf) and
-// the sum in nanoseconds.
-type latHist struct {
-	b   [latBuckets + 1]atomic.Uint64
-	sum atomic.Uint64
-}
-
-func (h *latHist) observe(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	h.b[latIndex(d)].Add(1)
-	h.sum.Add(uint64(d))
-}
-
-// addTo adds h to the plain snapshot s.
-func (h *latHist) addTo(s *histSnap) {
-	for i := range h.b {
-		s.b[i] += h.b[i].Load()
-	}
-	s.sum += h.sum.Load()
-}
-
-// histSnap is a summed snapshot of histograms.
-type histSnap struct {
-	b   [latBuckets + 1]uint64
-	sum uint64
-}
-
-func (s *histSnap) count() uint64 {
-	var n uint64
-	for _, v := range s.b {
-		n += v
-	}
-	return n
-}
-
-// quantile estimates the q-quantile from the buckets (linear within the
-// bucket, as Prometheus' histogram_quantile). For tests and status.
-func (s *histSnap) quantile(q float64) time.Duration {
-	n := s.count()
-	if n == 0 {
-		return 0
-	}
-	rank := q * float64(n)
-	var seen float64
-	for i, v := range s.b {
-		if seen+float64(v) >= rank && v > 0 {
-			lo := 0.0
-			if i > 0 {
-				lo = latBounds[i-1]
-			}
-			hi := lo
-			if i < latBuckets {
-				hi = latBounds[i]
-			}
-			f := (rank - seen) / float64(v)
-			return time.Duration((lo + (hi-lo)*f) * 1e9)
-		}
-		seen += float64(v)
-	}
-	return time.Duration(latBounds[latBuckets-1] * 1e9)
-}
 
 // cmdStats are the command counters of a queue (or the sum of retired
 // ones): commands by opcode class and status class, data bytes, and the
@@ -230,7 +146,7 @@ func (m *cmdStats) record(op opClass, st statusClass, n int, d time.Duration, ti
 		}
 	}
 	if timed {
-		m.lat[latOpOf(op)].observe(d)
+		m.lat[latOpOf(op)].Observe(d)
 	}
 }
 
@@ -246,12 +162,7 @@ func (m *cmdStats) add(o *cmdStats) {
 	m.rbytes.Add(o.rbytes.Load())
 	m.wbytes.Add(o.wbytes.Load())
 	for i := range m.lat {
-		for j := range m.lat[i].b {
-			if v := o.lat[i].b[j].Load(); v != 0 {
-				m.lat[i].b[j].Add(v)
-			}
-		}
-		m.lat[i].sum.Add(o.lat[i].sum.Load())
+		m.lat[i].Add(&o.lat[i])
 	}
 }
 
@@ -271,7 +182,7 @@ func (s *cmdSnap) addStats(m *cmdStats) {
 	s.rbytes += m.rbytes.Load()
 	s.wbytes += m.wbytes.Load()
 	for i := range m.lat {
-		m.lat[i].addTo(&s.lat[i])
+		m.lat[i].AddTo(&s.lat[i])
 	}
 }
 
@@ -284,10 +195,7 @@ func (s *cmdSnap) add(o *cmdSnap) {
 	s.rbytes += o.rbytes
 	s.wbytes += o.wbytes
 	for i := range o.lat {
-		for j := range o.lat[i].b {
-			s.lat[i].b[j] += o.lat[i].b[j]
-		}
-		s.lat[i].sum += o.lat[i].sum
+		s.lat[i].Add(&o.lat[i])
 	}
 }
 
@@ -301,11 +209,11 @@ type nsStats struct {
 func (m *nsStats) observe(opcode uint8, d time.Duration) {
 	switch opcode {
 	case nvmeof.NVMRead:
-		m.lat[latRead].observe(d)
+		m.lat[latRead].Observe(d)
 	case nvmeof.NVMWrite:
-		m.lat[latWrite].observe(d)
+		m.lat[latWrite].Observe(d)
 	default:
-		m.lat[latOther].observe(d)
+		m.lat[latOther].Observe(d)
 	}
 }
 

@@ -432,7 +432,7 @@ func (c *collector) collectNamespaces(ch chan<- prometheus.Metric, sub *subsyste
 		cnt(dNSMediaErrors, ns.mediaErrors.Load())
 		for op := range ns.met.lat {
 			var h histSnap
-			ns.met.lat[op].addTo(&h)
+			ns.met.lat[op].AddTo(&h)
 			ch <- constHist(dNSLatency, &h, 1, sub.nqn, nsid, latOpNames[op])
 		}
 	}
@@ -456,16 +456,8 @@ func emitCmds(ch chan<- prometheus.Metric, d *prometheus.Desc, sn *cmdSnap, lv .
 // constHist turns a histogram snapshot into a const histogram, keeping
 // every step-th bucket bound (1: all, 4 per octave; 2: 2 per octave).
 func constHist(d *prometheus.Desc, h *histSnap, step int, lv ...string) prometheus.Metric {
-	buckets := make(map[float64]uint64, latBuckets/step)
-	var cum uint64
-	for i := 0; i < latBuckets; i++ {
-		cum += h.b[i]
-		if i%step == step-1 || i == latBuckets-1 {
-			buckets[latBounds[i]] = cum
-		}
-	}
-	cum += h.b[latBuckets]
-	return prometheus.MustNewConstHistogram(d, cum, float64(h.sum)/1e9, buckets, lv...)
+	buckets, count := h.Cumulative(step)
+	return prometheus.MustNewConstHistogram(d, count, float64(h.Sum)/1e9, buckets, lv...)
 }
 
 // termLayerName names the layer of a Terminate's cause (RFC 5040 §7.1).

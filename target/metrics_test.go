@@ -34,8 +34,8 @@ func TestLatIndex(t *testing.T) {
 		t.Errorf("last bound %v, want at least 10 s", d)
 	}
 	var h histSnap
-	h.b[latIndex(10*time.Microsecond)] = 100
-	if q := h.quantile(0.5); q < 8*time.Microsecond || q > 11*time.Microsecond {
+	h.B[latIndex(10*time.Microsecond)] = 100
+	if q := h.Quantile(0.5); q < 8*time.Microsecond || q > 11*time.Microsecond {
 		t.Errorf("p50 of 100 values of 10 µs: %v", q)
 	}
 }

@@ -37,6 +37,9 @@ type connectOpts struct {
 	// page cache of the FUSE file).
 	fuseDirectIO bool
 	output       string
+	// metricsListen serves the controller's metrics (IP:port or
+	// unix:/path; "" off).
+	metricsListen string
 }
 
 // connectOptsJSON carries connectOpts to the daemon.
@@ -56,13 +59,14 @@ type connectOptsJSON struct {
 	MKFS                                             bool
 	MountOpts                                        string
 	LoopDirectIO, FUSEDirectIO                       bool
+	MetricsListen                                    string
 }
 
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
-		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, o.metricsListen}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -72,7 +76,7 @@ func (j connectOptsJSON) opts() connectOpts {
 			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, maxFPDU: j.MaxFPDU, connTimeout: j.ConnectTimeout,
 			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
-		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO,
+		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO, metricsListen: j.MetricsListen,
 	}
 }
 
@@ -87,6 +91,7 @@ func (o *connectOpts) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.loopDirectIO, "loop-direct-io", true, "the loop device does direct I/O on the FUSE file (losetup --direct-io)")
 	fs.BoolVar(&o.fuseDirectIO, "fuse-direct-io", true, "the FUSE device files bypass the page cache (FOPEN_DIRECT_IO)")
 	fs.StringVarP(&o.output, "output-format", "o", "normal", "output format: normal or json")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve the controller's Prometheus metrics on IP:port or unix:/path (per I/O queue: commands, bytes, in flight, latency)")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory (default /run/nvmeof or $XDG_RUNTIME_DIR/nvmeof)")
 }
 

@@ -117,6 +117,30 @@ func TestMetricsDuringBench(t *testing.T) {
 	}
 	defer c.Close(ctx)
 	ns := c.Namespace(1)
+	hreg := prometheus.NewPedanticRegistry()
+	hreg.MustRegister(&hostCollector{ctrl: c, subnqn: nqn, traddr: "127.0.0.1"})
+	hostHist := func() *dto.Histogram {
+		// Both I/O queues' read latency, summed.
+		var sum *dto.Histogram
+		for _, qid := range []string{"1", "2"} {
+			h := family(t, hreg, "nvmeof_host_queue_latency_seconds", map[string]string{"qid": qid, "op": "read"}).Histogram
+			if sum == nil {
+				sum = &dto.Histogram{SampleCount: new(uint64)}
+				for _, b := range h.Bucket {
+					sum.Bucket = append(sum.Bucket, &dto.Bucket{UpperBound: b.UpperBound, CumulativeCount: new(uint64)})
+				}
+			}
+			*sum.SampleCount += h.GetSampleCount()
+			for i, b := range h.Bucket {
+				*sum.Bucket[i].CumulativeCount += b.GetCumulativeCount()
+			}
+		}
+		return sum
+	}
+	hostReads := func() float64 {
+		return value(t, hreg, "nvmeof_host_queue_commands_total", map[string]string{"qid": "1", "op": "read"}) +
+			value(t, hreg, "nvmeof_host_queue_commands_total", map[string]string{"qid": "2", "op": "read"})
+	}
 	sub := map[string]string{"subsystem": nqn}
 	with := func(kv ...string) map[string]string {
 		m := map[string]string{"subsystem": nqn}
@@ -172,6 +196,7 @@ func TestMetricsDuringBench(t *testing.T) {
 
 	// A read bench: reads and bytes exactly, and the latency.
 	h0 := family(t, reg, "nvmetd_subsystem_command_latency_seconds", with("op", "read")).Histogram
+	hh0, hr0 := hostHist(), hostReads()
 	r0, rb0 := cmds("read"), bytes("read")
 	res, err = runBenchmark(ctx, ns, benchParams{RW: "randread", BS: 4096, IODepth: 8, Runtime: 300 * time.Millisecond, Size: 8 << 20}, nil)
 	if err != nil {
@@ -225,6 +250,24 @@ func TestMetricsDuringBench(t *testing.T) {
 	}
 	if p50 >= len(bounds) {
 		t.Errorf("target p50 bucket %d: at the edge of the histogram", p50)
+	}
+
+	// The host's own histogram (nvmeof connect --metrics-listen) sees the
+	// same reads, each from its send to its completion: inside the bench's
+	// time for it, around the target's. Its p50 lies between the two, and
+	// in the bench's power-of-two band (4 buckets an octave).
+	if got := hostReads() - hr0; got != float64(res.Read.IOs) {
+		t.Errorf("host metrics: %v reads, the bench did %d", got, res.Read.IOs)
+	}
+	hb, hcum := histDelta(hh0, hostHist())
+	_ = hb
+	hp50 := bucketOf(hcum, n, 0.5)
+	t.Logf("host p50 bucket %d (≤ %.1f µs), target %d, bench %d", hp50, bounds[min(hp50, len(bounds)-1)]*1e6, p50, benchBucket)
+	if hp50 > benchBucket+1 || hp50 < benchBucket-4 {
+		t.Errorf("host p50 bucket %d (≤ %.1f µs) outside the bench's p50 band (%.1f µs, bucket %d)", hp50, bounds[min(hp50, len(bounds)-1)]*1e6, res.Read.LatP50, benchBucket)
+	}
+	if hp50+1 < p50 {
+		t.Errorf("host p50 bucket %d below the target's %d", hp50, p50)
 	}
 	_ = initiator.OpRead
 }
