@@ -91,11 +91,11 @@ func TestTrace(t *testing.T) {
 				b = b[l:]
 			}
 			if fpdus == 0 {
-				t.Errorf("%v: no FPDUs", s)
+				t.Errorf("%v (responder's: %v): no FPDUs; %d bytes, gap %d", s, s == c.Responder, len(s.Data), s.Gap)
 			}
 		}
 	}
-	tshark(t, path, "Command: Read / Get Log Page", "Command: Write", "Status: Success")
+	tshark(t, path, "NVMe/RDMA CM Request, QID 2", "Queue: I/O 1", "Command: Read\n", "Command: Write\n", "Queue: admin", "Command: Get Features", "Status: Success")
 
 	// A trace of an address takes new connections too, and stops itself
 	// at its size limit.

@@ -7,7 +7,8 @@
 -- decodes the capsules: command capsules (64-byte SQEs: opcode, CID, NSID,
 -- Fabrics command type and Connect's QID, SLBA and NLB of reads and
 -- writes, SGL descriptor) and response capsules (16-byte CQEs: CID, SQ
--- head, status).
+-- head, status), and the NVMe/RDMA CM request in the MPA Request (its QID
+-- tells admin from I/O commands).
 --
 --   tshark -X lua_script:nvmeof-iwarp.lua -o tcp.try_heuristic_first:TRUE -r trace.pcap
 --
@@ -179,3 +180,38 @@ local function heur(tvb, pinfo, tree)
 end
 
 p:register_heuristic("iwarp_ddp_rdmap", heur)
+
+-- The queue's QID from the MPA Request's private data, the NVMe/RDMA CM
+-- request (NVMe-oF 1.1 §7.3.4: RECFMT, QID, HRQSIZE, HSQSIZE; after the
+-- RFC 6581 IRD/ORD header in MPA revision 2): a trace of a running queue
+-- has no Connect, but wire traces replay the MPA exchange first.
+local f_req = Field.new("iwarp_mpa.key.req")
+local f_pd = Field.new("iwarp_mpa.privatedata")
+local f_rev = Field.new("iwarp_mpa.rev")
+local cm = Proto("nvmeof_iwarp_cm", "NVMe/RDMA CM Request")
+local cf = {
+  recfmt  = ProtoField.uint16("nvmeof_iwarp_cm.recfmt", "Record Format", base.DEC),
+  qid     = ProtoField.uint16("nvmeof_iwarp_cm.qid", "QID", base.DEC),
+  hrqsize = ProtoField.uint16("nvmeof_iwarp_cm.hrqsize", "HRQSIZE", base.DEC),
+  hsqsize = ProtoField.uint16("nvmeof_iwarp_cm.hsqsize", "HSQSIZE", base.DEC),
+}
+cm.fields = cf
+function cm.dissector(tvb, pinfo, tree)
+  if not f_req() then return end
+  local pd = f_pd()
+  if not pd then return end
+  local r = pd.range
+  local off = 0
+  local rev = f_rev()
+  if rev and rev.value >= 2 and r:len() >= 12 then off = 4 end
+  if r:len() < off + 8 then return end
+  local qid = r(off + 2, 2):le_uint()
+  qids[conv_key(pinfo)] = qid
+  local t = tree:add(cm, r(off, 8))
+  t:add_le(cf.recfmt, r(off, 2))
+  t:add_le(cf.qid, r(off + 2, 2))
+  t:add_le(cf.hrqsize, r(off + 4, 2))
+  t:add_le(cf.hsqsize, r(off + 6, 2))
+  t:append_text(", QID " .. qid)
+end
+register_postdissector(cm)
