@@ -210,7 +210,11 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 // respond completes a command: counters, the error log (with the More
 // bit, as nvmet), then the response capsule. Nothing of r may be used
 // after.
-func (q *queue) respond(r *rdma.Request, st nvmeof.Status) {
+func (q *queue) respond(r *rdma.Request, st nvmeof.Status) { q.respondAt(r, st, time.Time{}) }
+
+// respondAt is respond with the time the command ended (zero: now), for
+// its latency: a caller that has just read the clock passes it.
+func (q *queue) respondAt(r *rdma.Request, st nvmeof.Status, now time.Time) {
 	if h := q.s.hooks; h != nil {
 		st = q.hookResponse(h, r, st)
 	}
@@ -240,7 +244,10 @@ func (q *queue) respond(r *rdma.Request, st nvmeof.Status) {
 	}
 	c := q.cmd(r)
 	c.ns = nil // the reference was put by whoever ran the command
-	q.met.record(classifyOp(q.qid, sqe), classifyStatus(st), len(r.Data()), time.Since(c.start), true)
+	if now.IsZero() {
+		now = time.Now()
+	}
+	q.met.record(classifyOp(q.qid, sqe), classifyStatus(st), len(r.Data()), now.Sub(c.start), true)
 	r.Complete(st)
 	q.inflight.Add(-1)
 }
