@@ -6,6 +6,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/internal/lathist"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // ioStats are an I/O queue's counters for metrics: plain atomics updated by
@@ -73,6 +74,41 @@ func (c *Controller) IOStats() []QueueIOStats {
 		s.writeLat.AddTo(&st.WriteLatency)
 		s.otherLat.AddTo(&st.OtherLatency)
 		out = append(out, st)
+	}
+	return out
+}
+
+// QueueTransport is one host queue's QP counters and TCP_INFO sample.
+type QueueTransport struct {
+	QID uint16
+	QP  rdma.QPStats
+	// TCP is valid when TCPOK (the connection may have ended meanwhile).
+	TCP   rdma.TCPInfo
+	TCPOK bool
+}
+
+// TransportStats samples the queues of the current association, admin
+// queue first: QP state, FPDUs, CRC errors, Terminates and TCP_INFO. It
+// makes a system call per queue: for metrics scrapes, not the data path.
+func (c *Controller) TransportStats() []QueueTransport {
+	a := c.current()
+	if a == nil {
+		return nil
+	}
+	out := make([]QueueTransport, 0, 1+len(a.io))
+	add := func(hq *rdma.HostQueue) {
+		if hq == nil {
+			return
+		}
+		t := QueueTransport{QID: hq.QID(), QP: hq.QPStats()}
+		if ti, err := hq.TCPInfo(); err == nil {
+			t.TCP, t.TCPOK = ti, true
+		}
+		out = append(out, t)
+	}
+	add(a.admin)
+	for _, hq := range a.io {
+		add(hq)
 	}
 	return out
 }

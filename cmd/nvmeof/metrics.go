@@ -26,6 +26,14 @@ var (
 	dHostErrors     = prometheus.NewDesc("nvmeof_host_queue_errors_total", "Commands of the I/O queue completed with an error status.", hqLabels, nil)
 	dHostBytes      = prometheus.NewDesc("nvmeof_host_queue_bytes_total", "Data bytes of the I/O queue's successful reads and writes.", append(hqLabels, "direction"), nil)
 	dHostInflight   = prometheus.NewDesc("nvmeof_host_queue_inflight_commands", "Commands of the I/O queue on the wire now.", hqLabels, nil)
+	dHostQPState    = prometheus.NewDesc("nvmeof_host_qp_state", "The state of the queue's iWARP QP (1 for the current one).", append(hqLabels, "state"), nil)
+	dHostFPDUs      = prometheus.NewDesc("nvmeof_host_qp_fpdus_total", "FPDUs sent and received on the queue's current connection.", append(hqLabels, "direction"), nil)
+	dHostCRC        = prometheus.NewDesc("nvmeof_host_mpa_crc_errors_total", "FPDUs received with a bad MPA CRC on the queue's current connection.", hqLabels, nil)
+	dHostTerms      = prometheus.NewDesc("nvmeof_host_iwarp_terminates_total", "Terminates sent and received on the queue's current connection, by layer, error type and code (RFC 5040 §7.1).", append(hqLabels, "direction", "layer", "type", "code"), nil)
+	dHostRTT        = prometheus.NewDesc("nvmeof_host_qp_tcp_rtt_seconds", "Smoothed TCP round-trip time of the queue's connection (TCP_INFO, sampled on scrape).", hqLabels, nil)
+	dHostRetrans    = prometheus.NewDesc("nvmeof_host_qp_tcp_retransmits_total", "TCP segments retransmitted on the queue's current connection.", hqLabels, nil)
+	dHostCwnd       = prometheus.NewDesc("nvmeof_host_qp_tcp_cwnd_segments", "TCP congestion window of the queue's connection.", hqLabels, nil)
+	dHostUnacked    = prometheus.NewDesc("nvmeof_host_qp_tcp_unacked_segments", "TCP segments sent and not yet acknowledged on the queue's connection.", hqLabels, nil)
 	dHostLatency    = prometheus.NewDesc("nvmeof_host_queue_latency_seconds", "Command latency at the host, from the capsule's send to its completion, by op; 4 buckets per octave from 100 ns.", append(hqLabels, "op"), nil)
 )
 
@@ -37,7 +45,8 @@ type hostCollector struct {
 
 // Describe sends the descriptors (prometheus.Collector).
 func (h *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dHostState, dHostReconnects, dHostCommands, dHostErrors, dHostBytes, dHostInflight, dHostLatency} {
+	for _, d := range []*prometheus.Desc{dHostState, dHostReconnects, dHostCommands, dHostErrors, dHostBytes, dHostInflight, dHostLatency,
+		dHostQPState, dHostFPDUs, dHostCRC, dHostTerms, dHostRTT, dHostRetrans, dHostCwnd, dHostUnacked} {
 		ch <- d
 	}
 }
@@ -71,6 +80,49 @@ func (h *hostCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(dHostLatency, n, float64(l.s.Sum)/1e9, b, lv(l.op)...)
 		}
 	}
+	for _, q := range h.ctrl.TransportStats() {
+		qid := strconv.Itoa(int(q.QID))
+		lv := func(extra ...string) []string { return append([]string{h.subnqn, h.traddr, qid}, extra...) }
+		for _, s := range []string{"idle", "rts", "closing", "terminate", "error"} {
+			v := 0.0
+			if s == q.QP.State {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(dHostQPState, prometheus.GaugeValue, v, lv(s)...)
+		}
+		ch <- prometheus.MustNewConstMetric(dHostFPDUs, prometheus.CounterValue, float64(q.QP.FPDUsSent), lv("sent")...)
+		ch <- prometheus.MustNewConstMetric(dHostFPDUs, prometheus.CounterValue, float64(q.QP.FPDUsReceived), lv("received")...)
+		ch <- prometheus.MustNewConstMetric(dHostCRC, prometheus.CounterValue, float64(q.QP.CRCErrors), lv()...)
+		for _, t := range []struct {
+			dir   string
+			on    bool
+			cause uint16
+		}{{"sent", q.QP.TerminateSent, q.QP.TerminateSentCause}, {"received", q.QP.TerminateReceived, q.QP.TerminateReceivedCause}} {
+			if t.on {
+				ch <- prometheus.MustNewConstMetric(dHostTerms, prometheus.CounterValue, 1, lv(t.dir, termLayer(uint8(t.cause>>12)),
+					strconv.Itoa(int(t.cause>>8)&0xF), fmt.Sprintf("0x%02x", uint8(t.cause)))...)
+			}
+		}
+		if q.TCPOK {
+			ch <- prometheus.MustNewConstMetric(dHostRTT, prometheus.GaugeValue, q.TCP.RTT.Seconds(), lv()...)
+			ch <- prometheus.MustNewConstMetric(dHostRetrans, prometheus.CounterValue, float64(q.TCP.Retransmits), lv()...)
+			ch <- prometheus.MustNewConstMetric(dHostCwnd, prometheus.GaugeValue, float64(q.TCP.Cwnd), lv()...)
+			ch <- prometheus.MustNewConstMetric(dHostUnacked, prometheus.GaugeValue, float64(q.TCP.Unacked), lv()...)
+		}
+	}
+}
+
+// termLayer names the layer of a Terminate's cause (RFC 5040 §7.1).
+func termLayer(l uint8) string {
+	switch l {
+	case 0:
+		return "rdmap"
+	case 1:
+		return "ddp"
+	case 2:
+		return "mpa"
+	}
+	return strconv.Itoa(int(l))
 }
 
 // startHostMetrics serves the controller's metrics on listen: "IP:port",

@@ -259,6 +259,15 @@ func TestMetricsDuringBench(t *testing.T) {
 	if got := hostReads() - hr0; got != float64(res.Read.IOs) {
 		t.Errorf("host metrics: %v reads, the bench did %d", got, res.Read.IOs)
 	}
+	for _, qid := range []string{"0", "1", "2"} {
+		if v := value(t, hreg, "nvmeof_host_qp_state", map[string]string{"qid": qid, "state": "rts"}); v != 1 {
+			t.Errorf("host qid %s: QP state rts %v", qid, v)
+		}
+		if v := value(t, hreg, "nvmeof_host_qp_fpdus_total", map[string]string{"qid": qid, "direction": "sent"}); v == 0 {
+			t.Errorf("host qid %s: no FPDUs sent", qid)
+		}
+		family(t, hreg, "nvmeof_host_qp_tcp_rtt_seconds", map[string]string{"qid": qid})
+	}
 	hb, hcum := histDelta(hh0, hostHist())
 	_ = hb
 	hp50 := bucketOf(hcum, n, 0.5)
