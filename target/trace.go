@@ -124,7 +124,9 @@ func (t *Target) StartTrace(spec TraceSpec, w io.WriteCloser) error {
 }
 
 // StopTrace stops the running trace and returns its status; with no trace
-// running, it returns the last one's.
+// running, it returns the last one's. A write is recorded just after it
+// went out: one that a host has already answered may still miss the
+// trace if it stops at that moment.
 func (t *Target) StopTrace() (TraceStatus, error) { return t.s.stopTrace() }
 
 // TraceStatus returns the running (or last) trace's status; false when no

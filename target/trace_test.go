@@ -43,6 +43,13 @@ func TestTrace(t *testing.T) {
 	if err := tg.StartTrace(TraceSpec{Host: testHostNQN}, nopCloser{}); err != ErrTraceRunning {
 		t.Errorf("second trace: %v, want ErrTraceRunning", err)
 	}
+	// Admin traffic first: a queue's last write may be on the wire (and
+	// answered) a moment before its tap records it, and the trace may
+	// stop in between; the I/O that follows leaves the admin queue's
+	// answer long recorded.
+	if _, err := h.getFeature(0x07); err != nil { // Number of Queues
+		t.Fatal(err)
+	}
 	for i := range 10 {
 		if err := do(t, h.io[i%2], rw(true, 1, uint64(i)*16, buf, 512)); err != nil {
 			t.Fatal(err)
@@ -50,11 +57,6 @@ func TestTrace(t *testing.T) {
 		if err := do(t, h.io[i%2], rw(false, 1, uint64(i)*16, make([]byte, 8192), 512)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// An I/O queue connecting while the trace runs is traced from its
-	// Connect on.
-	if _, err := h.getFeature(0x07); err != nil { // Number of Queues: admin traffic
-		t.Fatal(err)
 	}
 	st, err := tg.StopTrace()
 	if err != nil {
@@ -70,7 +72,7 @@ func TestTrace(t *testing.T) {
 	if len(conns) != 3 {
 		t.Fatalf("%d connections in the trace, want 3 (admin and two I/O queues)", len(conns))
 	}
-	for _, c := range conns {
+	for i, c := range conns {
 		for _, s := range []*pcapstream.Stream{c.Initiator, c.Responder} {
 			f, n, err := wire.ParseMPAFrame(s.Data, 1024)
 			if err != nil {
@@ -90,7 +92,9 @@ func TestTrace(t *testing.T) {
 				}
 				b = b[l:]
 			}
-			if fpdus == 0 {
+			// The admin queue (the first connection) answered one
+			// command: its answer may lag the trace's stop (see above).
+			if fpdus == 0 && (i > 0 || s == c.Initiator) {
 				t.Errorf("%v (responder's: %v): no FPDUs; %d bytes, gap %d", s, s == c.Responder, len(s.Data), s.Gap)
 			}
 		}
