@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -27,6 +28,9 @@ type ioQueue struct {
 	// to send it on. Set and checked under mu, so that no command is kept
 	// after the pending list was failed.
 	failErr error
+
+	// stats count its commands for metrics (stats.go).
+	stats ioStats
 }
 
 // cmdState says who owns a command slot; every hand-over is checked, so that
@@ -75,6 +79,7 @@ type cmd struct {
 	gen      atomic.Uint64   // association it was last sent on
 	opcode   atomic.Uint32   // of the command last sent (for the timeout report)
 	dsm      nvmeof.DSMRange // Dataset Management range data (Discard)
+	sentAt   int64           // when it was last sent (Controller.now units), for the metrics
 }
 
 // move hands m over from state from to state to. Any other current state
@@ -165,12 +170,15 @@ func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bo
 	m.on = q
 	m.gen.Store(gen)
 	m.opcode.Store(uint32(m.hr.SQE.Opcode()))
-	m.deadline.Store(c.now() + int64(c.cfg.IOTimeout))
+	m.sentAt = c.now()
+	m.deadline.Store(m.sentAt + int64(c.cfg.IOTimeout))
 	m.move(cmdHeld, cmdOutstanding)
+	q.stats.sent.Add(1)
 	err := hq.Submit(&m.hr)
 	if err == nil {
 		return true
 	}
+	q.stats.sent.Add(^uint64(0)) // not sent after all
 	// A failed Submit never completes the command (rdma.HostQueue.Submit):
 	// it is still ours.
 	m.move(cmdOutstanding, cmdHeld)
@@ -259,11 +267,13 @@ func (m *cmd) done(hr *rdma.HostRequest) {
 		// (blk-mq requeue in nvme_rdma's error recovery); on a dead or
 		// closing controller it fails instead (keep).
 		gen := m.gen.Load() // before park: m may be sent again at once
+		q.stats.dropped.Add(1)
 		q.park(m, gen)
 		c.queueFailed(gen, hr.Err)
 		return
 	}
 	c.compSeen.Store(true)
+	q.stats.record(hr.SQE.Opcode(), hr.CQE.Status(), len(hr.Data), time.Duration(c.now()-m.sentAt))
 	if st := hr.CQE.Status(); st != nvmeof.StatusSuccess {
 		// nvme_decide_disposition: retry unless DNR, up to nvme_max_retries.
 		if !st.DNR() && m.retries < MaxRetries && !c.closing.Load() {

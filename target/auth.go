@@ -212,6 +212,7 @@ func (a *queueAuth) fail(err error, reason string, grace time.Duration) {
 	lf := append(q.fields(), zap.String("host_nqn", c.hostNQN), zap.String("subsystem", c.sub.nqn),
 		zap.Uint16("cntlid", c.cntlid), zap.Error(err))
 	q.s.adm.Log(zap.WarnLevel, reason, "authentication failed", lf...)
+	q.s.metricAuthFailed(c.hostNQN)
 	drop := func() {
 		if q.qid == 0 {
 			c.teardown("authentication failed")

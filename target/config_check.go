@@ -75,6 +75,7 @@ func (c *Config) Check() error {
 			v.problems = append(v.problems, ve.Problems...)
 		}
 	}
+	d.Metrics.check(&v, "metrics")
 	if len(v.problems) == 0 {
 		return nil
 	}

@@ -57,6 +57,8 @@ type Config struct {
 	// Limits caps what hosts (and anything that reaches a port) can make
 	// the target hold.
 	Limits LimitsConfig `mapstructure:"limits"`
+	// Metrics is the Prometheus endpoint (off unless configured).
+	Metrics MetricsConfig `mapstructure:"metrics"`
 }
 
 // PortConfig is a listener: one TCP address serving a set of subsystems and

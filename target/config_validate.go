@@ -87,6 +87,7 @@ func (c *Config) Validate() error {
 	d.Transport.validate(&v, "transport")
 	d.Tuning.validate(&v, "tuning")
 	d.Limits.validate(&v, "limits")
+	d.Metrics.validate(&v, "metrics")
 	if len(v.problems) == 0 {
 		return nil
 	}

@@ -68,6 +68,7 @@ func (q *queue) connectFailed(r *rdma.Request, why string, st nvmeof.Status, res
 		lf = append(lf, zap.String("host_nqn", host))
 	}
 	q.s.adm.Log(zap.WarnLevel, "connect_refused", "connect refused", lf...)
+	q.s.met.event(eventRefused, "", connectRefusedReason(st))
 	q.connectDone(r, st, result)
 }
 
@@ -175,6 +176,7 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		lf = append(lf, zap.String("host", hc.Description))
 	}
 	c.log.Info("controller created", lf...)
+	s.met.controllerCreated(sub.nqn, host)
 	if q.isClosed() {
 		// The connection ended while we were connecting it, and
 		// QueueClosed may not have seen the controller.

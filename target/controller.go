@@ -87,6 +87,8 @@ type controller struct {
 	errCount  uint64
 	// retired holds the counters of I/O queues that have closed.
 	retired IOCounters
+	// retiredMet sums the metrics of its I/O queues that have closed.
+	retiredMet cmdStats
 }
 
 // supportedAEC is what Set Features Asynchronous Event Configuration
@@ -222,6 +224,7 @@ func keepAliveTimeout(kato uint32, tun *TuningConfig, disc bool) time.Duration {
 // expired is the keep-alive timer's end: the host is gone, the controller
 // and all its queues are torn down.
 func (c *controller) expired() {
+	c.s.met.event(eventKeepAliveExpired, c.sub.nqn, "")
 	c.log.Warn("keep-alive timeout expired: tearing down the controller", zap.Duration("kato", c.ka.get()))
 	c.teardown("keep-alive timeout")
 }
@@ -234,6 +237,7 @@ func (c *controller) teardown(reason string) {
 	if c.dead.Swap(true) {
 		return
 	}
+	c.s.met.event(eventControllerEnded, c.sub.nqn, reasonLabel(reason))
 	c.ka.stop()
 	c.sub.removeController(c)
 	// Commands not yet at a backend are dropped from now on; a new

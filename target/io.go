@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -161,6 +162,7 @@ func (s *server) tryNowait(c *command) bool {
 	off := int64(sqe.RWCmd().SLBA() << ns.lbaShift)
 	var done bool
 	var err error
+	t0 := time.Now()
 	if op == nvmeof.NVMRead {
 		done, err = ns.nowait.TryReadAt(data, off)
 	} else {
@@ -170,6 +172,8 @@ func (s *server) tryNowait(c *command) bool {
 	if !done {
 		return false
 	}
+	t1 := time.Now()
+	ns.met.observe(op, t1.Sub(t0))
 	st := nvmeof.StatusSuccess
 	if op == nvmeof.NVMRead {
 		ns.readCmds.Add(1)
@@ -187,7 +191,7 @@ func (s *server) tryNowait(c *command) bool {
 		}
 	}
 	ns.put()
-	q.respond(r, st)
+	q.respondAt(r, st, t1)
 	return true
 }
 
@@ -211,17 +215,21 @@ func (s *server) execIO(c *command) {
 		return
 	}
 	var st nvmeof.Status
+	var t1 time.Time
 	switch c.kind {
 	case cmdFlushAll:
 		st = flushAll(ctrl.sub)
 	case cmdIO:
+		t0 := time.Now()
 		st = c.ns.exec(s, sqe, r.Data())
+		t1 = time.Now() // also the response's time (one clock read less)
+		c.ns.met.observe(sqe.Opcode(), t1.Sub(t0))
 		c.ns.put()
 	default:
 		st = nvmeof.StatusInternalError | nvmeof.StatusDNR
 	}
 	ctrl.io.put()
-	q.respond(r, st)
+	q.respondAt(r, st, t1)
 }
 
 // exec does the backend work of one command.

@@ -64,6 +64,8 @@ type namespace struct {
 	readBytes, writeBytes          atomic.Uint64
 	errors, mediaErrors            atomic.Uint64
 	busySeconds                    atomic.Uint64
+	// met: backend latency for the metrics.
+	met nsStats
 
 	health atomic.Pointer[HealthStatus]
 	// devHealth is the last device-reported sample (for the SMART log).

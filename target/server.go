@@ -86,6 +86,11 @@ type server struct {
 	// hooks are the test hooks (SetTestHooks, before start; nil in
 	// production).
 	hooks *TestHooks
+
+	// met holds the metrics' totals and events (metrics.go).
+	met *metricsState
+	// traces is the wire trace (trace.go).
+	traces traceState
 }
 
 // Values of server.phase.
@@ -101,7 +106,7 @@ func newServer(cfg *Config, log *zap.Logger) *server {
 	return &server{
 		log: log, firmware: DefaultFirmwareRevision, cfg: cfg,
 		ports: map[uint16]*port{}, subsystems: map[string]*subsystem{}, disc: newDiscoverySubsystem(),
-		quit: make(chan struct{}), drainTimeout: DrainTimeout,
+		quit: make(chan struct{}), drainTimeout: DrainTimeout, met: newMetricsState(),
 	}
 }
 

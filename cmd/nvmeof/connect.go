@@ -38,6 +38,9 @@ type connectOpts struct {
 	// page cache of the FUSE file).
 	fuseDirectIO bool
 	output       string
+	// metricsListen serves the controller's metrics (IP:port or
+	// unix:/path; "" off).
+	metricsListen string
 }
 
 // connectOptsJSON carries connectOpts to the daemon.
@@ -60,13 +63,14 @@ type connectOptsJSON struct {
 	// The secrets go to the daemon on its standard input, never on its
 	// command line (which every user can read).
 	DHCHAPSecret, DHCHAPCtrlSecret string `json:",omitempty"`
+	MetricsListen                  string
 }
 
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
-		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -77,7 +81,7 @@ func (j connectOptsJSON) opts() connectOpts {
 			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer,
 			dhchapSecret: j.DHCHAPSecret, dhchapCtrlSecret: j.DHCHAPCtrlSecret},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
-		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO,
+		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO, metricsListen: j.MetricsListen,
 	}
 }
 
@@ -92,6 +96,7 @@ func (o *connectOpts) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.loopDirectIO, "loop-direct-io", true, "the loop device does direct I/O on the FUSE file (losetup --direct-io)")
 	fs.BoolVar(&o.fuseDirectIO, "fuse-direct-io", true, "the FUSE device files bypass the page cache (FOPEN_DIRECT_IO)")
 	fs.StringVarP(&o.output, "output-format", "o", "normal", "output format: normal or json")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve the controller's Prometheus metrics on IP:port or unix:/path (per I/O queue: commands, bytes, in flight, latency)")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory (default /run/nvmeof or $XDG_RUNTIME_DIR/nvmeof)")
 }
 

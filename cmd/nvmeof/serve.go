@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -34,9 +35,11 @@ type daemon struct {
 	log  *zap.Logger
 
 	ctrl *initiator.Controller
-	srv  *fuse.Server
-	root *devRoot
-	ln   net.Listener
+	// metrics serves --metrics-listen (nil: off).
+	metrics *metricserve.Server
+	srv     *fuse.Server
+	root    *devRoot
+	ln      net.Listener
 
 	mu       sync.Mutex
 	st       ctrlState
@@ -182,6 +185,11 @@ func (d *daemon) start() error {
 	}
 	if d.opts.mount != "" || d.opts.loop {
 		if err := d.mountNamespace(); err != nil {
+			return err
+		}
+	}
+	if d.opts.metricsListen != "" {
+		if d.metrics, err = d.startHostMetrics(d.opts.metricsListen); err != nil {
 			return err
 		}
 	}
@@ -449,6 +457,10 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	}
 	if d.ln != nil {
 		d.ln.Close()
+	}
+	if d.metrics != nil {
+		d.metrics.Close()
+		d.metrics = nil
 	}
 	if d.srv != nil {
 		unmountFUSE(d.srv, filepath.Join(instanceDir(d.dev), "dev"), d.log)

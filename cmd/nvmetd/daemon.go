@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -69,6 +70,10 @@ type daemon struct {
 	// changeMu serializes reloads (SIGHUP) and the management API's
 	// changes: each works from the configuration the previous one left.
 	changeMu changeLock
+
+	// metrics is the Prometheus endpoint (nil when off).
+	metricsMu sync.Mutex
+	metrics   *metricserve.Server
 
 	mu         sync.Mutex
 	cur        *loadedConfig
@@ -134,8 +139,16 @@ func (d *daemon) run() int {
 		d.log.Error("cannot serve the control socket", zap.Error(err))
 		return exitFailure
 	}
-	cs := serveControl(l, d.snapshot, d.log, func(m *http.ServeMux) { d.mgmtRoutes(m) })
+	cs := serveControl(l, d.snapshot, d.log, func(m *http.ServeMux) { d.mgmtRoutes(m) }, d.traceRoutes)
 	defer cs.close()
+
+	ms, err := d.startMetrics(cfg.Target.Metrics)
+	if err != nil {
+		d.log.Error("cannot serve the metrics endpoint", zap.Error(err))
+		return exitFailure
+	}
+	d.metrics = ms
+	defer d.stopMetrics()
 
 	// Start, while still answering signals: SIGTERM aborts the start,
 	// SIGHUP is applied once running.
@@ -318,6 +331,7 @@ func (d *daemon) reload() {
 	err = d.t.Reload(nc.Target.Clone())
 	if !errors.Is(err, target.ErrReloadRefused) {
 		d.applyDaemonChanges(&old.Daemon, &nc.Daemon)
+		d.reloadMetrics(old.Target.Metrics, nc.Target.Metrics)
 	}
 	if errors.Is(err, target.ErrReloadRefused) {
 		// Nothing changed: the running configuration stays the one of
