@@ -142,3 +142,17 @@ func (s *server) anaChanged(p *port, pc *PortConfig) {
 	}
 	s.log.Info("ANA states changed", zap.Uint16("port_id", p.id), zap.Any("ana_groups", pc.ANAGroups), zap.Int("controllers_notified", n))
 }
+
+// anaGroupsMoved tells every controller of sub that its ANA log changed
+// because a namespace moved to another ANA group (nvmet raises
+// NVME_AEN_CFG_ANA_CHANGE when a namespace's ana_grpid changes:
+// nvmet_ns_ana_grpid_store).
+func (s *server) anaGroupsMoved(sub *subsystem) {
+	s.anaChange.Add(1)
+	n := 0
+	for _, c := range sub.controllers() {
+		c.event(nvmeof.AENANAChange, nvmeof.AECANAChange)
+		n++
+	}
+	s.log.Info("ANA groups of namespaces changed", zap.String("subsystem", sub.nqn), zap.Int("controllers_notified", n))
+}
