@@ -420,3 +420,84 @@ func TestNoAllocPerIOMultipath(t *testing.T) {
 		}
 	}
 }
+
+// TestMultipathRetry: what a multipath request does with each outcome of
+// one command, the target answering the first write to a marked LBA
+// (through whichever path it came) as the case says: a path-related status
+// fails over (the write arrives once more, the request succeeds, and an
+// ANA status makes the host read the ANA log again); the same status with
+// DNR fails the request (nvme_decide_disposition completes DNR first); an
+// ordinary retryable status is retried on the controller without a
+// failover; a connection closed under the command fails over once the
+// command is over on the dropped connection.
+func TestMultipathRetry(t *testing.T) {
+	const markLBA = 4096
+	for _, tc := range []struct {
+		name     string
+		verdict  target.Verdict
+		wantErr  nvmeof.Status // 0: success
+		failover bool
+		anaRead  bool
+	}{
+		{"ANA transition", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusANATransition}, 0, true, true},
+		{"ANA inaccessible", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusANAInaccessible}, 0, true, true},
+		{"host path error", target.Verdict{Action: target.HookFail, Status: nvmeof.Status(0x370)}, 0, true, false},
+		{"path status with DNR", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusANAInaccessible | nvmeof.StatusDNR}, nvmeof.StatusANAInaccessible, false, false},
+		{"retryable generic status", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusDataTransferError}, 0, false, false},
+		{"connection closed", target.Verdict{Action: target.HookDisconnect}, 0, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen atomic.Int32
+			tg := startTarget(t, withConfig(func(c *target.Config) {
+				c.Ports = append(c.Ports, target.PortConfig{ID: 2, Address: "127.0.0.1", ServiceID: freePort(t), Subsystems: []string{testSubNQN}})
+			}), withCommandHook(func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict {
+				if q.QID() != 0 && !sqe.IsFabrics() && sqe.Opcode() == nvmeof.NVMWrite && sqe.RWCmd().SLBA() == markLBA/512 {
+					if seen.Add(1) == 1 {
+						return tc.verdict
+					}
+				}
+				return target.Verdict{}
+			}))
+			s := newMultipath(t, MultipathConfig{}, tg.Addr(), portAddress(tg.cfg, 2))
+			h := s.Namespace(1)
+			logReads := tg.AdminCommands(nvmeof.AdminGetLogPage)
+			buf := make([]byte, 4096)
+			for i := range buf {
+				buf[i] = byte(i * 7)
+			}
+			_, err := h.WriteAt(buf, markLBA)
+			switch {
+			case tc.wantErr != 0:
+				var st nvmeof.Status
+				if !errors.As(err, &st) || st.Code() != tc.wantErr {
+					t.Fatalf("write: %v, want %v", err, tc.wantErr)
+				}
+			case err != nil:
+				t.Fatalf("write: %v", err)
+			default:
+				got := make([]byte, 4096)
+				if err := tg.ReadNamespace(1, got, markLBA); err != nil || string(got) != string(buf) {
+					t.Fatalf("written data not on the target (%v)", err)
+				}
+			}
+			// Once more at least (a connection torn down under the second
+			// try, on the same controller before its recovery marked it
+			// down, sends it a third time).
+			if n := seen.Load(); (tc.wantErr == 0) != (n >= 2) {
+				t.Fatalf("the write arrived %d times", n)
+			}
+			if got := h.Failovers() > 0; got != tc.failover {
+				t.Fatalf("failovers %d, want failover %v", h.Failovers(), tc.failover)
+			}
+			if tc.anaRead {
+				deadline := time.Now().Add(mpHang)
+				for tg.AdminCommands(nvmeof.AdminGetLogPage) == logReads {
+					if time.Now().After(deadline) {
+						t.Fatal("the ANA log was not read again after an ANA error")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
