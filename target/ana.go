@@ -122,6 +122,13 @@ func (c *controller) anaLog(rgo bool) []byte {
 	return page
 }
 
+// anaLogMaxSize is the largest ANA log the controller may return, as a
+// host computes it from Identify Controller (nvme_get_ana_log_len): the
+// header, NANAGRPID group descriptors and MNAN NSIDs.
+func (c *controller) anaLogMaxSize() int {
+	return nvmeof.ANALogHeaderSize + MaxANAGroup*nvmeof.ANAGroupDescSize + 4*int(c.sub.cfg.Load().MaxNamespaces)
+}
+
 // setANA publishes a port's ANA states; it reports whether any changed.
 func (p *port) setANA(pc *PortConfig) bool {
 	nv := newANAView(pc)

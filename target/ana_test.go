@@ -225,3 +225,35 @@ func waitANAChange(t *testing.T, h *host, ch <-chan *rdma.HostRequest) {
 	}
 	t.Fatal("no ANA Change notice")
 }
+
+// TestANALogInPieces: nvme ana-log (libnvme) sizes the ANA log by its
+// maximum (header, NANAGRPID descriptors, MNAN NSIDs) and reads it in 4 KiB
+// pieces at increasing offsets: every piece is served (zeroes past the
+// groups), the first holds the log, and an offset past the maximum size is
+// refused.
+func TestANALogInPieces(t *testing.T) {
+	s := startServer(t, anaConfig(t, "inaccessible"))
+	h := mustConnect(t, portAddr(s, 2), testSubNQN)
+	h.setup(1)
+	id := h.identifyController()
+	size := nvmeof.ANALogHeaderSize + int(id.NANAGRPID())*nvmeof.ANAGroupDescSize + 4*int(id.MNAN())
+	all := make([]byte, 0, size)
+	for off := 0; off < size; off += 4096 {
+		n := min(4096, size-off)
+		b, err := h.getLog(nvmeof.LIDANA, nvmeof.NSIDAll, uint64(off), n)
+		if err != nil {
+			t.Fatalf("ANA log piece at %d: %v", off, err)
+		}
+		all = append(all, b...)
+	}
+	l, err := nvmeof.ParseANALog(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ids := groupState(l, 1); st != nvmeof.ANAInaccessible || len(ids) != 1 {
+		t.Fatalf("group 1: %v %v", st, ids)
+	}
+	if _, err := h.getLog(nvmeof.LIDANA, nvmeof.NSIDAll, uint64(size+4096), 4096); err == nil {
+		t.Fatal("an offset past the log's maximum size was served")
+	}
+}
