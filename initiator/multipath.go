@@ -29,6 +29,10 @@ type MultipathConfig struct {
 	FastIOFailTimeout time.Duration
 	// Logger receives path events (default: none).
 	Logger *zap.Logger
+	// OnChange, if set, is called after a path's namespaces or ANA states
+	// were read again (on a goroutine of the path: it must not block for
+	// long).
+	OnChange func(*Path)
 }
 
 // Subsystem is one NVM subsystem reached through several controllers
@@ -390,6 +394,9 @@ func (p *Path) loop() {
 			}
 		}
 		p.sub.kickHeads()
+		if f := p.sub.cfg.OnChange; f != nil {
+			f(p)
+		}
 	}
 }
 
@@ -597,6 +604,46 @@ func (h *Head) findPath() (*Path, *Namespace) {
 	return p, p.namespace(h.nsid)
 }
 
+// noPath is the error of I/O that no path may carry: ErrNoPath, with
+// the error of the first path's controller if it is dead (ErrControllerLost
+// when ctrl_loss_tmo gave it up).
+func (h *Head) noPath() error {
+	for _, p := range *h.sub.paths.Load() {
+		if err := p.c.Err(); err != nil {
+			return fmt.Errorf("%w: %w", ErrNoPath, err)
+		}
+	}
+	return ErrNoPath
+}
+
+// Gone reports whether no live path has the namespace any more (a rescan
+// on every live path found it gone).
+func (h *Head) Gone() bool {
+	live := false
+	for _, p := range *h.sub.paths.Load() {
+		if !p.c.live.Load() {
+			continue
+		}
+		live = true
+		if ns := p.namespace(h.nsid); ns != nil && !ns.gone.Load() {
+			return false
+		}
+	}
+	return live
+}
+
+// MaxTransferSize returns the largest transfer of one command on every
+// path (the smallest of the paths' limits).
+func (h *Head) MaxTransferSize() int {
+	m := 0
+	for _, p := range *h.sub.paths.Load() {
+		if x := p.c.MaxTransferSize(); x > 0 && (m == 0 || x < m) {
+			m = x
+		}
+	}
+	return m
+}
+
 // available reports whether some path may carry I/O again.
 func (h *Head) available() bool {
 	for _, p := range *h.sub.paths.Load() {
@@ -615,7 +662,7 @@ func (h *Head) dispatch(ctx context.Context, r *Request, top bool) error {
 		p, ns := h.findPath()
 		if p == nil {
 			if !h.available() {
-				return ErrNoPath
+				return h.noPath()
 			}
 			if ctx == nil && top {
 				return ErrNoSlot // TrySubmit does not wait
@@ -693,11 +740,13 @@ const requeuePoll = 100 * time.Millisecond
 func (h *Head) requeueLoop() {
 	defer close(h.rqDone)
 	t := time.NewTimer(requeuePoll)
+	t.Stop()
 	defer t.Stop()
+	var poll <-chan time.Time // armed while I/O waits
 	for {
 		select {
 		case <-h.rqKick:
-		case <-t.C:
+		case <-poll:
 		case <-h.ctx.Done():
 			h.rqMu.Lock()
 			list := h.requeue
@@ -724,7 +773,14 @@ func (h *Head) requeueLoop() {
 				h.finish(r)
 			}
 		}
-		t.Reset(requeuePoll)
+		h.rqMu.Lock()
+		waiting := len(h.requeue) > 0
+		h.rqMu.Unlock()
+		poll = nil
+		if waiting {
+			t.Reset(requeuePoll)
+			poll = t.C
+		}
 	}
 }
 
