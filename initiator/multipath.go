@@ -48,9 +48,10 @@ type Subsystem struct {
 
 	paths atomic.Pointer[[]*Path] // copy on write, under mu
 
-	mu     sync.Mutex
-	heads  map[uint32]*Head
-	closed bool
+	mu      sync.Mutex
+	heads   map[uint32]*Head
+	retired []*Head // heads of removed namespaces (closed with the subsystem)
+	closed  bool
 }
 
 // NewSubsystem returns a subsystem without paths; AddPath connects them.
@@ -179,10 +180,11 @@ func (s *Subsystem) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	heads := make([]*Head, 0, len(s.heads))
+	heads := make([]*Head, 0, len(s.heads)+len(s.retired))
 	for _, h := range s.heads {
 		heads = append(heads, h)
 	}
+	heads = append(heads, s.retired...)
 	s.mu.Unlock()
 	for _, h := range heads {
 		h.close()
@@ -196,10 +198,15 @@ func (s *Subsystem) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// refreshLocked builds each path's table of the namespaces it carries and
-// creates the heads of new NSIDs (nvme_find_ns_head / nvme_alloc_ns_head).
+// refreshLocked builds each path's table of the namespaces it carries,
+// creates the heads of new NSIDs (nvme_find_ns_head / nvme_alloc_ns_head)
+// and retires those no path has any more while some path is live (the
+// namespace was removed: its I/O fails with ErrNamespaceGone).
 func (s *Subsystem) refreshLocked() {
+	present := map[uint32]bool{}
+	live := false
 	for _, p := range *s.paths.Load() {
+		live = live || p.c.live.Load()
 		m := map[uint32]*Namespace{}
 		for _, ns := range p.c.Namespaces() {
 			h := s.heads[ns.nsid]
@@ -218,8 +225,21 @@ func (s *Subsystem) refreshLocked() {
 			h.size.Store(ns.Size())
 			h.readOnly.Store(ns.ReadOnly())
 			m[ns.nsid] = ns
+			present[ns.nsid] = true
 		}
 		p.ns.Store(&m)
+	}
+	if !live {
+		return
+	}
+	for nsid, h := range s.heads {
+		if !present[nsid] {
+			h.gone.Store(true)
+			delete(s.heads, nsid)
+			s.retired = append(s.retired, h)
+			h.kickRequeue()
+			s.log.Info("multipath namespace removed", zap.Uint32("nsid", nsid))
+		}
 	}
 }
 
@@ -483,6 +503,7 @@ type Head struct {
 	size     atomic.Int64
 	readOnly atomic.Bool
 	closed   atomic.Bool
+	gone     atomic.Bool
 
 	cur    atomic.Pointer[Path] // current path (numa, round-robin)
 	doneFn func(*Request)
@@ -563,6 +584,9 @@ func (h *Head) start(ctx context.Context, r *Request) error {
 	if h.closed.Load() {
 		return ErrControllerClosed
 	}
+	if h.gone.Load() {
+		return ErrNamespaceGone
+	}
 	r.mpDone, r.Done, r.mpHead, r.failover, r.lastPath = r.Done, h.doneFn, h, true, nil
 	err := h.dispatch(ctx, r, true)
 	if err != nil {
@@ -616,21 +640,9 @@ func (h *Head) noPath() error {
 	return ErrNoPath
 }
 
-// Gone reports whether no live path has the namespace any more (a rescan
-// on every live path found it gone).
-func (h *Head) Gone() bool {
-	live := false
-	for _, p := range *h.sub.paths.Load() {
-		if !p.c.live.Load() {
-			continue
-		}
-		live = true
-		if ns := p.namespace(h.nsid); ns != nil && !ns.gone.Load() {
-			return false
-		}
-	}
-	return live
-}
+// Gone reports whether the namespace was removed: no path has it any more
+// (its I/O fails with ErrNamespaceGone).
+func (h *Head) Gone() bool { return h.gone.Load() }
 
 // MaxTransferSize returns the largest transfer of one command on every
 // path (the smallest of the paths' limits).
@@ -659,6 +671,9 @@ func (h *Head) available() bool {
 // error is returned, nothing started); otherwise an error is r's result.
 func (h *Head) dispatch(ctx context.Context, r *Request, top bool) error {
 	for tries := 0; ; tries++ {
+		if h.gone.Load() {
+			return ErrNamespaceGone
+		}
 		p, ns := h.findPath()
 		if p == nil {
 			if !h.available() {

@@ -501,3 +501,31 @@ func TestMultipathRetry(t *testing.T) {
 		})
 	}
 }
+
+// TestMultipathNamespaceRemoved: a namespace removed from the subsystem
+// (reload) is gone from the head's subsystem on every path, and its I/O
+// fails with ErrNamespaceGone instead of waiting for a path that will
+// never carry it.
+func TestMultipathNamespaceRemoved(t *testing.T) {
+	tg, addrs := twoPortTarget(t)
+	s := newMultipath(t, MultipathConfig{}, addrs[0], addrs[1])
+	h := s.Namespace(1)
+	buf := make([]byte, 4096)
+	if _, err := h.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	tg.Reload(func(c *target.Config) { c.Subsystems[0].Namespaces = nil })
+	deadline := time.Now().Add(mpHang)
+	for !h.Gone() {
+		if time.Now().After(deadline) {
+			t.Fatal("the head never saw its namespace removed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := h.WriteAt(buf, 0); !errors.Is(err, ErrNamespaceGone) {
+		t.Fatalf("write after the removal: %v", err)
+	}
+	if n := len(s.Namespaces()); n != 0 {
+		t.Fatalf("%d namespaces after the removal", n)
+	}
+}

@@ -39,7 +39,7 @@ func (r *devRoot) OnAdd(ctx context.Context) {}
 // nsFile is the file of one namespace.
 type nsFile struct {
 	fs.Inode
-	ns       *initiator.Namespace
+	ns       *initiator.Head
 	directIO bool
 	// rmw serialises the read-modify-write of unaligned writes against
 	// every other write.
@@ -63,7 +63,7 @@ var (
 func nsName(nsid uint32) string { return "n" + strconv.FormatUint(uint64(nsid), 10) }
 
 // addNamespace puts a namespace's file in the directory.
-func (r *devRoot) addNamespace(ns *initiator.Namespace) {
+func (r *devRoot) addNamespace(ns *initiator.Head) {
 	f := &nsFile{ns: ns, directIO: r.directIO}
 	ch := r.NewPersistentInode(context.Background(), f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(ns.NSID()) + 1})
 	r.AddChild(nsName(ns.NSID()), ch, true)
@@ -226,7 +226,7 @@ func (f *nsFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { re
 
 // mountFUSE mounts the device directory on dir. mount(2) is used directly
 // (there may be no fusermount), which needs root.
-func mountFUSE(dir, name string, directIO bool, nss []*initiator.Namespace) (*fuse.Server, *devRoot, error) {
+func mountFUSE(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Server, *devRoot, error) {
 	root := &devRoot{directIO: directIO}
 	one := time.Second
 	srv, err := fs.Mount(dir, root, &fs.Options{
