@@ -198,9 +198,19 @@ func (w *mpWorkload) waitOn(t *testing.T, p *Path, since time.Time, n int) {
 
 // failoverTime is the time from the last completion on path from before
 // the first completion on another path after since, to that completion.
+// It reports false if the I/O was not on from at since (the last
+// completion before since came through another path).
 func (w *mpWorkload) failoverTime(from *Path, since time.Time) (time.Duration, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for i := len(w.log) - 1; i >= 0; i-- {
+		if w.log[i].at.Before(since) {
+			if w.log[i].path != from {
+				return 0, false
+			}
+			break
+		}
+	}
 	first := -1
 	for i, c := range w.log {
 		if c.path != from && !c.at.Before(since) {
@@ -226,10 +236,17 @@ func (w *mpWorkload) check(t *testing.T) {
 	}
 }
 
+// reportFailover prints the failover time of the I/O from path from after
+// an event at since; the I/O must have been on from (numa: the first
+// optimized path).
 func reportFailover(t *testing.T, w *mpWorkload, what string, from *Path, since time.Time) {
-	if d, ok := w.failoverTime(from, since); ok {
-		t.Logf("failover %s: %v (last completion on %s to the first on the other path)", what, d, from.Address())
+	t.Helper()
+	d, ok := w.failoverTime(from, since)
+	if !ok {
+		t.Errorf("failover %s: the I/O was not on %s when the event came", what, from.Address())
+		return
 	}
+	t.Logf("failover %s: %v (last completion on %s to the first on the other path)", what, d, from.Address())
 }
 
 // waitLive waits until path p's controller is live again.
@@ -283,18 +300,22 @@ func TestMultipathFailover(t *testing.T) {
 	if st := pa.ANAState(1); st != nvmeof.ANAInaccessible {
 		t.Fatalf("path A state %v after the ANA change", st)
 	}
+	// A optimized again: the I/O goes back to it, the first optimized
+	// path (as Linux's nvme_mpath_set_live recomputes the current path).
+	at = time.Now()
 	setANA(tg, 1, "optimized")
 	waitLive(t, pa)
-
-	// (b) port 2 goes away with its connections: I/O moves to A.
-	at = time.Now()
-	port2 := tg.cfg.Ports[1]
-	tg.Reload(func(c *target.Config) { c.Ports = c.Ports[:1] })
 	w.waitOn(t, pa, at, 50)
-	reportFailover(t, w, "on lost connections", pb, at)
+
+	// (b) port 1 goes away with its connections: I/O moves to B.
+	at = time.Now()
+	port1 := tg.cfg.Ports[0]
+	tg.Reload(func(c *target.Config) { c.Ports = c.Ports[1:] })
+	w.waitOn(t, pb, at, 50)
+	reportFailover(t, w, "on lost connections", pa, at)
 	// (c) it comes back and the path reconnects.
-	tg.Reload(func(c *target.Config) { c.Ports = append(c.Ports, port2) })
-	waitLive(t, pb)
+	tg.Reload(func(c *target.Config) { c.Ports = append(c.Ports, port1) })
+	waitLive(t, pa)
 
 	// Round-robin and queue-depth use both paths.
 	for _, pol := range []IOPolicy{IOPolicyRoundRobin, IOPolicyQueueDepth} {

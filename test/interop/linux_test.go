@@ -54,9 +54,11 @@ var suite = []struct {
 	{"KernelClientIwpingServer", testKernelClientIwpingServer},
 	{"IwpingMPARev1KernelServer", testIwpingMPARev1KernelServer},
 	{"LinuxHostAgainstTarget", testLinuxHostAgainstTarget},
+	{"LinuxHostMultipath", testLinuxHostMultipath},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.
 	{"InitiatorAgainstKernelTarget", testInitiatorAgainstKernelTarget},
+	{"InitiatorMultipathKernelTarget", testInitiatorMultipathKernelTarget},
 	// Very last: it oopses the guest kernel on purpose (iw_cm's BUG()).
 	{"IwcmP2PResetBeforeRTR", testIwcmP2PResetBeforeRTR},
 }
