@@ -132,32 +132,15 @@ func (p *nvmetdProc) reload(state string) {
 	}
 }
 
-var (
-	nvmetdOnce sync.Once
-	nvmetdBin  string
-	nvmetdErr  error
-)
-
-// buildNvmetd builds cmd/nvmetd once (plain build: the daemon under test,
-// not the race detector's).
+// buildNvmetd builds cmd/nvmetd into the test's directory (a plain
+// build: the daemon under test, not the race detector's).
 func buildNvmetd(t *testing.T) string {
 	t.Helper()
-	nvmetdOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mpath-nvmetd")
-		if err != nil {
-			nvmetdErr = err
-			return
-		}
-		nvmetdBin = filepath.Join(dir, "nvmetd")
-		if out, err := exec.Command("go", "build", "-o", nvmetdBin, "../cmd/nvmetd").CombinedOutput(); err != nil {
-			nvmetdErr = fmt.Errorf("go build ../cmd/nvmetd: %v\n%s", err, out)
-		}
-	})
-	if nvmetdErr != nil {
-		t.Fatal(nvmetdErr)
+	bin := filepath.Join(t.TempDir(), "nvmetd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/nvmetd").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/nvmetd: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(nvmetdBin)) })
-	return nvmetdBin
+	return bin
 }
 
 // TestMultipathTwoProcesses is the acceptance test of native multipath

@@ -251,10 +251,34 @@ func mountFUSE(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Se
 	if err != nil {
 		return nil, nil, err
 	}
+	closeOnExecFUSE()
 	for _, ns := range nss {
 		root.addNamespace(ns)
 	}
 	return srv, root, nil
+}
+
+// closeOnExecFUSE marks this process's /dev/fuse descriptors close-on-exec.
+// go-fuse's direct mount opens /dev/fuse without O_CLOEXEC, so every tool
+// the daemon runs (umount, losetup, mkfs) inherited the FUSE connection: an
+// "umount -l" stuck on the loop device's filesystem then kept the
+// connection alive after the daemon was gone, its requests never answered
+// nor aborted, and every later losetup -a hung on the loop device's
+// backing file (seen on the test machine).
+func closeOnExecFUSE() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "/dev/fuse" {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
 }
 
 // FUSE teardown bounds: how long an unmount is retried while something

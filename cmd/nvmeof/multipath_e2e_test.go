@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Native multipath through the CLI (issue 13): a second port of a
@@ -229,4 +232,41 @@ func TestE2EMultipathBenchFailover(t *testing.T) {
 		t.Fatalf("bench did not verify without errors:\n%s", all.String())
 	}
 	e.must("disconnect", "-d", "nvme0")
+}
+
+// TestFUSEDescriptorCloseOnExec: the daemon's /dev/fuse descriptors are
+// close-on-exec, so the tools it runs (umount, losetup, mkfs) do not keep
+// its FUSE connection alive (go-fuse opens /dev/fuse without O_CLOEXEC; a
+// stuck umount -l holding it left requests that nothing answered or
+// aborted).
+func TestFUSEDescriptorCloseOnExec(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	srv, _, err := mountFUSE(dir, "cloexec-test", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmountFUSE(srv, dir, zap.NewNop())
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l != "/dev/fuse" {
+			continue
+		}
+		fd, _ := strconv.Atoi(e.Name())
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flags&unix.FD_CLOEXEC == 0 {
+			t.Errorf("/dev/fuse descriptor %d is inherited by the daemon's child processes", fd)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no /dev/fuse descriptor found after the mount")
+	}
 }
