@@ -112,6 +112,7 @@ type Controller struct {
 	reconnCtx context.Context // canceled when Close starts: ends reconnect attempts
 	reconnStp context.CancelFunc
 	closing   atomic.Bool // Close has started: new I/O is refused
+	live      atomic.Bool // state is StateLive (read by multipath path selection)
 	closeErr  error
 
 	evMu   perfcount.Mutex
@@ -621,6 +622,7 @@ func (c *Controller) install(a *association) {
 	}
 	c.nLive.Store(int32(len(a.io)))
 	c.state = StateLive
+	c.live.Store(true)
 	c.mu.Unlock()
 
 	// Watch every queue: a connection that ends starts recovery.
@@ -704,6 +706,7 @@ func (c *Controller) run() {
 func (c *Controller) recoverFrom(cause error) bool {
 	c.mu.Lock()
 	c.state = StateResetting
+	c.live.Store(false)
 	a := c.assoc
 	c.mu.Unlock()
 	c.log.Warn("starting error recovery", zap.Error(cause))
@@ -809,6 +812,7 @@ func (c *Controller) teardown(a *association, cause error) {
 	a.cancel()
 	abortQueues(a, cause)
 	a.wg.Wait()
+	c.failoverPending()
 }
 
 // lose gives the controller up: kept and new I/O fail.
@@ -827,6 +831,7 @@ func (c *Controller) kill(err error) {
 		return
 	}
 	c.state = StateDead
+	c.live.Store(false)
 	c.deadErr = err
 	c.gen.Add(1) // stale failures are ignored from now on
 	close(c.deadCh)
@@ -860,6 +865,7 @@ func (c *Controller) Close(ctx context.Context) error {
 		if c.state != StateDead {
 			c.state = StateDeleting
 		}
+		c.live.Store(false)
 		c.mu.Unlock()
 		var err error
 		if live {

@@ -145,6 +145,14 @@ func (c *Controller) submit(m *cmd) {
 		return
 	}
 	hq := q.hq
+	if hq == nil && m.req.failover {
+		// A multipath command does not wait for this controller to
+		// reconnect: it goes back to its head for another path
+		// (nvmf_fail_nonready_command: nvme_host_path_error).
+		q.mu.Unlock()
+		c.retire(m, ErrPathDown)
+		return
+	}
 	if hq == nil || len(q.pending) > 0 {
 		m.move(cmdHeld, cmdPending)
 		q.pending = append(q.pending, m)
@@ -208,6 +216,11 @@ func (q *ioQueue) keep(m *cmd, front bool) (hq *rdma.HostQueue, gen uint64, kept
 		q.c.retire(m, err)
 		return nil, 0, false
 	}
+	if q.hq == nil && m.req.failover {
+		q.mu.Unlock()
+		q.c.retire(m, ErrPathDown)
+		return nil, 0, false
+	}
 	m.move(cmdHeld, cmdPending)
 	if front {
 		q.pending = append(q.pending, nil)
@@ -261,6 +274,16 @@ func (m *cmd) done(hr *rdma.HostRequest) {
 	m.deadline.Store(0)
 	q := m.on
 	c := q.c
+	if hr.Err != nil && m.req.failover {
+		// Multipath: the command goes back to its head, which sends it on
+		// another path (nvme_failover_req after nvme_cancel_request's
+		// NVME_SC_HOST_ABORTED_CMD). It is no longer outstanding here: the
+		// connection is gone.
+		gen := m.gen.Load()
+		c.retire(m, fmt.Errorf("%w: %v", ErrPathDown, hr.Err))
+		c.queueFailed(gen, hr.Err)
+		return
+	}
 	if hr.Err != nil {
 		// The connection ended before the completion: the command may or
 		// may not have run. Keep it and send it again after reconnecting
@@ -275,7 +298,13 @@ func (m *cmd) done(hr *rdma.HostRequest) {
 	c.compSeen.Store(true)
 	q.stats.record(hr.SQE.Opcode(), hr.CQE.Status(), len(hr.Data), time.Duration(c.now()-m.sentAt))
 	if st := hr.CQE.Status(); st != nvmeof.StatusSuccess {
-		// nvme_decide_disposition: retry unless DNR, up to nvme_max_retries.
+		// nvme_decide_disposition: retry unless DNR, up to nvme_max_retries;
+		// a path-related status of a multipath command fails over instead.
+		if !st.DNR() && m.retries < MaxRetries && m.req.failover && st.SCT() == nvmeof.SCTPath {
+			c.retire(m, m.ioError(st))
+			q.drain()
+			return
+		}
 		if !st.DNR() && m.retries < MaxRetries && !c.closing.Load() {
 			m.retries++
 			c.submit(m)
@@ -321,6 +350,30 @@ func (c *Controller) takePending(fail error) []*cmd {
 		q.mu.Unlock()
 	}
 	return kept
+}
+
+// failoverPending gives the multipath commands kept on the queues back to
+// their heads (the association they waited for is gone).
+func (c *Controller) failoverPending() {
+	var out []*cmd
+	for _, q := range c.ioq {
+		q.mu.Lock()
+		kept := q.pending[:0]
+		for _, m := range q.pending {
+			if m.req.failover {
+				m.move(cmdPending, cmdHeld)
+				out = append(out, m)
+			} else {
+				kept = append(kept, m)
+			}
+		}
+		clear(q.pending[len(kept):])
+		q.pending = kept
+		q.mu.Unlock()
+	}
+	for _, m := range out {
+		c.retire(m, ErrPathDown)
+	}
 }
 
 // resubmitPending sends again the commands kept while no association was

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -41,6 +42,10 @@ type connectOpts struct {
 	// metricsListen serves the controller's metrics (IP:port or
 	// unix:/path; "" off).
 	metricsListen string
+	// iopolicy and fastIOFailTmo are the subsystem's multipath settings
+	// (nvme-cli: the iopolicy sysfs attribute, --fast_io_fail_tmo).
+	iopolicy      string
+	fastIOFailTmo int
 }
 
 // connectOptsJSON carries connectOpts to the daemon.
@@ -64,13 +69,15 @@ type connectOptsJSON struct {
 	// command line (which every user can read).
 	DHCHAPSecret, DHCHAPCtrlSecret string `json:",omitempty"`
 	MetricsListen                  string
+	IOPolicy                       string
+	FastIOFailTmo                  int
 }
 
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
-		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen, o.iopolicy, o.fastIOFailTmo}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -81,7 +88,7 @@ func (j connectOptsJSON) opts() connectOpts {
 			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer,
 			dhchapSecret: j.DHCHAPSecret, dhchapCtrlSecret: j.DHCHAPCtrlSecret},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
-		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO, metricsListen: j.MetricsListen,
+		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO, metricsListen: j.MetricsListen, iopolicy: j.IOPolicy, fastIOFailTmo: j.FastIOFailTmo,
 	}
 }
 
@@ -97,6 +104,8 @@ func (o *connectOpts) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.fuseDirectIO, "fuse-direct-io", true, "the FUSE device files bypass the page cache (FOPEN_DIRECT_IO)")
 	fs.StringVarP(&o.output, "output-format", "o", "normal", "output format: normal or json")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve the controller's Prometheus metrics on IP:port or unix:/path (per I/O queue: commands, bytes, in flight, latency)")
+	fs.StringVar(&o.iopolicy, "iopolicy", "", "multipath I/O policy of the subsystem: numa (first optimized path), round-robin or queue-depth (default numa; given with a path to a connected subsystem, it changes the policy)")
+	fs.IntVarP(&o.fastIOFailTmo, "fast-io-fail-tmo", "f", -1, "seconds a lost path may hold I/O before it fails when no other path is usable (-1: until ctrl-loss-tmo)")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory (default /run/nvmeof or $XDG_RUNTIME_DIR/nvmeof)")
 }
 
@@ -119,10 +128,38 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connect: %v\n", err)
 		return exitUsage
 	}
+	if _, err := initiator.ParseIOPolicy(o.iopolicy); err != nil {
+		fmt.Fprintf(stderr, "connect: %v\n", err)
+		return exitUsage
+	}
 	addr, _ := o.fabrics.address()
 	if dev := connectedTo(o.fabrics.nqn, addr); dev != "" {
 		fmt.Fprintf(stderr, "connect: already connected to %s at %s (%s)\n", o.fabrics.nqn, addr, dev)
 		return exitFailure
+	}
+	if dev := subsystemDevice(o.fabrics.nqn); dev != "" {
+		// Another port of a connected subsystem: one more path of the
+		// same device (nvme-cli: a new controller of the subsystem,
+		// its namespaces joining the existing multipath disks).
+		if o.mount != "" || o.loop {
+			fmt.Fprintf(stderr, "connect: %s is connected as %s: this connect adds a path to it, and its namespaces are attached (--mount, --loop) once, by the first connect\n", o.fabrics.nqn, dev)
+			return exitUsage
+		}
+		j := o.toJSON()
+		r, err := ctlCall(dev, ctlRequest{Op: "add-path", Path: &j}, o.fabrics.connTimeout+time.Minute, nil)
+		if err == nil && !r.OK {
+			err = errors.New(r.Error)
+		}
+		if err != nil {
+			return fail(stderr, "could not add path to "+dev, err)
+		}
+		if o.output == "json" {
+			b, _ := json.MarshalIndent(map[string]any{"device": dev, "path": addr, "state": r.State}, "", "  ")
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else {
+			fmt.Fprintf(stdout, "added path %s to %s (%s, %d paths)\n", addr, dev, o.fabrics.nqn, len(r.State.Paths))
+		}
+		return exitOK
 	}
 	st, err := startDaemon(&o, stderr)
 	if err != nil {

@@ -110,13 +110,15 @@ func TestMetricsDuringBench(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(tg.MetricsCollector(0))
 
-	c, err := initiator.Connect(ctx, initiator.Config{Address: fmt.Sprintf("127.0.0.1:%d", port), SubNQN: nqn,
+	msub := initiator.NewSubsystem(nqn, initiator.MultipathConfig{})
+	defer msub.Close(ctx)
+	path, err := msub.AddPath(ctx, initiator.Config{Address: fmt.Sprintf("127.0.0.1:%d", port), SubNQN: nqn,
 		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000ab", HostID: [16]byte{2}, NrIOQueues: 2, QueueSize: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(ctx)
-	ns := c.Namespace(1)
+	c := path.Controller()
+	ns := msub.Namespace(1)
 	hreg := prometheus.NewPedanticRegistry()
 	hreg.MustRegister(&hostCollector{ctrl: c, subnqn: nqn, traddr: "127.0.0.1"})
 	hostHist := func() *dto.Histogram {
