@@ -54,6 +54,7 @@ var suite = []struct {
 	{"KernelClientIwpingServer", testKernelClientIwpingServer},
 	{"IwpingMPARev1KernelServer", testIwpingMPARev1KernelServer},
 	{"LinuxHostAgainstTarget", testLinuxHostAgainstTarget},
+	{"AdminCommands", testAdminCommandsAgainstNvmeCLI},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.
 	{"InitiatorAgainstKernelTarget", testInitiatorAgainstKernelTarget},
