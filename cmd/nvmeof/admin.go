@@ -151,6 +151,11 @@ func identify(dev string, cns uint8, nsid uint32) ([]byte, error) {
 // getLog reads n bytes of log page lid (RAE set: reading a page here
 // never clears an event the daemon waits for).
 func getLog(dev string, lid uint8, nsid uint32, lsp uint8, lpo uint64, n int) ([]byte, error) {
+	return getLogCSI(dev, lid, nsid, lsp, lpo, n, 0)
+}
+
+// getLogCSI is getLog for command set csi.
+func getLogCSI(dev string, lid uint8, nsid uint32, lsp uint8, lpo uint64, n int, csi uint8) ([]byte, error) {
 	if n <= 0 || n%4 != 0 || n > adminMaxData {
 		return nil, fmt.Errorf("log length %d: must be a multiple of 4 in 4..%d", n, adminMaxData)
 	}
@@ -158,6 +163,7 @@ func getLog(dev string, lid uint8, nsid uint32, lsp uint8, lpo uint64, n int) ([
 	cmd := sqe.BuildGetLogPage(lid, nsid, lpo, uint32(n))
 	cmd.SetRAE(true)
 	cmd.SetLSP(lsp)
+	cmd.SetCSI(csi)
 	a := adminCmd{Opcode: nvmeof.AdminGetLogPage, NSID: nsid, DataLen: n,
 		CDW10: sqe.CDW(10), CDW11: sqe.CDW(11), CDW12: sqe.CDW(12), CDW13: sqe.CDW(13), CDW14: sqe.CDW(14), CDW15: sqe.CDW(15)}
 	_, b, err := adminCall(dev, a)
@@ -334,11 +340,21 @@ func runEffectsLog(args []string, stdout, stderr io.Writer) int {
 	var o adminOpts
 	var csi int
 	o.addFlags(fs, true, true)
-	fs.IntVarP(&csi, "csi", "c", -1, "command set identifier")
+	fs.IntVarP(&csi, "csi", "c", -1, "command set identifier (default: NVM)")
 	if code, ok := o.parse(fs, args, stderr); !ok {
 		return code
 	}
-	b, err := getLog(o.device, nvmeof.LIDCommandEffects, 0xffffffff, 0, 0, nvmeof.CommandEffectsLogSize)
+	if csi < 0 {
+		// nvme-cli reads CAP.CSS from the PCI BAR to pick the command
+		// sets; a fabrics controller has none (nvme-cli 2.3 then prints
+		// nothing): NVM, the command set of every nvmetd namespace.
+		csi = 0
+	}
+	if csi > 0xff {
+		fmt.Fprintf(stderr, "invalid csi %d\n", csi)
+		return exitUsage
+	}
+	b, err := getLogCSI(o.device, nvmeof.LIDCommandEffects, 0xffffffff, 0, 0, nvmeof.CommandEffectsLogSize, uint8(csi))
 	if err != nil {
 		return adminFail(stderr, "effects log", err)
 	}
@@ -350,9 +366,9 @@ func runEffectsLog(args []string, stdout, stderr io.Writer) int {
 	case "binary":
 		_, _ = stdout.Write(l[:])
 	case "json":
-		fmt.Fprintln(stdout, effectsJSON(l).String())
+		fmt.Fprintln(stdout, effectsJSON(l, uint8(csi)))
 	default:
-		printEffects(stdout, l, o.human)
+		printEffects(stdout, l, uint8(csi), o.human)
 	}
 	return exitOK
 }

@@ -11,12 +11,8 @@ import (
 // the colon), so that field order and layout match nvme -o json.
 type jobj struct {
 	keys []string
-	vals []any // uint64, int64, float (jfloat), string, *jobj, []*jobj
+	vals []any // uint64, string, *jobj, []*jobj
 }
-
-// jfloat is a number nvme-cli prints as a (long) double: 128-bit counters
-// such as tnvmcap and the SMART data units.
-type jfloat float64
 
 func (o *jobj) add(k string, v any) *jobj {
 	o.keys = append(o.keys, k)
@@ -61,8 +57,6 @@ func writeJSONValue(b *strings.Builder, v any, depth int) {
 		b.WriteString("\n" + strings.Repeat("  ", depth) + "]")
 	case string:
 		b.WriteString(strconv.Quote(x))
-	case jfloat:
-		b.WriteString(strconv.FormatFloat(float64(x), 'f', -1, 64))
 	case uint64, uint32, uint16, uint8, int, int64, int32:
 		fmt.Fprintf(b, "%d", x)
 	default:

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math/big"
 
 	"strings"
 
@@ -14,13 +15,14 @@ import (
 // json_effects_log, json_ana_log and their normal counterparts), field
 // for field.
 
-// u128 returns a little-endian 128-bit counter as nvme-cli's long double.
-func u128(b []byte) jfloat {
-	var r float64
-	for i := 15; i >= 0; i-- {
-		r = r*256 + float64(b[i])
+// u128 returns a little-endian 128-bit field in decimal, as nvme-cli 2.3
+// prints it in JSON (json_object_add_value_uint128: a string).
+func u128(b []byte) string {
+	be := make([]byte, 16)
+	for i := range be {
+		be[i] = b[15-i]
 	}
-	return jfloat(r)
+	return new(big.Int).SetBytes(be).String()
 }
 
 // cx formats v as C's "%#x" (0 is "0", not "0x0").
@@ -50,7 +52,9 @@ func idCtrlJSON(c *nvmeof.IdentifyController) *jobj {
 		add("rab", u8(72)).add("ieee", uint64(b[75])<<16|uint64(b[74])<<8|uint64(b[73])).
 		add("cmic", u8(76)).add("mdts", u8(77)).add("cntlid", u16(78)).add("ver", u32(80)).
 		add("rtd3r", u32(84)).add("rtd3e", u32(88)).add("oaes", u32(92)).add("ctratt", u32(96)).
-		add("rrls", u16(100)).add("crdt1", u16(128)).add("crdt2", u16(130)).add("crdt3", u16(132)).
+		add("rrls", u16(100)).add("cntrltype", u8(111)).add("fguid", fguid(b[112:128])).
+		add("crdt1", u16(128)).add("crdt2", u16(130)).add("crdt3", u16(132)).
+		add("nvmsr", u8(253)).add("vwci", u8(254)).add("mec", u8(255)).
 		add("oacs", u16(256)).add("acl", u8(258)).add("aerl", u8(259)).add("frmw", u8(260)).
 		add("lpa", u8(261)).add("elpe", u8(262)).add("npss", u8(263)).add("avscc", u8(264)).
 		add("apsta", u8(265)).add("wctemp", u16(266)).add("cctemp", u16(268)).add("mtfa", u16(270)).
@@ -59,25 +63,28 @@ func idCtrlJSON(c *nvmeof.IdentifyController) *jobj {
 		add("dsto", u8(318)).add("fwug", u8(319)).add("kas", u16(320)).add("hctma", u16(322)).
 		add("mntmt", u16(324)).add("mxtmt", u16(326)).add("sanicap", u32(328)).
 		add("hmminds", u32(332)).add("hmmaxd", u16(336)).add("nsetidmax", u16(338)).
-		add("anatt", u8(342)).add("anacap", u8(343)).add("anagrpmax", u32(344)).
-		add("nanagrpid", u32(348)).add("sqes", u8(512)).add("cqes", u8(513)).
+		add("endgidmax", u16(340)).add("anatt", u8(342)).add("anacap", u8(343)).
+		add("anagrpmax", u32(344)).add("nanagrpid", u32(348)).add("pels", u32(352)).
+		add("domainid", u16(356)).add("megcap", u128(b[368:])).add("sqes", u8(512)).add("cqes", u8(513)).
 		add("maxcmd", u16(514)).add("nn", u32(516)).add("oncs", u16(520)).add("fuses", u16(522)).
 		add("fna", u8(524)).add("vwc", u8(525)).add("awun", u16(526)).add("awupf", u16(528)).
-		add("icsvscc", u8(530)).add("nwpc", u8(531)).add("acwu", u16(532)).add("sgls", u32(536))
+		add("icsvscc", u8(530)).add("nwpc", u8(531)).add("acwu", u16(532)).add("ocfs", u16(534)).
+		add("sgls", u32(536)).add("mnan", u32(540)).add("maxdna", u128(b[544:])).add("maxcna", u32(560))
 	if s := cstr(b[768:1024]); s != "" {
 		o.add("subnqn", s)
 	}
 	o.add("ioccsz", u32(1792)).add("iorcsz", u32(1796)).add("icdoff", u16(1800)).
 		add("fcatt", u8(1802)).add("msdbd", u8(1803)).add("ofcs", u16(1804))
 	var psds []*jobj
-	for i := 0; i <= int(b[263]); i++ {
+	for i := 0; i <= int(b[263]) && i < 32; i++ { // 32 power state descriptors at most
 		p := b[2048+32*i:]
 		psds = append(psds, (&jobj{}).add("max_power", uint64(le16(p, 0))).add("flags", uint64(p[3])).
 			add("entry_lat", uint64(le32(p, 4))).add("exit_lat", uint64(le32(p, 8))).
 			add("read_tput", uint64(p[12])).add("read_lat", uint64(p[13])).
 			add("write_tput", uint64(p[14])).add("write_lat", uint64(p[15])).
-			add("idle_power", uint64(le16(p, 16))).add("idle_scale", uint64(p[18])).
-			add("active_power", uint64(le16(p, 20))).add("active_work_scale", uint64(p[22])))
+			add("idle_power", uint64(le16(p, 16))).add("idle_scale", uint64(p[18]>>6)).
+			add("active_power", uint64(le16(p, 20))).add("active_power_work", uint64(p[22]&7)).
+			add("active_scale", uint64(p[22]>>6)))
 	}
 	o.add("psds", psds)
 	return o
@@ -177,17 +184,18 @@ func printIDCtrl(w io.Writer, c *nvmeof.IdentifyController, human bool) {
 	p("fcatt", cx(u8(1802)))
 	p("msdbd", d(u8(1803)))
 	p("ofcs", d(u16(1804)))
-	for i := 0; i <= int(b[263]); i++ {
+	for i := 0; i <= int(b[263]) && i < 32; i++ { // 32 power state descriptors at most
 		ps := b[2048+32*i:]
 		flags := ps[3]
 		op := "operational"
 		if flags&2 != 0 {
 			op = "non-operational"
 		}
-		fmt.Fprintf(w, "ps %4d : mp:%s %s enlat:%d exlat:%d rrt:%d rrl:%d\n", i, psPower(le16(ps, 0), flags&1 != 0), op,
+		fmt.Fprintf(w, "ps %6d : mp:%s %s enlat:%d exlat:%d rrt:%d rrl:%d\n", i, psPower(le16(ps, 0), flags&1 != 0), op,
 			le32(ps, 4), le32(ps, 8), ps[12], ps[13])
-		fmt.Fprintf(w, "          rwt:%d rwl:%d idle_power:%s active_power:%s\n", ps[14], ps[15],
+		fmt.Fprintf(w, "            rwt:%d rwl:%d idle_power:%s active_power:%s\n", ps[14], ps[15],
 			psScaled(le16(ps, 16), ps[18]>>6), psScaled(le16(ps, 20), ps[22]>>6))
+		fmt.Fprintf(w, "            active_power_workload:%s\n", psWorkload(ps[22]&7))
 	}
 }
 
@@ -212,18 +220,23 @@ func psScaled(v uint16, scale uint8) string {
 	return "-"
 }
 
+// psWorkload is nvme-cli's active power workload hint (APW).
+func psWorkload(apw uint8) string {
+	switch apw {
+	case 1:
+		return "1MiB 32 RW, 30s idle"
+	case 2:
+		return "1MiB SW, 10s idle"
+	}
+	return "-"
+}
+
 func fguid(b []byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // u128String prints a 128-bit little-endian counter in decimal.
-func u128String(b []byte) string {
-	lo, hi := le64(b, 0), le64(b, 8)
-	if hi == 0 {
-		return fmt.Sprint(lo)
-	}
-	return fmt.Sprintf("%.0f", float64(u128(b)))
-}
+func u128String(b []byte) string { return u128(b) }
 
 func idNSJSON(n *nvmeof.IdentifyNamespace) *jobj {
 	b := n[:]
@@ -236,14 +249,13 @@ func idNSJSON(n *nvmeof.IdentifyNamespace) *jobj {
 		add("dpc", u8(28)).add("dps", u8(29)).add("nmic", u8(30)).add("rescap", u8(31)).
 		add("fpi", u8(32)).add("dlfeat", u8(33)).add("nawun", u16(34)).add("nawupf", u16(36)).
 		add("nacwu", u16(38)).add("nabsn", u16(40)).add("nabo", u16(42)).add("nabspf", u16(44)).
-		add("noiob", u16(46)).add("nvmcap", u128(b[48:])).add("mssrl", u16(74)).
-		add("mcl", u32(76)).add("msrc", u8(80))
+		add("noiob", u16(46)).add("nvmcap", u128(b[48:])).add("nsattr", u8(99)).add("nvmsetid", u16(100))
 	if b[24]&0x10 != 0 {
 		o.add("npwg", u16(64)).add("npwa", u16(66)).add("npdg", u16(68)).add("npda", u16(70)).add("nows", u16(72))
 	}
-	o.add("nulbaf", u8(84)).add("anagrpid", u32(92)).add("nsattr", u8(99)).
-		add("nvmsetid", u16(100)).add("endgid", u16(102)).
-		add("nguid", fmt.Sprintf("%x", b[104:120])).add("eui64", fmt.Sprintf("%x", b[120:128]))
+	o.add("mssrl", u16(74)).add("mcl", u32(76)).add("msrc", u8(80)).add("nulbaf", u8(84)).
+		add("anagrpid", u32(92)).add("endgid", u16(102)).
+		add("eui64", fmt.Sprintf("%x", b[120:128])).add("nguid", fmt.Sprintf("%x", b[104:120]))
 	var lbafs []*jobj
 	for i := 0; i <= int(b[25]) && i < 64; i++ {
 		f := b[128+4*i:]
@@ -295,7 +307,7 @@ func printIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool
 	p("msrc", d(u8(80)))
 	p("nulbaf", d(u8(84)))
 	p("anagrpid", d(u32(92)))
-	p("nsattr", d(u8(99)))
+	fmt.Fprintf(w, "nsattr\t: %d\n", b[99])
 	p("nvmsetid", d(u16(100)))
 	p("endgid", d(u16(102)))
 	p("nguid", fmt.Sprintf("%x", b[104:120]))
@@ -304,7 +316,7 @@ func printIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool
 	for i := 0; i <= int(b[25]) && i < 64; i++ {
 		f := b[128+4*i:]
 		rp := f[3] & 3
-		fmt.Fprintf(w, "lbaf %2d : ms:%-3d lbads:%-2d rp:%#x %s\n", i, le16(f, 0), f[2], rp, lbafInUse(rp, i == cur))
+		fmt.Fprintf(w, "lbaf %2d : ms:%-3d lbads:%-2d rp:%s %s\n", i, le16(f, 0), f[2], cx(uint64(rp)), lbafInUse(rp, i == cur))
 	}
 }
 
@@ -484,7 +496,9 @@ func cmdName(m map[int]string, op int) string {
 	return "Unknown"
 }
 
-func effectsJSON(l *nvmeof.CommandEffectsLog) *jobj {
+// effectsJSON is nvme-cli 2.3's effects-log -o json: an array with one
+// object per command set read.
+func effectsJSON(l *nvmeof.CommandEffectsLog, csi uint8) string {
 	acs, iocs := &jobj{}, &jobj{}
 	for op := 0; op < 256; op++ {
 		if e := l.ACS(uint8(op)); e&1 != 0 {
@@ -496,28 +510,38 @@ func effectsJSON(l *nvmeof.CommandEffectsLog) *jobj {
 			iocs.add(fmt.Sprintf("IOCS_%d (%s)", op, cmdName(ioCmdNames, op)), uint64(e))
 		}
 	}
-	return (&jobj{}).add("admin_cmd_set", acs).add("io_cmd_set", iocs)
+	o := (&jobj{}).add("command_set_identifier", uint64(csi)).add("admin_cmd_set", acs).add("io_cmd_set", iocs)
+	var sb strings.Builder
+	sb.WriteString("[\n  ")
+	o.write(&sb, 1)
+	sb.WriteString("\n]")
+	return sb.String()
 }
 
-// printEffects is nvme-cli's normal effects-log output.
-func printEffects(w io.Writer, l *nvmeof.CommandEffectsLog, human bool) {
-	seg := func(title, prefix string, names map[int]string, get func(uint8) uint32) {
-		fmt.Fprintf(w, "%s Command Set\n", title)
+// printEffects is nvme-cli 2.3's normal effects-log output.
+func printEffects(w io.Writer, l *nvmeof.CommandEffectsLog, csi uint8, human bool) {
+	title := "Unknown"
+	if csi == 0 {
+		title = "NVM"
+	}
+	fmt.Fprintf(w, "%s Command Set Log Page\n%s\n", title, strings.Repeat("-", 80))
+	seg := func(title, prefix string, width int, names map[int]string, get func(uint8) uint32) {
+		fmt.Fprintf(w, "%s\n", title)
 		for op := 0; op < 256; op++ {
 			e := get(uint8(op))
 			if e&1 == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "%s%-3d [%-32s] %08x", prefix, op, cmdName(names, op), e)
+			fmt.Fprintf(w, "%s%-*d[%-32s] %08x", prefix, width, op, cmdName(names, op), e)
 			if human {
 				fmt.Fprint(w, effectsHuman(e))
 			}
 			fmt.Fprintln(w)
 		}
+		fmt.Fprintln(w)
 	}
-	seg("Admin", "ACS", adminCmdNames, l.ACS)
-	fmt.Fprintln(w)
-	seg("I/O", "IOCS", ioCmdNames, l.IOCS)
+	seg("Admin Commands", "ACS", 6, adminCmdNames, l.ACS)
+	seg("I/O Commands", "IOCS", 5, ioCmdNames, l.IOCS)
 }
 
 func effectsHuman(e uint32) string {

@@ -34,6 +34,18 @@ import (
 //   - get-feature 0x0b (Asynchronous Event Configuration): each host
 //     enables the events it handles (the kernel's nvme_enable_aen, our
 //     initiator's), so only the line's layout is compared.
+//
+// effects-log runs with -c 0 on both sides: without a command set nvme-cli
+// 2.3 reads CAP.CSS from the PCI BAR, which a fabrics controller does not
+// have, and prints nothing.
+//
+// Known issue (target, not this tool): nvme-cli 2.3's ana-log reads the
+// log in 4 KiB pieces (libnvme's Get Log Page with LPO), the second at an
+// offset past the end of nvmetd's short ANA log, which nvmetd refuses with
+// Invalid Field in Command (NVMe 2.0 5.16: an LPO beyond the log's size)
+// where Linux nvmet returns data. Until the target answers as nvmet does,
+// the ana-log comparison is logged, not failed, when nvme-cli gets that
+// status.
 
 // jsonDiff compares two JSON documents value by value (numbers as
 // numbers: json-c prints nvme-cli's 128-bit counters as doubles), leaving
@@ -100,6 +112,19 @@ func jsonDiff(ours, theirs string, skip map[string]bool) ([]string, error) {
 	}
 	walk("", a, b)
 	return diffs, nil
+}
+
+// dropKeys removes the lines of the keys in skip from a JSON text.
+func dropKeys(s string, skip map[string]bool) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		k := strings.TrimSpace(l)
+		if i := strings.Index(k, `":`); strings.HasPrefix(k, `"`) && i > 0 && skip[k[1:i]] {
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }
 
 func testAdminCommandsAgainstNvmeCLI(t *testing.T, k kernel) {
@@ -180,8 +205,8 @@ func testAdminCommandsAgainstNvmeCLI(t *testing.T, k kernel) {
 		{name: "error-log json", guest: "error-log /dev/" + ctrl + " -o json", host: []string{"error-log", "-d", "nvme0", "-o", "json"}, json: true},
 		{name: "fw-log json", guest: "fw-log /dev/" + ctrl + " -o json", host: []string{"fw-log", "-d", "nvme0", "-o", "json"}, json: true},
 		{name: "fw-log", guest: "fw-log /dev/" + ctrl, host: []string{"fw-log", "-d", "nvme0"}, normal: true},
-		{name: "effects-log json", guest: "effects-log /dev/" + ctrl + " -o json", host: []string{"effects-log", "-d", "nvme0", "-o", "json"}, json: true},
-		{name: "effects-log", guest: "effects-log /dev/" + ctrl, host: []string{"effects-log", "-d", "nvme0"}, normal: true},
+		{name: "effects-log json", guest: "effects-log /dev/" + ctrl + " -c 0 -o json", host: []string{"effects-log", "-d", "nvme0", "-c", "0", "-o", "json"}, json: true},
+		{name: "effects-log", guest: "effects-log /dev/" + ctrl + " -c 0", host: []string{"effects-log", "-d", "nvme0", "-c", "0"}, normal: true},
 		{name: "ana-log json", guest: "ana-log /dev/" + ctrl + " -o json", host: []string{"ana-log", "-d", "nvme0", "-o", "json"}, json: true},
 		{name: "ana-log", guest: "ana-log /dev/" + ctrl, host: []string{"ana-log", "-d", "nvme0"}, normal: true},
 		{name: "get-feature 6", guest: "get-feature /dev/" + ctrl + " -f 6", host: []string{"get-feature", "-d", "nvme0", "-f", "6"}, normal: true},
@@ -207,6 +232,10 @@ func testAdminCommandsAgainstNvmeCLI(t *testing.T, k kernel) {
 		if ctrl != "nvme0" {
 			ours = strings.ReplaceAll(ours, "nvme0", ctrl)
 		}
+		if strings.HasPrefix(c.name, "ana-log") && strings.HasPrefix(theirs[i], "NVMe status: Invalid Field in Command") {
+			t.Logf("KNOWN ISSUE (nvmetd target, see above): nvme-cli's %s failed on the kernel-connected controller: %s; not compared", c.name, strings.TrimSpace(theirs[i]))
+			continue
+		}
 		if c.json {
 			diffs, err := jsonDiff(ours, theirs[i], c.skip)
 			if err != nil {
@@ -215,6 +244,12 @@ func testAdminCommandsAgainstNvmeCLI(t *testing.T, k kernel) {
 			}
 			if len(diffs) > 0 {
 				t.Errorf("%s differs from nvme-cli's:\n  %s", c.name, strings.Join(diffs, "\n  "))
+				continue
+			}
+			// Same values: the text must be the same too (field order,
+			// json-c's layout), but for the lines of the skipped keys.
+			if o, th := dropKeys(ours, c.skip), dropKeys(theirs[i], c.skip); o != th {
+				t.Errorf("%s: same values as nvme-cli's, other text:\nours:\n%s\ntheirs:\n%s", c.name, o, th)
 			}
 			continue
 		}
