@@ -446,6 +446,8 @@ func (d *daemon) handle(c net.Conn) {
 		return
 	}
 	switch req.Op {
+	case "admin":
+		d.handleAdmin(line, enc)
 	case "status":
 		_ = enc.Encode(ctlResponse{OK: true, State: d.state()})
 	case "disconnect":

@@ -58,6 +58,7 @@ var suite = []struct {
 	// whose siw issue could leave nvmet unusable).
 	{"Auth", testAuth},
 	{"LinuxHostMultipath", testLinuxHostMultipath},
+	{"AdminCommands", testAdminCommandsAgainstNvmeCLI},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.
 	{"InitiatorAgainstKernelTarget", testInitiatorAgainstKernelTarget},
