@@ -602,7 +602,7 @@ func printANA(w io.Writer, l nvmeof.ANALog, dev string) {
 		fmt.Fprintf(w, "chgcnt\t:\t%d\n", g.ChangeCount)
 		fmt.Fprintf(w, "state\t:\t%s\n", anaStateString(g.State))
 		for _, id := range g.NSIDs {
-			fmt.Fprintf(w, "\tnsid\t:\t%08x\n", id)
+			fmt.Fprintf(w, "\tnsid\t:\t%d\n", id)
 		}
 		fmt.Fprintln(w)
 	}
