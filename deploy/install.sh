@@ -29,6 +29,7 @@ usage: $prog [options]
 
 Installs:
   PREFIX/sbin/nvmetd                 the daemon (built from this checkout unless --binary)
+  PREFIX/sbin/nvmetctl               its management CLI (beside --binary, else built)
   PREFIX/bin/nvmeof, PREFIX/bin/iwping  the host tool and the engine check (beside
                                      --binary, else built)
   UNITDIR/nvmetd.service             the systemd unit
@@ -94,9 +95,9 @@ if [ "$uninstall" = 1 ]; then
 	if use_systemctl; then
 		systemctl disable --now nvmetd.service 2>/dev/null || true
 	fi
-	rm -f "$unit_dst" "$bin_dst" "$DESTDIR$bindir/nvmeof" "$DESTDIR$bindir/iwping"
+	rm -f "$unit_dst" "$bin_dst" "$DESTDIR$sbin/nvmetctl" "$DESTDIR$bindir/nvmeof" "$DESTDIR$bindir/iwping"
 	echo "removed $unit_dst"
-	echo "removed $bin_dst $DESTDIR$bindir/nvmeof $DESTDIR$bindir/iwping"
+	echo "removed $bin_dst $DESTDIR$sbin/nvmetctl $DESTDIR$bindir/nvmeof $DESTDIR$bindir/iwping"
 	if [ "$purge" = 1 ]; then
 		rm -rf "$conf_dir" "$DESTDIR$statedir"
 		echo "removed $conf_dir and $DESTDIR$statedir"
@@ -120,7 +121,7 @@ if [ -z "$binary" ]; then
 	else
 		version=$(git -C "$src" describe --tags --always --dirty 2>/dev/null || echo dev)
 		echo "building nvmetd $version with $GO build"
-		(cd "$src" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-X github.com/nvmetd/nvmetd/internal/version.version=$version" -o "$tmp/" ./cmd/nvmetd ./cmd/nvmeof ./cmd/iwping)
+		(cd "$src" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-X github.com/nvmetd/nvmetd/internal/version.version=$version" -o "$tmp/" ./cmd/nvmetd ./cmd/nvmetctl ./cmd/nvmeof ./cmd/iwping)
 		binary=$tmp/nvmetd
 	fi
 fi
@@ -129,6 +130,10 @@ fi
 install -d -m 0755 "$DESTDIR$sbin" "$DESTDIR$unitdir"
 install -m 0755 "$binary" "$bin_dst"
 echo "installed $bin_dst"
+if [ -f "$(dirname "$binary")/nvmetctl" ]; then
+	install -m 0755 "$(dirname "$binary")/nvmetctl" "$DESTDIR$sbin/nvmetctl"
+	echo "installed $DESTDIR$sbin/nvmetctl"
+fi
 for tool in nvmeof iwping; do
 	if [ -f "$(dirname "$binary")/$tool" ]; then
 		install -d -m 0755 "$DESTDIR$bindir"

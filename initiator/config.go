@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
@@ -93,6 +94,15 @@ type Config struct {
 	// MaxTransferSize caps one command's data (default 1 MiB); the
 	// controller's MDTS may lower it.
 	MaxTransferSize int
+	// DHCHAPSecret is the host's DH-HMAC-CHAP secret (nvme connect
+	// --dhchap-secret): the host authenticates every queue when the
+	// controller asks (Connect ATR). Nil: no authentication; a controller
+	// that requires it is then refused (ErrNoSecret).
+	DHCHAPSecret *auth.Secret
+	// DHCHAPCtrlSecret is the controller's secret (--dhchap-ctrl-secret):
+	// with it the host authenticates the controller too (bidirectional),
+	// even when the controller does not ask. Needs DHCHAPSecret.
+	DHCHAPCtrlSecret *auth.Secret
 	// Transport holds the NVMe/RDMA connection settings (MPA CRC policy,
 	// FPDU size, timeouts, busy polling).
 	Transport rdma.TransportConfig
@@ -179,6 +189,16 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if err := d.Transport.Validate(); err != nil {
 		return d, err
+	}
+	if d.DHCHAPCtrlSecret != nil && d.DHCHAPSecret == nil {
+		return d, fmt.Errorf("initiator: a DH-HMAC-CHAP controller secret needs a host secret")
+	}
+	for _, s := range []*auth.Secret{d.DHCHAPSecret, d.DHCHAPCtrlSecret} {
+		if s != nil {
+			if err := s.Validate(); err != nil {
+				return d, fmt.Errorf("initiator: %w", err)
+			}
+		}
 	}
 	defaults.Set(&d.Logger, zap.NewNop())
 	return d, nil

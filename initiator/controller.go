@@ -95,6 +95,7 @@ type Controller struct {
 	free chan *cmd  // command slots of every I/O queue, interleaved
 
 	gen       atomic.Uint64 // association generation
+	authTID   atomic.Uint32 // DH-HMAC-CHAP transaction IDs (auth.go)
 	nLive     atomic.Int32  // I/O queues of the live association
 	maxXfer   atomic.Int64
 	rr        atomic.Uint32
@@ -111,6 +112,7 @@ type Controller struct {
 	reconnCtx context.Context // canceled when Close starts: ends reconnect attempts
 	reconnStp context.CancelFunc
 	closing   atomic.Bool // Close has started: new I/O is refused
+	live      atomic.Bool // state is StateLive (read by multipath path selection)
 	closeErr  error
 
 	evMu   perfcount.Mutex
@@ -212,7 +214,11 @@ func (c *Controller) State() State {
 }
 
 // Config returns the controller's configuration, with defaults applied.
-func (c *Controller) Config() Config { return c.cfg }
+func (c *Controller) Config() Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
 
 // CNTLID returns the controller ID of the current association.
 func (c *Controller) CNTLID() uint16 { return c.current().cntlid }
@@ -429,8 +435,14 @@ func (c *Controller) fabricsConnect(ctx context.Context, hq *rdma.HostQueue, qid
 		return 0, fmt.Errorf("initiator: connect (qid %d): %w", qid, err)
 	}
 	resp := nvmeof.ConnectResponse(r.CQE.Result())
-	if err := resp.CheckAuth(); err != nil {
-		return 0, fmt.Errorf("initiator: connect (qid %d): %w", qid, err)
+	if resp.ASCR() {
+		// Secure channel concatenation (TLS) does not exist on NVMe/RDMA.
+		return 0, fmt.Errorf("initiator: connect (qid %d): the controller requires secure channel concatenation (TLS), which NVMe/RDMA does not have", qid)
+	}
+	if c.needsAuth(resp) {
+		if err := c.authenticate(ctx, hq, qid); err != nil {
+			return 0, err
+		}
 	}
 	if qid != 0 && resp.CNTLID() != cntlid && resp.CNTLID() != 0 {
 		c.log.Warn("I/O queue connect returned another cntlid", zap.Uint16("qid", qid), zap.Uint16("cntlid", resp.CNTLID()))
@@ -610,6 +622,7 @@ func (c *Controller) install(a *association) {
 	}
 	c.nLive.Store(int32(len(a.io)))
 	c.state = StateLive
+	c.live.Store(true)
 	c.mu.Unlock()
 
 	// Watch every queue: a connection that ends starts recovery.
@@ -693,6 +706,7 @@ func (c *Controller) run() {
 func (c *Controller) recoverFrom(cause error) bool {
 	c.mu.Lock()
 	c.state = StateResetting
+	c.live.Store(false)
 	a := c.assoc
 	c.mu.Unlock()
 	c.log.Warn("starting error recovery", zap.Error(cause))
@@ -798,6 +812,7 @@ func (c *Controller) teardown(a *association, cause error) {
 	a.cancel()
 	abortQueues(a, cause)
 	a.wg.Wait()
+	c.failoverPending()
 }
 
 // lose gives the controller up: kept and new I/O fail.
@@ -816,6 +831,7 @@ func (c *Controller) kill(err error) {
 		return
 	}
 	c.state = StateDead
+	c.live.Store(false)
 	c.deadErr = err
 	c.gen.Add(1) // stale failures are ignored from now on
 	close(c.deadCh)
@@ -849,6 +865,7 @@ func (c *Controller) Close(ctx context.Context) error {
 		if c.state != StateDead {
 			c.state = StateDeleting
 		}
+		c.live.Store(false)
 		c.mu.Unlock()
 		var err error
 		if live {

@@ -51,6 +51,32 @@
 // in-capsule data. Submit is the asynchronous form; nothing is allocated per
 // I/O in steady state.
 //
+// # Multipath
+//
+// A Subsystem is one NVM subsystem reached through several controllers
+// (Subsystem.AddPath: two ports of one target, or two targets serving the
+// same subsystem with distinct CNTLID ranges), as the Linux host's native
+// multipath (drivers/nvme/host/multipath.c). A namespace with the same NSID
+// and identifiers on every path is one Head, with the I/O methods of a
+// Namespace. Each path's ANA log page (0x0C) is read when it is added, on
+// every ANA Change notice and after each reconnect; the I/O of a Head goes
+// to an optimized path, else a non-optimized one, never an inaccessible,
+// persistent-loss or changing one, chosen by the IOPolicy (numa: the first
+// optimized path while it stays so; round-robin; queue-depth).
+//
+// A command sent through a Head does not wait for its controller to
+// reconnect and is not retried there on a path-related status
+// (REQ_NVME_MPATH): a path-related status without DNR (ANA Inaccessible,
+// Persistent Loss, Transition, host path errors), a lost connection (and so
+// a keep-alive or I/O timeout), or a controller that is not live brings the
+// whole request back to the Head once every command of it is over on the
+// failed path, and the Head sends it on another usable path
+// (nvme_failover_req; an ANA status also makes the path read its ANA log
+// again before it is used). While no path is usable the request waits on
+// the Head (nvme_requeue_work) until one is, or until no path may come back:
+// every controller given up (CtrlLossTimeout), or reconnecting for longer
+// than MultipathConfig.FastIOFailTimeout; it then fails with ErrNoPath.
+//
 // # Discovery
 //
 // Discover connects to a discovery controller (the well-known discovery NQN,
@@ -64,6 +90,14 @@
 // A Config without HostNQN or HostID takes them from this machine as
 // nvme-cli and libnvme do (HostIdentity: /etc/nvme/hostnqn and hostid, else
 // the DMI product UUID, the device tree or /etc/machine-id).
+//
+// # Authentication
+//
+// With Config.DHCHAPSecret (and DHCHAPCtrlSecret for bidirectional
+// authentication) the host runs DH-HMAC-CHAP (nvmeof/auth's Host) on every
+// queue whose Connect response asks for it, and on every queue when it
+// has a controller secret (auth.go); Reauthenticate and SetSecrets do what
+// Linux's sysfs dhchap_secret attributes do.
 //
 // # Testing
 //

@@ -33,6 +33,14 @@ var (
 	// ErrKeepAlive is the cause of error recovery when a Keep Alive failed
 	// or timed out (nvme_keep_alive_end_io).
 	ErrKeepAlive = errors.New("initiator: keep alive failed")
+	// ErrPathDown is the error a multipath command gets back from a path
+	// that cannot carry it (its controller is not live, or the connection
+	// ended under it): the head sends it on another path.
+	ErrPathDown = errors.New("initiator: path down")
+	// ErrNoPath is returned for multipath I/O when no path can carry it
+	// and none may come back (every controller given up, or past
+	// FastIOFailTimeout): nvme_ns_head_submit_bio's "no available path".
+	ErrNoPath = errors.New("initiator: no available path")
 )
 
 // ConnectError is a Fabrics Connect that the controller refused with an

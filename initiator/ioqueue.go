@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -27,6 +28,9 @@ type ioQueue struct {
 	// to send it on. Set and checked under mu, so that no command is kept
 	// after the pending list was failed.
 	failErr error
+
+	// stats count its commands for metrics (stats.go).
+	stats ioStats
 }
 
 // cmdState says who owns a command slot; every hand-over is checked, so that
@@ -75,6 +79,7 @@ type cmd struct {
 	gen      atomic.Uint64   // association it was last sent on
 	opcode   atomic.Uint32   // of the command last sent (for the timeout report)
 	dsm      nvmeof.DSMRange // Dataset Management range data (Discard)
+	sentAt   int64           // when it was last sent (Controller.now units), for the metrics
 }
 
 // move hands m over from state from to state to. Any other current state
@@ -140,6 +145,14 @@ func (c *Controller) submit(m *cmd) {
 		return
 	}
 	hq := q.hq
+	if hq == nil && m.req.failover {
+		// A multipath command does not wait for this controller to
+		// reconnect: it goes back to its head for another path
+		// (nvmf_fail_nonready_command: nvme_host_path_error).
+		q.mu.Unlock()
+		c.retire(m, ErrPathDown)
+		return
+	}
 	if hq == nil || len(q.pending) > 0 {
 		m.move(cmdHeld, cmdPending)
 		q.pending = append(q.pending, m)
@@ -165,12 +178,15 @@ func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bo
 	m.on = q
 	m.gen.Store(gen)
 	m.opcode.Store(uint32(m.hr.SQE.Opcode()))
-	m.deadline.Store(c.now() + int64(c.cfg.IOTimeout))
+	m.sentAt = c.now()
+	m.deadline.Store(m.sentAt + int64(c.cfg.IOTimeout))
 	m.move(cmdHeld, cmdOutstanding)
+	q.stats.sent.Add(1)
 	err := hq.Submit(&m.hr)
 	if err == nil {
 		return true
 	}
+	q.stats.sent.Add(^uint64(0)) // not sent after all
 	// A failed Submit never completes the command (rdma.HostQueue.Submit):
 	// it is still ours.
 	m.move(cmdOutstanding, cmdHeld)
@@ -198,6 +214,11 @@ func (q *ioQueue) keep(m *cmd, front bool) (hq *rdma.HostQueue, gen uint64, kept
 	if err := q.failErr; err != nil {
 		q.mu.Unlock()
 		q.c.retire(m, err)
+		return nil, 0, false
+	}
+	if q.hq == nil && m.req.failover {
+		q.mu.Unlock()
+		q.c.retire(m, ErrPathDown)
 		return nil, 0, false
 	}
 	m.move(cmdHeld, cmdPending)
@@ -253,19 +274,37 @@ func (m *cmd) done(hr *rdma.HostRequest) {
 	m.deadline.Store(0)
 	q := m.on
 	c := q.c
+	if hr.Err != nil && m.req.failover {
+		// Multipath: the command goes back to its head, which sends it on
+		// another path (nvme_failover_req after nvme_cancel_request's
+		// NVME_SC_HOST_ABORTED_CMD). It is no longer outstanding here: the
+		// connection is gone.
+		gen := m.gen.Load()
+		c.retire(m, fmt.Errorf("%w: %v", ErrPathDown, hr.Err))
+		c.queueFailed(gen, hr.Err)
+		return
+	}
 	if hr.Err != nil {
 		// The connection ended before the completion: the command may or
 		// may not have run. Keep it and send it again after reconnecting
 		// (blk-mq requeue in nvme_rdma's error recovery); on a dead or
 		// closing controller it fails instead (keep).
 		gen := m.gen.Load() // before park: m may be sent again at once
+		q.stats.dropped.Add(1)
 		q.park(m, gen)
 		c.queueFailed(gen, hr.Err)
 		return
 	}
 	c.compSeen.Store(true)
+	q.stats.record(hr.SQE.Opcode(), hr.CQE.Status(), len(hr.Data), time.Duration(c.now()-m.sentAt))
 	if st := hr.CQE.Status(); st != nvmeof.StatusSuccess {
-		// nvme_decide_disposition: retry unless DNR, up to nvme_max_retries.
+		// nvme_decide_disposition: retry unless DNR, up to nvme_max_retries;
+		// a path-related status of a multipath command fails over instead.
+		if !st.DNR() && m.retries < MaxRetries && m.req.failover && st.SCT() == nvmeof.SCTPath {
+			c.retire(m, m.ioError(st))
+			q.drain()
+			return
+		}
 		if !st.DNR() && m.retries < MaxRetries && !c.closing.Load() {
 			m.retries++
 			c.submit(m)
@@ -311,6 +350,30 @@ func (c *Controller) takePending(fail error) []*cmd {
 		q.mu.Unlock()
 	}
 	return kept
+}
+
+// failoverPending gives the multipath commands kept on the queues back to
+// their heads (the association they waited for is gone).
+func (c *Controller) failoverPending() {
+	var out []*cmd
+	for _, q := range c.ioq {
+		q.mu.Lock()
+		kept := q.pending[:0]
+		for _, m := range q.pending {
+			if m.req.failover {
+				m.move(cmdPending, cmdHeld)
+				out = append(out, m)
+			} else {
+				kept = append(kept, m)
+			}
+		}
+		clear(q.pending[len(kept):])
+		q.pending = kept
+		q.mu.Unlock()
+	}
+	for _, m := range out {
+		c.retire(m, ErrPathDown)
+	}
 }
 
 // resubmitPending sends again the commands kept while no association was

@@ -68,7 +68,20 @@ type Request struct {
 	mu      perfcount.Mutex
 	err     error
 	pending atomic.Int32
+
+	// Multipath (Head.Submit): failover makes a path error come back to
+	// the head instead of being retried on the same controller
+	// (REQ_NVME_MPATH); the head saves the caller's Done and the path.
+	failover bool
+	mpDone   func(*Request)
+	mpHead   *Head
+	mpPath   *Path
+	lastPath *Path
 }
+
+// Path returns the path whose completion ended a request submitted
+// through a Head (valid in Done; nil for a Namespace's request).
+func (r *Request) Path() *Path { return r.lastPath }
 
 // chunkDone records the result of one command of r; the last one calls
 // Done.

@@ -184,6 +184,9 @@ func (c *Controller) identifyNS(ctx context.Context, a *association, nsid uint32
 // reports it.
 func (c *Controller) startAER(a *association) {
 	mask := a.id.OAES() & (nvmeof.AECNSAttr | nvmeof.AECDiscoveryChange)
+	if a.id.CMIC()&nvmeof.CMICANA != 0 {
+		mask |= a.id.OAES() & nvmeof.AECANAChange // nvme_enable_aen: NVME_AEN_CFG_ANA_CHANGE
+	}
 	if mask == 0 {
 		return
 	}

@@ -342,6 +342,7 @@ func (r *ConnRequest) Accept(qp *QP, privateData []byte) error {
 	// The QP owns the admission entry from here (it releases it when it
 	// ends); an eviction now fails the QP.
 	r.adm.attach(qp)
+	qp.mpaRequest, qp.mpaReply = r.req.Append(nil), rep.Append(nil)
 	if err := qp.start(r.conn, r.cfg, neg, true, r.PrivateData); err != nil {
 		return fail(err)
 	}
@@ -424,6 +425,7 @@ func Dial(ctx context.Context, network, address string, qp *QP, privateData []by
 		return fail(ctx.Err())
 	}
 	_ = conn.SetDeadline(time.Time{})
+	qp.mpaRequest, qp.mpaReply = req.Append(nil), rep.Append(nil)
 	if err := qp.start(conn, &c, neg, false, rep.PrivateData); err != nil {
 		conn.Close()
 		return err

@@ -92,6 +92,14 @@ type EngineStats struct {
 	PayloadCopied, PayloadDirect uint64
 	// Writes is the number of write system calls' worth of batches.
 	Batches uint64
+	// CRCErrors counts FPDUs received with a bad MPA CRC (RFC 5044 §8;
+	// the first one ends the connection with a Terminate).
+	CRCErrors uint64
+	// TerminateSent and TerminateReceived say whether a Terminate was sent
+	// or received (RFC 5040 §5.3; at most one each per QP), with its
+	// cause: layer<<12 | error type<<8 | error code (RFC 5040 §7.1).
+	TerminateSent, TerminateReceived           bool
+	TerminateSentCause, TerminateReceivedCause uint16
 }
 
 // engineClock holds what the timers need: progress counters sampled at

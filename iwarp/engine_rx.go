@@ -201,6 +201,7 @@ func (e *engine) rxEnd() error {
 	if e.neg.crc {
 		crc := wire.CRCUpdate(r.crc, r.trl[:pad])
 		if got := wire.GetCRC(r.trl[pad:r.trlNeed]); got != crc {
+			e.stats.CRCErrors++
 			return termErr(wire.CauseLLPCRC, "CRC %08x, computed %08x", got, crc)
 		}
 	}
@@ -371,9 +372,12 @@ func (e *engine) rxComplete(h *wire.Header, payload []byte) error {
 
 	case wire.OpTerminate:
 		t, siw, err := wire.DecodeTerminateAny(payload)
+		e.stats.TerminateReceived = true
 		if err != nil {
+			e.stats.TerminateReceivedCause = uint16(wire.CauseRDMAPOperationUnspecific)
 			return &TerminateError{Remote: true, Cause: wire.CauseRDMAPOperationUnspecific, Msg: "undecodable terminate"}
 		}
+		e.stats.TerminateReceivedCause = uint16(t.Cause)
 		return &TerminateError{Remote: true, Cause: t.Cause, SIWLayout: siw}
 	}
 	return nil

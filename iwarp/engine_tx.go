@@ -481,5 +481,6 @@ func (e *engine) terminateFrame(buf []byte) []byte {
 	if e.neg.crc {
 		wire.PutCRC(fr[len(fr)-wire.CRCLen:], wire.CRC(fr[:len(fr)-wire.CRCLen]))
 	}
+	e.stats.TerminateSent, e.stats.TerminateSentCause = true, uint16(te.Cause)
 	return fr
 }

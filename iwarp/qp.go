@@ -116,6 +116,12 @@ type QP struct {
 
 	rx rxDriver // the receive loop's
 	tx txDriver // the writer's (whoever holds engine.tx.owner)
+
+	// tap sees the connection's bytes (wire traces; nil: none).
+	tap tapPointer
+	// mpaRequest and mpaReply are the MPA frames of the connection's
+	// establishment (RFC 5044 §7.1), for wire traces; set before start.
+	mpaRequest, mpaReply []byte
 }
 
 // NewQP creates an idle queue pair. Post receives on it before it connects

@@ -34,6 +34,11 @@ type rxDriver struct {
 	readN  int
 	rerr   error
 	spin   time.Duration
+
+	// tap: the tap sees reads; boundary: the engine was at an FPDU
+	// boundary after the last read (a tap may start with the next).
+	tap      tapState
+	boundary bool
 }
 
 func (r *rxDriver) init(qp *QP) {
@@ -42,6 +47,7 @@ func (r *rxDriver) init(qp *QP) {
 	r.wcs = make([]WC, 0, 16)
 	r.readFn = qp.doRead
 	r.spin = qp.cfg.BusyPoll
+	r.boundary = true
 }
 
 // doRead is the RawConn read callback: one readv into the prepared iovecs.
@@ -133,6 +139,14 @@ func (qp *QP) rxLoop() {
 			}
 		}
 		if n > 0 {
+			if tb := qp.tap.Load(); tb != nil {
+				if r.tap.on || (r.boundary && direct == 0) {
+					r.tap.on = true
+					tb.t.TapRx(r.place[:direct], r.buf[:n-direct])
+				}
+			} else {
+				r.tap.on = false
+			}
 			qp.mu.Lock()
 			qp.e.rxBusy = true
 			if direct > 0 {
@@ -140,6 +154,7 @@ func (qp *QP) rxLoop() {
 			}
 			_, place, perr := qp.e.rxConsume(r.buf[:n-direct])
 			r.place = place
+			r.boundary = !qp.e.rx.midFrame()
 			r.wcs = qp.takeOut(r.wcs)
 			qp.syncState()
 			a := qp.takeActions()

@@ -22,6 +22,7 @@ type txDriver struct {
 	werr    error
 	wcs     []WC
 	term    [256]byte
+	tap     tapState // the tap sees writes (from a batch's start on)
 }
 
 func (t *txDriver) init(qp *QP) {
@@ -77,9 +78,19 @@ func (qp *QP) writeLocked(who writer) {
 			return
 		}
 		t.iov, t.off = iov, qp.e.txOffset()
+		off := t.off
+		tb := qp.tap.Load()
+		if tb == nil {
+			t.tap.on = false
+		} else if qp.e.txAtBatchStart() {
+			t.tap.on = true
+		}
 		qp.mu.Unlock()
 
 		n, full, err := qp.writev(blocking)
+		if tb != nil && t.tap.on && n > 0 {
+			tb.t.TapTx(iov, off, n) // (writev advances t.iov and t.off)
+		}
 
 		qp.mu.Lock()
 		if n > 0 {
@@ -210,8 +221,12 @@ func (qp *QP) txLoop() {
 			fr := qp.e.terminateFrame(qp.tx.term[:0])
 			qp.mu.Unlock()
 			if fr != nil {
-				if _, err := qp.conn.Write(fr); err != nil {
+				n, err := qp.conn.Write(fr)
+				if err != nil {
 					qp.log.Debug("iwarp: terminate not sent", zap.Error(err))
+				}
+				if tb := qp.tap.Load(); tb != nil && qp.tx.tap.on && n > 0 {
+					tb.t.TapTx([][]byte{fr}, 0, n)
 				}
 			}
 			_ = qp.conn.CloseWrite()

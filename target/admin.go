@@ -25,6 +25,11 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 		q.respond(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
 		return
 	}
+	if !q.authorized() {
+		// nvmet_check_ctrl_status: "qid 0 not authenticated".
+		q.respond(r, nvmeof.StatusAuthRequired|nvmeof.StatusDNR)
+		return
+	}
 	op := sqe.Opcode()
 	// Commands without data must not carry any (nvmet_check_transfer_len).
 	// (Set Features may carry any: nvmet_check_data_len_lte(req, 0).)
@@ -67,8 +72,8 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 	}
 }
 
-// handleFabrics serves Property Get and Property Set on the admin queue.
-// Connect on a connected queue, the authentication commands and anything
+// handleFabrics serves Property Get, Property Set and the authentication
+// commands on the admin queue. Connect on a connected queue and anything
 // else are unknown capsule types (nvmet_parse_fabrics_admin_cmd).
 func (c *controller) handleFabrics(q *queue, r *rdma.Request) {
 	sqe := r.SQE()
@@ -89,6 +94,8 @@ func (c *controller) handleFabrics(q *queue, r *rdma.Request) {
 		}
 		ps := sqe.PropertySetCmd()
 		q.respond(r, c.propertySet(ps.Attrib()&1 != 0, ps.Offset(), ps.Value()))
+	case nvmeof.FCTypeAuthSend, nvmeof.FCTypeAuthReceive:
+		q.handleAuth(c, r)
 	default:
 		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
 	}
@@ -122,7 +129,7 @@ func (c *controller) identify(q *queue, r *rdma.Request) {
 			st = nvmeof.StatusInvalidNamespace | nvmeof.StatusDNR
 			break
 		}
-		if ns := tab.byID[nsid]; ns != nil && ns.online() {
+		if ns := tab.byID[nsid]; ns != nil && ns.online() && ns.visibleTo(c.hostNQN) {
 			ns.identify((*nvmeof.IdentifyNamespace)(d))
 		}
 	case nvmeof.CNSController:
@@ -135,9 +142,9 @@ func (c *controller) identify(q *queue, r *rdma.Request) {
 		if cmd.CNS() == nvmeof.CNSCSActiveNSList && cmd.CSI() != nvmeof.CSINVM {
 			break // no namespace of another command set: an empty list
 		}
-		nvmeof.EncodeNSList(d, tab.active, nsid)
+		nvmeof.EncodeNSList(d, c.activeNS(tab), nsid)
 	case nvmeof.CNSNSDescList:
-		ns, lst := tab.lookup(nsid)
+		ns, lst := c.lookupNS(tab, nsid)
 		if lst != nvmeof.StatusSuccess {
 			st = lst
 			break
@@ -147,7 +154,7 @@ func (c *controller) identify(q *queue, r *rdma.Request) {
 		}
 		ns.put()
 	case nvmeof.CNSCSNamespace:
-		ns, lst := tab.lookup(nsid)
+		ns, lst := c.lookupNS(tab, nsid)
 		if lst != nvmeof.StatusSuccess {
 			st = lst
 			break
@@ -164,7 +171,7 @@ func (c *controller) identify(q *queue, r *rdma.Request) {
 		}
 		// nvmet answers zeroes: no NVM command set limits.
 	case nvmeof.CNSNSIndependent:
-		ns, lst := tab.lookup(nsid)
+		ns, lst := c.lookupNS(tab, nsid)
 		if lst != nvmeof.StatusSuccess {
 			st = lst
 			break

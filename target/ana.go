@@ -98,7 +98,7 @@ func (c *controller) anaLog(rgo bool) []byte {
 	tab := c.sub.ns.Load()
 	members := map[uint32][]uint32{}
 	groups := []uint32{DefaultANAGroup}
-	for _, id := range tab.active {
+	for _, id := range c.activeNS(tab) {
 		ns := tab.byID[id]
 		g := ns.cfg.ANAGroup
 		members[g] = append(members[g], id)
@@ -122,6 +122,13 @@ func (c *controller) anaLog(rgo bool) []byte {
 	return page
 }
 
+// anaLogMaxSize is the largest ANA log the controller may return, as a
+// host computes it from Identify Controller (nvme_get_ana_log_len): the
+// header, NANAGRPID group descriptors and MNAN NSIDs.
+func (c *controller) anaLogMaxSize() int {
+	return nvmeof.ANALogHeaderSize + MaxANAGroup*nvmeof.ANAGroupDescSize + 4*int(c.sub.cfg.Load().MaxNamespaces)
+}
+
 // setANA publishes a port's ANA states; it reports whether any changed.
 func (p *port) setANA(pc *PortConfig) bool {
 	nv := newANAView(pc)
@@ -141,4 +148,18 @@ func (s *server) anaChanged(p *port, pc *PortConfig) {
 		}
 	}
 	s.log.Info("ANA states changed", zap.Uint16("port_id", p.id), zap.Any("ana_groups", pc.ANAGroups), zap.Int("controllers_notified", n))
+}
+
+// anaGroupsMoved tells every controller of sub that its ANA log changed
+// because a namespace moved to another ANA group (nvmet raises
+// NVME_AEN_CFG_ANA_CHANGE when a namespace's ana_grpid changes:
+// nvmet_ns_ana_grpid_store).
+func (s *server) anaGroupsMoved(sub *subsystem) {
+	s.anaChange.Add(1)
+	n := 0
+	for _, c := range sub.controllers() {
+		c.event(nvmeof.AENANAChange, nvmeof.AECANAChange)
+		n++
+	}
+	s.log.Info("ANA groups of namespaces changed", zap.String("subsystem", sub.nqn), zap.Int("controllers_notified", n))
 }

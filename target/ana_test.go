@@ -3,8 +3,10 @@ package target
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // anaConfig is one subsystem with namespaces 1 (group 1) and 2 (group 2)
@@ -164,5 +166,94 @@ func TestANAConfigValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.groups, err, tc.field)
 		}
+	}
+}
+
+// TestANAGroupMovedByReload: a reload that moves a namespace to another
+// ANA group raises an ANA Change notice on every controller of the
+// subsystem (nvmet_ns_ana_grpid_store), and the log lists it in its new
+// group with that group's state on the port.
+func TestANAGroupMovedByReload(t *testing.T) {
+	cfg := anaConfig(t, "inaccessible")
+	s := startServer(t, cfg)
+	h1 := mustConnect(t, portAddr(s, 1), testSubNQN)
+	h1.setup(1)
+	h2 := mustConnect(t, portAddr(s, 2), testSubNQN)
+	h2.setup(1)
+	for _, h := range []*host{h1, h2} {
+		if _, err := h.setFeature(nvmeof.FeatAsyncEventConfig, nvmeof.AECANAChange|nvmeof.AECNSAttr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev1, ev2 := h1.aer(), h2.aer()
+	cfg.Subsystems[0].Namespaces[1].ANAGroup = 1 // namespace 2 joins group 1
+	reload(t, s, cfg)
+	for i, ev := range []<-chan *rdma.HostRequest{ev1, ev2} {
+		waitANAChange(t, []*host{h1, h2}[i], ev)
+	}
+	if st, ids := groupState(h2.anaLog(false), 1); st != nvmeof.ANAInaccessible || len(ids) != 2 {
+		t.Fatalf("port 2 group 1 after the move: %v %v", st, ids)
+	}
+	data := make([]byte, 4096)
+	wantStatus(t, "namespace 2 in group 1 on port 2", do(t, h2.io[0], rw(false, 2, 0, data, 512)), nvmeof.StatusANAInaccessible)
+}
+
+// waitANAChange waits for an ANA Change notice on h, reading the Changed
+// Namespace List of a Namespace Attribute Changed notice that comes first
+// (the namespace was reopened) and asking for the next event.
+func waitANAChange(t *testing.T, h *host, ch <-chan *rdma.HostRequest) {
+	t.Helper()
+	for range 2 {
+		var r *rdma.HostRequest
+		select {
+		case r = <-ch:
+		case <-time.After(hang):
+			t.Fatal("no ANA Change notice")
+		}
+		if err := r.Status(); err != nil {
+			t.Fatalf("AER: %v", err)
+		}
+		switch got := nvmeof.AEN(r.CQE.Result()); got {
+		case nvmeof.AENANAChange:
+			return
+		case nvmeof.AENNSAttrChanged:
+			h.changedNS()
+			ch = h.aer()
+		default:
+			t.Fatalf("AEN %#x", uint32(got))
+		}
+	}
+	t.Fatal("no ANA Change notice")
+}
+
+// TestANALogInPieces: nvme ana-log (libnvme) sizes the ANA log by its
+// maximum (header, NANAGRPID descriptors, MNAN NSIDs) and reads it in 4 KiB
+// pieces at increasing offsets: every piece is served (zeroes past the
+// groups), the first holds the log, and an offset past the maximum size is
+// refused.
+func TestANALogInPieces(t *testing.T) {
+	s := startServer(t, anaConfig(t, "inaccessible"))
+	h := mustConnect(t, portAddr(s, 2), testSubNQN)
+	h.setup(1)
+	id := h.identifyController()
+	size := nvmeof.ANALogHeaderSize + int(id.NANAGRPID())*nvmeof.ANAGroupDescSize + 4*int(id.MNAN())
+	all := make([]byte, 0, size)
+	for off := 0; off < size; off += 4096 {
+		n := min(4096, size-off)
+		b, err := h.getLog(nvmeof.LIDANA, nvmeof.NSIDAll, uint64(off), n)
+		if err != nil {
+			t.Fatalf("ANA log piece at %d: %v", off, err)
+		}
+		all = append(all, b...)
+	}
+	l, err := nvmeof.ParseANALog(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ids := groupState(l, 1); st != nvmeof.ANAInaccessible || len(ids) != 1 {
+		t.Fatalf("group 1: %v %v", st, ids)
+	}
+	if _, err := h.getLog(nvmeof.LIDANA, nvmeof.NSIDAll, uint64(size+4096), 4096); err == nil {
+		t.Fatal("an offset past the log's maximum size was served")
 	}
 }

@@ -128,7 +128,8 @@ func TestBadConnect(t *testing.T) {
 		auth.SetFCType(nvmeof.FCTypeAuthSend)
 		auth.SGL1().SetNull()
 		cqe, err = r.send(auth[:])
-		wantCQE(t, "authentication send", cqe, err, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR, 0)
+		// SECP 0: refused before any data moves (nvmet_execute_auth_send).
+		wantCQE(t, "authentication send", cqe, err, nvmeof.StatusInvalidField|nvmeof.StatusDNR, 0)
 
 		// I/O queues of that controller: wrong CNTLID, wrong host, QID
 		// beyond the limit, twice the same QID.

@@ -20,8 +20,9 @@ const MemoryBackendShare = 0.75
 // complete it; c is not modified), without creating, writing or locking
 // anything: the file or block device of every enabled namespace
 // (backend.Config.Check: paths, device types, sizes against the file or
-// device) and the memory namespaces together against MemoryBackendShare of
-// the physical memory. It returns nil or a *ValidationError whose problems
+// device), the memory namespaces together against MemoryBackendShare of
+// the physical memory, and the hosts' DH-HMAC-CHAP key files (present,
+// private, holding a secret). It returns nil or a *ValidationError whose problems
 // name the field ("subsystems[0].namespaces[1].backend.path"). Call it on a
 // configuration that Validate accepts.
 func (c *Config) Check() error {
@@ -67,6 +68,14 @@ func (c *Config) Check() error {
 				humanSize(memTotal), humanSize(limit), humanSize(phys))
 		}
 	}
+	// The hosts' key files: readable, private, holding a secret.
+	if _, err := loadAuthKeys(d); err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			v.problems = append(v.problems, ve.Problems...)
+		}
+	}
+	d.Metrics.check(&v, "metrics")
 	if len(v.problems) == 0 {
 		return nil
 	}

@@ -118,6 +118,7 @@ func Defaults() *Config {
 // transport and tuning. It does not invent ports, subsystems or namespaces
 // and leaves values it cannot default (NQNs, addresses, backends) alone.
 func (c *Config) ApplyDefaults() {
+	c.Metrics.applyDefaults()
 	used := map[uint16]bool{}
 	for _, p := range c.Ports {
 		used[p.ID] = true

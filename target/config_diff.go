@@ -33,8 +33,10 @@ type ConfigDiff struct {
 	// the new or only in the old configuration.
 	HostsAdded   []HostConfig
 	HostsRemoved []HostConfig
-	// HostsChanged are the NQNs of known hosts whose description changed.
+	// HostsChanged are the NQNs of known hosts whose settings changed
+	// (description, dhchap_*); HostFields has the changed keys of each.
 	HostsChanged []string
+	HostFields   map[string][]string
 
 	// TransportChanged and TuningChanged name the settings that changed,
 	// e.g. "transport.crc", "tuning.max_io_queues". They apply to new
@@ -186,6 +188,10 @@ func Diff(old, new *Config) *ConfigDiff {
 			d.HostsRemoved = append(d.HostsRemoved, *oldHosts[nqn])
 		case *n != *oldHosts[nqn]:
 			d.HostsChanged = append(d.HostsChanged, nqn)
+			if d.HostFields == nil {
+				d.HostFields = map[string][]string{}
+			}
+			d.HostFields[nqn] = changedFields("", reflect.ValueOf(*oldHosts[nqn]), reflect.ValueOf(*n))
 		}
 	}
 	for _, nqn := range sortedKeys(newHosts) {
@@ -222,7 +228,12 @@ func diffSubsystem(o, n *SubsystemConfig) (SubsystemChange, bool) {
 			sc.NamespacesRemoved = append(sc.NamespacesRemoved, *on)
 			continue
 		}
-		if fields := changedFields("", reflect.ValueOf(*on), reflect.ValueOf(*nn)); len(fields) > 0 {
+		fields := changedFields("", reflect.ValueOf(*on), reflect.ValueOf(*nn))
+		if a, r := stringSetDiff(on.Hosts, nn.Hosts); len(a)+len(r) == 0 {
+			// A set: a reordering, or [] for none, is no change.
+			fields = slices.DeleteFunc(fields, func(f string) bool { return f == "hosts" })
+		}
+		if len(fields) > 0 {
 			sc.NamespacesChanged = append(sc.NamespacesChanged, NamespaceChange{NSID: id, Old: *on, New: *nn, Fields: fields})
 		}
 	}
@@ -356,7 +367,7 @@ func (d *ConfigDiff) Summary() []string {
 		s = append(s, fmt.Sprintf("host %s removed", h.NQN))
 	}
 	for _, h := range d.HostsChanged {
-		s = append(s, fmt.Sprintf("host %s changed: description", h))
+		s = append(s, fmt.Sprintf("host %s changed: %s", h, strings.Join(d.HostFields[h], ", ")))
 	}
 	if len(d.TransportChanged) > 0 {
 		s = append(s, "transport changed: "+strings.Join(d.TransportChanged, ", "))

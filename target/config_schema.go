@@ -57,6 +57,8 @@ type Config struct {
 	// Limits caps what hosts (and anything that reaches a port) can make
 	// the target hold.
 	Limits LimitsConfig `mapstructure:"limits"`
+	// Metrics is the Prometheus endpoint (off unless configured).
+	Metrics MetricsConfig `mapstructure:"metrics"`
 }
 
 // PortConfig is a listener: one TCP address serving a set of subsystems and
@@ -92,6 +94,11 @@ type PortConfig struct {
 	// Referrals are other discovery services listed in this port's
 	// discovery log.
 	Referrals []ReferralConfig `mapstructure:"referrals"`
+	// AuthRequired makes every host connecting through this port to an
+	// NVM subsystem authenticate (DH-HMAC-CHAP), whether or not the
+	// subsystem requires it; a host without a dhchap_key cannot connect
+	// here. Discovery is never authenticated.
+	AuthRequired bool `mapstructure:"auth_required"`
 	// ANAGroups sets the ANA state of groups as seen through this port
 	// (nvmetcli ports[].ana_groups); a group not listed is optimized.
 	// Several ports (or several nvmetd processes) serving one subsystem
@@ -148,6 +155,11 @@ type SubsystemConfig struct {
 	// 1 and 0xFFEF.
 	CNTLIDMin uint16 `mapstructure:"cntlid_min"`
 	CNTLIDMax uint16 `mapstructure:"cntlid_max"`
+	// AuthRequired makes every host authenticate (DH-HMAC-CHAP) before
+	// it may use the subsystem; a host without a dhchap_key (hosts[]) then
+	// cannot connect. A host with a dhchap_key always authenticates, as
+	// with nvmet.
+	AuthRequired bool `mapstructure:"auth_required"`
 	// Namespaces are the subsystem's namespaces.
 	Namespaces []NamespaceConfig `mapstructure:"namespaces"`
 }
@@ -177,6 +189,11 @@ type NamespaceConfig struct {
 	// IOWorkers, when positive, gives the namespace a dedicated pool of that
 	// many backend workers instead of the shared Tuning.IOWorkers pool.
 	IOWorkers int `mapstructure:"io_workers"`
+	// Hosts, when not empty, limits the namespace to these host NQNs
+	// (SPDK nvmf_ns_add_host): other hosts of the subsystem neither see it
+	// in the active namespace lists nor can address it (Invalid
+	// Namespace). Empty: every host of the subsystem sees it.
+	Hosts []string `mapstructure:"hosts"`
 }
 
 // BackendConfig is the configuration file form of backend.Config: the size
@@ -234,6 +251,25 @@ type HostConfig struct {
 	NQN string `mapstructure:"nqn"`
 	// Description is free text shown in status and logs.
 	Description string `mapstructure:"description"`
+	// DHCHAPKey is the host's DH-HMAC-CHAP secret (nvmet dhchap_key):
+	// "DHHC-1:<hh>:<base64>:" as nvme gen-dhchap-key prints it, or
+	// "file:/path" of a file holding it that only its owner may read
+	// (like ssh, a group- or world-readable file is refused). A host with
+	// a key must authenticate on every queue. The file is read again on
+	// every reload; keys rotated by a reload apply from the host's next
+	// authentication, authenticated hosts stay connected.
+	DHCHAPKey string `mapstructure:"dhchap_key"`
+	// DHCHAPCtrlKey is the controller's secret for this host (nvmet
+	// dhchap_ctrl_key), literal or file: as DHCHAPKey: with it the target
+	// can answer a host that authenticates the controller too
+	// (bidirectional authentication). Needs DHCHAPKey.
+	DHCHAPCtrlKey string `mapstructure:"dhchap_ctrl_key"`
+	// DHCHAPHash is the preferred hash: "hmac(sha256)" (default),
+	// "hmac(sha384)" or "hmac(sha512)" (also "sha256" and the like).
+	DHCHAPHash string `mapstructure:"dhchap_hash"`
+	// DHCHAPDHGroup is the DH group: "null" (default, no key exchange),
+	// "ffdhe2048", "ffdhe3072", "ffdhe4096", "ffdhe6144" or "ffdhe8192".
+	DHCHAPDHGroup string `mapstructure:"dhchap_dhgroup"`
 }
 
 // TransportConfig configures the iWARP engine under every port.
@@ -323,6 +359,7 @@ func (c *Config) Clone() *Config {
 	for i := range d.Ports {
 		d.Ports[i].Subsystems = cloneSlice(d.Ports[i].Subsystems)
 		d.Ports[i].Referrals = cloneSlice(d.Ports[i].Referrals)
+		d.Ports[i].ANAGroups = cloneSlice(d.Ports[i].ANAGroups)
 	}
 	d.Subsystems = cloneSlice(c.Subsystems)
 	for i := range d.Subsystems {
@@ -330,6 +367,7 @@ func (c *Config) Clone() *Config {
 		s.AllowedHosts = cloneSlice(s.AllowedHosts)
 		s.Namespaces = cloneSlice(s.Namespaces)
 		for j := range s.Namespaces {
+			s.Namespaces[j].Hosts = cloneSlice(s.Namespaces[j].Hosts)
 			if e := s.Namespaces[j].Enabled; e != nil {
 				v := *e
 				s.Namespaces[j].Enabled = &v

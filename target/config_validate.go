@@ -87,6 +87,7 @@ func (c *Config) Validate() error {
 	d.Transport.validate(&v, "transport")
 	d.Tuning.validate(&v, "tuning")
 	d.Limits.validate(&v, "limits")
+	d.Metrics.validate(&v, "metrics")
 	if len(v.problems) == 0 {
 		return nil
 	}
@@ -197,6 +198,19 @@ func (c *Config) validateSubsystems(v *validator) {
 				}
 			}
 			n.validate(v, np, ids)
+			seenHosts := map[string]int{}
+			for k, h := range n.Hosts {
+				hp := fmt.Sprintf("%s.hosts[%d]", np, k)
+				if err := nvmeof.ValidateNQN(h); err != nil {
+					v.addErr(hp, nqnReason(h, err), err)
+				} else if nvmeof.IsDiscoveryNQN(h) {
+					v.add(hp, "%q is the discovery NQN, not a host NQN", h)
+				} else if d, dup := seenHosts[h]; dup {
+					v.add(hp, "%q is also hosts[%d]", h, d)
+				} else {
+					seenHosts[h] = k
+				}
+			}
 		}
 	}
 }
@@ -406,6 +420,7 @@ func (c *Config) validateHosts(v *validator) {
 			continue
 		}
 		seen[h.NQN] = i
+		h.validateAuth(v, fmt.Sprintf("hosts[%d]", i))
 	}
 }
 
@@ -515,8 +530,21 @@ func (c *Config) Warnings() []string {
 			w = append(w, fmt.Sprintf("ports[%d] (%s) serves no subsystem, only discovery", i, p.ListenAddress()))
 		}
 	}
+	keyed := map[string]bool{}
+	for i := range c.Hosts {
+		if c.Hosts[i].DHCHAPKey != "" {
+			keyed[c.Hosts[i].NQN] = true
+		}
+	}
 	for i := range c.Subsystems {
 		s := &c.Subsystems[i]
+		if s.AuthRequired {
+			for _, h := range s.AllowedHosts {
+				if !keyed[h] {
+					w = append(w, fmt.Sprintf("subsystems[%d] (%s) requires authentication but allowed host %s has no dhchap_key in hosts: it cannot connect", i, s.NQN, h))
+				}
+			}
+		}
 		if !served[s.NQN] {
 			w = append(w, fmt.Sprintf("subsystems[%d] (%s) is served on no port", i, s.NQN))
 		}

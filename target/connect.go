@@ -68,6 +68,7 @@ func (q *queue) connectFailed(r *rdma.Request, why string, st nvmeof.Status, res
 		lf = append(lf, zap.String("host_nqn", host))
 	}
 	q.s.adm.Log(zap.WarnLevel, "connect_refused", "connect refused", lf...)
+	q.s.met.event(eventRefused, "", connectRefusedReason(st))
 	q.connectDone(r, st, result)
 }
 
@@ -130,10 +131,11 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		q.connectFailed(r, err.Error(), nvmeof.StatusConnectControllerBusy, 0, host)
 		return
 	}
+	k, required := s.hostAuth(sub, &pc, host)
 	c := &controller{
 		s: s, sub: sub, hostNQN: host, hostID: d.HostID(), port: q.port,
 		inline: pc.InlineDataSize, maxQueue: pc.MaxQueueSize, created: time.Now(),
-		io: newIORef(),
+		io: newIORef(), authRequired: required,
 	}
 	if conn := q.conn.Load(); conn != nil && conn.MaxTransferSize() >= 4096 {
 		c.mdts = uint8(bits.TrailingZeros(uint(conn.MaxTransferSize())) - 12)
@@ -159,20 +161,28 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		q.connectFailed(r, "no free controller ID", nvmeof.StatusConnectControllerBusy|nvmeof.StatusDNR, 0, host)
 		return
 	}
+	resp, err := q.setupAuth(c, k, required, 0)
+	if err != nil {
+		c.teardown("authentication setup failed")
+		s.hostUse.give(host, 0, 1)
+		q.connectFailed(r, err.Error(), nvmeof.StatusInternalError|nvmeof.StatusDNR, 0, host)
+		return
+	}
 	q.host = host
 	q.ctrl.Store(c)
-	lf := []zap.Field{zap.Uint16("port_id", q.port.id), zap.Bool("discovery", sub.disc),
+	lf := []zap.Field{zap.Uint16("port_id", q.port.id), zap.Bool("discovery", sub.disc), zap.Bool("auth_required", required),
 		zap.Duration("kato", kato), zap.Uint32("requested_kato_ms", cmd.KATO())}
 	if hc := s.cfg.Host(host); hc != nil && hc.Description != "" {
 		lf = append(lf, zap.String("host", hc.Description))
 	}
 	c.log.Info("controller created", lf...)
+	s.met.controllerCreated(sub.nqn, host)
 	if q.isClosed() {
 		// The connection ended while we were connecting it, and
 		// QueueClosed may not have seen the controller.
 		c.teardown("admin queue disconnected")
 	}
-	q.connectDone(r, nvmeof.StatusSuccess, uint32(nvmeof.NewConnectResponse(c.cntlid)))
+	q.connectDone(r, nvmeof.StatusSuccess, uint32(resp))
 }
 
 func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.ConnectData) {
@@ -180,6 +190,11 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 	host, subnqn := d.HostNQN(), d.SubNQN()
 	s.regMu.RLock()
 	sub := q.subsystemFor(subnqn)
+	var k *hostKeys
+	var required bool
+	if sub != nil {
+		k, required = s.hostAuth(sub, &q.port.cfg, host)
+	}
 	s.regMu.RUnlock()
 	if sub == nil {
 		q.connectFailed(r, "unknown subsystem "+subnqn, nvmeof.StatusConnectInvalidParameters|nvmeof.StatusDNR,
@@ -192,6 +207,9 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 			nvmeof.ConnectInvalidParamResult(true, nvmeof.ConnectDataOffCNTLID), host)
 		return
 	}
+	// An I/O queue of a controller that authenticated must authenticate
+	// too, whatever a reload changed since.
+	required = required || c.authRequired
 	qid := cmd.QID()
 	s.regMu.RLock()
 	lim := s.cfg.Limits
@@ -216,11 +234,18 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 		st, why = nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR, "queue already connected"
 	case !q.checkSQSize(cmd, c.maxQueue-1):
 		st, result, why = nvmeof.StatusConnectInvalidParameters|nvmeof.StatusDNR, nvmeof.ConnectInvalidParamResult(false, nvmeof.ConnectSQEOffSQSIZE), "SQSIZE beyond CAP.MQES"
-	default:
+	case !required:
 		c.queues[qid] = q
 		c.ioQueues++
 		c.ioSize = cmd.QueueSize()
+	default:
+		if c.unauth == nil {
+			c.unauth = map[*queue]bool{}
+		}
+		c.unauth[q] = true
 	}
+	// A queue that must authenticate takes its QID only once it has
+	// (installQueue): an unauthenticated peer cannot hold it.
 	c.mu.Unlock()
 	if st != nvmeof.StatusSuccess {
 		s.hostUse.give(host, 0, 1)
@@ -230,11 +255,17 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 		q.connectFailed(r, why, st, result, host)
 		return
 	}
+	resp, err := q.setupAuth(c, k, required, cmd.QueueSize())
+	if err != nil {
+		s.hostUse.give(host, 0, 1)
+		q.connectFailed(r, err.Error(), nvmeof.StatusInternalError|nvmeof.StatusDNR, 0, host)
+		return
+	}
 	q.host = host
 	q.ctrl.Store(c)
 	if q.isClosed() {
 		c.queueClosed(q)
 	}
-	c.log.Info("I/O queue connected", zap.Uint16("qid", qid), zap.Int("size", cmd.QueueSize()), zap.Stringer("queue_remote", q.remote))
-	q.connectDone(r, nvmeof.StatusSuccess, uint32(nvmeof.NewConnectResponse(c.cntlid)))
+	c.log.Info("I/O queue connected", zap.Uint16("qid", qid), zap.Int("size", cmd.QueueSize()), zap.Stringer("queue_remote", q.remote), zap.Bool("auth_required", required))
+	q.connectDone(r, nvmeof.StatusSuccess, uint32(resp))
 }

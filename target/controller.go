@@ -62,11 +62,17 @@ type controller struct {
 	// revoked is set when a reload disallows the host: from then on its
 	// I/O is refused (Access Denied) until the controller is torn down.
 	revoked atomic.Bool
+	// authRequired: the host had to authenticate the admin queue, so every
+	// I/O queue must authenticate too.
+	authRequired bool
 
 	mu perfcount.Mutex
 	cc nvmeof.CC
 	// queues by QID; queues[0] is the admin queue.
-	queues    []*queue
+	queues []*queue
+	// unauth are I/O queues connected but not yet authenticated: they
+	// hold no QID (auth.go), and go with the controller.
+	unauth    map[*queue]bool
 	maxQID    int // I/O queues allowed (Set Features Number of Queues)
 	ioQueues  int
 	ioSize    int  // size of the I/O queues connected
@@ -81,6 +87,8 @@ type controller struct {
 	errCount  uint64
 	// retired holds the counters of I/O queues that have closed.
 	retired IOCounters
+	// retiredMet sums the metrics of its I/O queues that have closed.
+	retiredMet cmdStats
 }
 
 // supportedAEC is what Set Features Asynchronous Event Configuration
@@ -216,6 +224,7 @@ func keepAliveTimeout(kato uint32, tun *TuningConfig, disc bool) time.Duration {
 // expired is the keep-alive timer's end: the host is gone, the controller
 // and all its queues are torn down.
 func (c *controller) expired() {
+	c.s.met.event(eventKeepAliveExpired, c.sub.nqn, "")
 	c.log.Warn("keep-alive timeout expired: tearing down the controller", zap.Duration("kato", c.ka.get()))
 	c.teardown("keep-alive timeout")
 }
@@ -228,6 +237,7 @@ func (c *controller) teardown(reason string) {
 	if c.dead.Swap(true) {
 		return
 	}
+	c.s.met.event(eventControllerEnded, c.sub.nqn, reasonLabel(reason))
 	c.ka.stop()
 	c.sub.removeController(c)
 	// Commands not yet at a backend are dropped from now on; a new
@@ -236,6 +246,9 @@ func (c *controller) teardown(reason string) {
 	c.s.hostUse.give(c.hostNQN, 1, 0)
 	c.mu.Lock()
 	queues := slices.Clone(c.queues)
+	for q := range c.unauth {
+		queues = append(queues, q)
+	}
 	aers := c.aers
 	c.aers = nil
 	c.csts.Store(0)
@@ -261,6 +274,7 @@ func (c *controller) queueClosed(q *queue) {
 		return
 	}
 	c.mu.Lock()
+	delete(c.unauth, q)
 	if int(q.qid) < len(c.queues) && c.queues[q.qid] == q {
 		c.queues[q.qid] = nil
 		c.ioQueues--

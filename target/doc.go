@@ -58,6 +58,16 @@
 //   - Errors: every failed command of a controller goes into its Error
 //     Information log and its status carries the More bit, as nvmet's.
 //     Backend errors map to NVMe status as the backend package documents.
+//   - Authentication (auth.go): DH-HMAC-CHAP of the admin queue and of
+//     every I/O queue of a host with a dhchap_key, or of every host where
+//     auth_required is set, by nvmeof/auth's Controller state machine, one
+//     per queue; ATR in the Connect response, Authentication Required for
+//     everything but Fabrics commands until the queue has authenticated, a
+//     per-queue deadline and transaction timeout, keys (literal or files)
+//     re-read by every reload. Stricter than nvmet where a forged host NQN
+//     could hurt the real host: see auth.go.
+//   - Namespace visibility (auth_visibility.go): a namespace that lists
+//     hosts does not exist for the other hosts of its subsystem.
 //
 // # Test hooks
 //

@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -17,13 +18,31 @@ func (q *queue) handleIO(ctrl *controller, c *command) {
 	r := c.r
 	sqe := r.SQE()
 	if sqe.IsFabrics() {
-		// Authentication Send/Receive are not supported; nothing else is
-		// valid on an I/O queue (nvmet_parse_fabrics_io_cmd).
+		// Authentication Send/Receive; nothing else is valid on an I/O
+		// queue (nvmet_parse_fabrics_io_cmd).
+		if sqe.IsAuth() {
+			q.handleAuth(ctrl, r)
+			return
+		}
 		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
+		return
+	}
+	if ctrl.dead.Load() {
+		// The controller is being torn down (keep-alive expiry, a lost
+		// admin queue) and its queues are closing: the host retries the
+		// command on its next association. Command Sequence Error with
+		// DNR, as for a disabled controller, would fail it for good (nvmet
+		// keeps CSTS.RDY until the last queue is gone, so it never
+		// answers that in this window).
+		q.respond(r, nvmeof.StatusAbortSQDeleted)
 		return
 	}
 	if !ctrl.ready() {
 		q.respond(r, nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR)
+		return
+	}
+	if !q.authorized() {
+		q.respond(r, nvmeof.StatusAuthRequired|nvmeof.StatusDNR)
 		return
 	}
 	if ctrl.revoked.Load() {
@@ -44,7 +63,7 @@ func (q *queue) handleIO(ctrl *controller, c *command) {
 		q.s.shared.push(c)
 		return
 	}
-	ns, st := ctrl.sub.ns.Load().lookup(nsid)
+	ns, st := ctrl.lookupNS(ctrl.sub.ns.Load(), nsid)
 	if st != nvmeof.StatusSuccess {
 		q.respond(r, st)
 		return
@@ -143,6 +162,7 @@ func (s *server) tryNowait(c *command) bool {
 	off := int64(sqe.RWCmd().SLBA() << ns.lbaShift)
 	var done bool
 	var err error
+	t0 := time.Now()
 	if op == nvmeof.NVMRead {
 		done, err = ns.nowait.TryReadAt(data, off)
 	} else {
@@ -152,6 +172,8 @@ func (s *server) tryNowait(c *command) bool {
 	if !done {
 		return false
 	}
+	t1 := time.Now()
+	ns.met.observe(op, t1.Sub(t0))
 	st := nvmeof.StatusSuccess
 	if op == nvmeof.NVMRead {
 		ns.readCmds.Add(1)
@@ -169,7 +191,7 @@ func (s *server) tryNowait(c *command) bool {
 		}
 	}
 	ns.put()
-	q.respond(r, st)
+	q.respondAt(r, st, t1)
 	return true
 }
 
@@ -193,17 +215,21 @@ func (s *server) execIO(c *command) {
 		return
 	}
 	var st nvmeof.Status
+	var t1 time.Time
 	switch c.kind {
 	case cmdFlushAll:
 		st = flushAll(ctrl.sub)
 	case cmdIO:
+		t0 := time.Now()
 		st = c.ns.exec(s, sqe, r.Data())
+		t1 = time.Now() // also the response's time (one clock read less)
+		c.ns.met.observe(sqe.Opcode(), t1.Sub(t0))
 		c.ns.put()
 	default:
 		st = nvmeof.StatusInternalError | nvmeof.StatusDNR
 	}
 	ctrl.io.put()
-	q.respond(r, st)
+	q.respondAt(r, st, t1)
 }
 
 // exec does the backend work of one command.

@@ -61,6 +61,13 @@ func (c *controller) getLogPage(q *queue, r *rdma.Request) {
 		page = log[:]
 	case lid == nvmeof.LIDANA && !c.sub.disc:
 		page = c.anaLog(cmd.LSP()&nvmeof.ANALSPRGO != 0)
+		// The host sizes the log by its maximum (header, NANAGRPID
+		// descriptors and MNAN NSIDs) and libnvme reads it in 4 KiB
+		// pieces at increasing offsets (nvme ana-log): every offset
+		// within that size is valid and reads zeroes past the groups.
+		if max := c.anaLogMaxSize(); len(page) < max {
+			page = append(page, make([]byte, max-len(page))...)
+		}
 		c.unmask(nvmeof.AECANAChange, cmd.RAE())
 	default:
 		st = nvmeof.StatusInvalidField | nvmeof.StatusDNR
@@ -97,11 +104,11 @@ func (c *controller) smartLog(log *nvmeof.SMARTLog, nsid uint32) nvmeof.Status {
 	tab := c.sub.ns.Load()
 	var list []*namespace
 	if nsid == 0 || nsid == nvmeof.NSIDAll {
-		for _, id := range tab.active {
+		for _, id := range c.activeNS(tab) {
 			list = append(list, tab.byID[id])
 		}
 	} else {
-		ns, st := tab.lookup(nsid)
+		ns, st := c.lookupNS(tab, nsid)
 		if st != nvmeof.StatusSuccess {
 			return st
 		}

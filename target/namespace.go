@@ -64,6 +64,8 @@ type namespace struct {
 	readBytes, writeBytes          atomic.Uint64
 	errors, mediaErrors            atomic.Uint64
 	busySeconds                    atomic.Uint64
+	// met: backend latency for the metrics.
+	met nsStats
 
 	health atomic.Pointer[HealthStatus]
 	// devHealth is the last device-reported sample (for the SMART log).
@@ -311,6 +313,9 @@ func (ns *namespace) ioCounters() IOCounters {
 type nsTable struct {
 	byID   map[uint32]*namespace // every configured namespace
 	active []uint32              // online NSIDs, ascending
+	// restricted is set when a namespace is limited to some hosts
+	// (auth_visibility.go).
+	restricted bool
 }
 
 // lookup finds an online namespace and takes a reference on it, or returns
@@ -335,6 +340,7 @@ func newNSTable(list []*namespace) *nsTable {
 		t.byID[ns.nsid] = ns
 	}
 	t.active = t.activeIDs()
+	t.restricted = restrictedTable(t)
 	return t
 }
 

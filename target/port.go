@@ -151,6 +151,7 @@ func (p *port) accept(req *rdma.QueueRequest) {
 	s := p.s
 	q := newQueue(s, p, req)
 	if s.stopping.Load() || !p.addQueue(q) {
+		s.met.event(eventRefused, "", "port_closed")
 		_ = req.Reject(rdma.CMRejectNoResources)
 		return
 	}
@@ -159,6 +160,7 @@ func (p *port) accept(req *rdma.QueueRequest) {
 		p.removeQueue(q)
 		var rej *rdma.CMRejectError
 		if errors.As(err, &rej) {
+			s.met.event(eventRefused, "", "cm_reject")
 			s.adm.Log(zap.InfoLevel, "queue_refused", "queue refused", append(q.fields(), zap.Error(err))...)
 		} else {
 			s.adm.Log(zap.WarnLevel, "accept_failed", "queue accept failed", append(q.fields(), zap.Error(err))...)
@@ -166,6 +168,7 @@ func (p *port) accept(req *rdma.QueueRequest) {
 		return
 	}
 	q.conn.CompareAndSwap(nil, conn)
+	s.traceQueue(q)
 	s.log.Debug("queue connected", append(q.fields(), zap.Uint16("port_id", p.id), zap.Int("size", q.size))...)
 }
 

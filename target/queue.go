@@ -3,6 +3,7 @@ package target
 import (
 	"net"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -27,6 +28,9 @@ type queue struct {
 	// the accept or by the first command, whichever comes first.
 	conn atomic.Pointer[rdma.ControllerQueue]
 	ctrl atomic.Pointer[controller]
+	// auth is the queue's DH-HMAC-CHAP state (auth.go); nil when the
+	// queue need not and did not authenticate.
+	auth atomic.Pointer[queueAuth]
 
 	// cmds holds the state of the commands in execution, one entry per
 	// request context of the binding (rdma.Request.Index).
@@ -49,6 +53,11 @@ type queue struct {
 	parked []*rdma.Request
 
 	reads, writes, others, rbytes, wbytes, errs atomic.Uint64
+
+	// met counts commands for the metrics (metrics.go); folded is set,
+	// under metricsState.mu, once they were added to the totals.
+	met    cmdStats
+	folded bool
 }
 
 // command is the target's state of one command from its arrival to its
@@ -62,6 +71,9 @@ type command struct {
 	// ns is the namespace an NVM command runs on (cmdIO), with a
 	// reference held until it is executed or dropped.
 	ns *namespace
+	// start is when the capsule arrived (the command's latency runs from
+	// here to its response).
+	start time.Time
 }
 
 // cmdKind says what a command in execution is, for the continuations
@@ -73,6 +85,7 @@ const (
 	cmdConnect                 // a Connect whose data is being fetched
 	cmdIO                      // an NVM command on ns
 	cmdFlushAll                // a Flush of every namespace of the subsystem
+	cmdAuth                    // an Authentication Send whose data is being fetched
 )
 
 // newQueue makes the target's side of a queue the host asks for.
@@ -118,7 +131,7 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 		q.conn.CompareAndSwap(nil, r.Queue())
 	}
 	c := q.cmd(r)
-	c.r, c.kind, c.ns = r, cmdOther, nil
+	c.r, c.kind, c.ns, c.start = r, cmdOther, nil, time.Now()
 	if h := q.s.hooks; h != nil && !q.hookCommand(h, r) {
 		return
 	}
@@ -162,6 +175,8 @@ func (q *queue) DataReady(r *rdma.Request, err error) {
 		c.ns.submit(q.s, c)
 	case cmdConnect:
 		q.connectData(r)
+	case cmdAuth:
+		q.authSend(r)
 	default:
 		q.respond(r, nvmeof.StatusInternalError|nvmeof.StatusDNR)
 	}
@@ -170,6 +185,7 @@ func (q *queue) DataReady(r *rdma.Request, err error) {
 // QueueClosed is called once the connection has ended (rdma.Handler).
 func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 	q.conn.CompareAndSwap(nil, conn)
+	q.s.met.queueClosed(q, conn, q.ctrl.Load())
 	q.mu.Lock()
 	q.closed = true
 	parked := q.parked
@@ -188,6 +204,9 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 	} else {
 		q.s.log.Debug("queue disconnected", lf...)
 	}
+	if a := q.auth.Load(); a != nil {
+		a.closed()
+	}
 	if c != nil {
 		c.queueClosed(q)
 	}
@@ -200,7 +219,11 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 // respond completes a command: counters, the error log (with the More
 // bit, as nvmet), then the response capsule. Nothing of r may be used
 // after.
-func (q *queue) respond(r *rdma.Request, st nvmeof.Status) {
+func (q *queue) respond(r *rdma.Request, st nvmeof.Status) { q.respondAt(r, st, time.Time{}) }
+
+// respondAt is respond with the time the command ended (zero: now), for
+// its latency: a caller that has just read the clock passes it.
+func (q *queue) respondAt(r *rdma.Request, st nvmeof.Status, now time.Time) {
 	if h := q.s.hooks; h != nil {
 		st = q.hookResponse(h, r, st)
 	}
@@ -228,7 +251,12 @@ func (q *queue) respond(r *rdma.Request, st nvmeof.Status) {
 	} else {
 		q.others.Add(1)
 	}
-	q.cmd(r).ns = nil // the reference was put by whoever ran the command
+	c := q.cmd(r)
+	c.ns = nil // the reference was put by whoever ran the command
+	if now.IsZero() {
+		now = time.Now()
+	}
+	q.met.record(classifyOp(q.qid, sqe), classifyStatus(st), len(r.Data()), now.Sub(c.start), true)
 	r.Complete(st)
 	q.inflight.Add(-1)
 }
@@ -245,6 +273,7 @@ func (q *queue) completeHeld(r *rdma.Request, st nvmeof.Status) {
 	if st == nvmeof.StatusSuccess {
 		q.others.Add(1)
 	}
+	q.met.record(classifyOp(q.qid, r.SQE()), classifyStatus(st), 0, 0, false)
 	r.Complete(st)
 }
 
@@ -309,6 +338,8 @@ func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
 		if err := r.Queue().Admit(); err != nil {
 			q.s.log.Warn("queue resources unavailable", append(q.fields(), zap.Error(err))...)
 			st = nvmeof.StatusInternalError
+		} else {
+			q.s.traceQueue(q)
 		}
 	}
 	if st != nvmeof.StatusSuccess {

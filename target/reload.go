@@ -90,6 +90,10 @@ type subPlan struct {
 	// sameStorage marks the NSIDs of open replacing an online namespace on
 	// the same storage (kind and path): opened with deferred claim.
 	sameStorage map[uint32]bool
+	// anaGroupMoved: a namespace changed ANA group, which changes the ANA
+	// log of every controller of the subsystem (an ANA Change notice on
+	// each, as nvmet_ns_ana_grpid_store does).
+	anaGroupMoved bool
 }
 
 // empty reports whether the plan changes nothing.
@@ -130,6 +134,9 @@ func planReload(old, nc *Config, failed, online map[nsKey]bool) *reloadPlan {
 				sp.remove = append(sp.remove, n.NSID)
 				sp.open = append(sp.open, n.New)
 				touched[n.NSID] = true
+				if n.Old.ANAGroup != n.New.ANAGroup {
+					sp.anaGroupMoved = true
+				}
 				if online[nsKey{sc.NQN, n.NSID}] && n.Old.Backend.Kind == n.New.Backend.Kind && n.Old.Backend.Path == n.New.Backend.Path &&
 					(n.New.Backend.Kind == string(backend.KindFile) || n.New.Backend.Kind == string(backend.KindBlock)) {
 					sp.sameStorage[n.NSID] = true
@@ -278,6 +285,14 @@ func (s *server) reload(nc *Config) error {
 		s.regMu.Unlock()
 		return nil
 	}
+	// Key files are read again on every reload (a rotated key may keep
+	// its file name); a key that cannot be read refuses the reload.
+	keys, err := loadAuthKeys(nc)
+	if err != nil {
+		s.log.Error("reload refused, nothing changed:\n  " + indentLines(err.Error()))
+		return fmt.Errorf("target: %w:\n%w", ErrReloadRefused, err)
+	}
+	defer func() { s.setAuthKeys(keys) }()
 	failed, online := s.namespaceStates()
 	p := planReload(s.cfg, nc, failed, online)
 	if p.empty() {
@@ -290,6 +305,7 @@ func (s *server) reload(nc *Config) error {
 	s.log.Info("reloading configuration", zap.Strings("changes", p.diff.Summary()))
 	pr, err := s.prepare(p)
 	if err != nil {
+		keys = *s.authKeys.Load()
 		s.log.Error("reload refused, nothing changed:\n  " + indentLines(err.Error()))
 		return fmt.Errorf("target: %w:\n%w", ErrReloadRefused, err)
 	}
@@ -446,6 +462,17 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 	}
 	for _, pt := range anaPorts {
 		s.anaChanged(pt, &pt.cfg)
+	}
+	for _, sp := range p.subs {
+		if !sp.anaGroupMoved {
+			continue
+		}
+		s.regMu.RLock()
+		sub := s.subsystems[sp.nqn]
+		s.regMu.RUnlock()
+		if sub != nil {
+			s.anaGroupsMoved(sub)
+		}
 	}
 	// Ports that go away take their connections along.
 	for _, pt := range portsToShut {

@@ -44,6 +44,9 @@ type server struct {
 	ports      map[uint16]*port
 	subsystems map[string]*subsystem
 	disc       *subsystem
+	// authKeys are the hosts' DH-HMAC-CHAP keys (config_auth.go),
+	// replaced by reloads.
+	authKeys atomic.Pointer[authKeys]
 
 	// anaChange is the ANA change count (CHGCNT of the ANA log), bumped on
 	// every ANA state change.
@@ -83,6 +86,11 @@ type server struct {
 	// hooks are the test hooks (SetTestHooks, before start; nil in
 	// production).
 	hooks *TestHooks
+
+	// met holds the metrics' totals and events (metrics.go).
+	met *metricsState
+	// traces is the wire trace (trace.go).
+	traces traceState
 }
 
 // Values of server.phase.
@@ -98,7 +106,7 @@ func newServer(cfg *Config, log *zap.Logger) *server {
 	return &server{
 		log: log, firmware: DefaultFirmwareRevision, cfg: cfg,
 		ports: map[uint16]*port{}, subsystems: map[string]*subsystem{}, disc: newDiscoverySubsystem(),
-		quit: make(chan struct{}), drainTimeout: DrainTimeout,
+		quit: make(chan struct{}), drainTimeout: DrainTimeout, met: newMetricsState(),
 	}
 }
 
@@ -110,6 +118,11 @@ func (s *server) start(ctx context.Context) error {
 		return errors.New("target: already started")
 	}
 	cfg := s.cfg
+	keys, err := loadAuthKeys(cfg)
+	if err != nil {
+		return fmt.Errorf("target: start: %w", err)
+	}
+	s.authKeys.Store(&keys)
 	s.shared = newWorkerPool(cfg.Tuning.IOWorkers, s.execIO)
 	s.adm = rdma.NewAdmission(admissionLimits(cfg), s.log)
 	s.startedAt = time.Now()

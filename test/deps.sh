@@ -9,8 +9,9 @@
 # filesystems over FUSE), nsenter, prlimit (test/hostile runs the daemon
 # with 512 file descriptors), fio (the FUSE+loop stress test),
 # systemd-analyze (the unit's verification), nvme-cli (DH-HMAC-CHAP keys
-# checked against nvme gen-dhchap-key/check-dhchap-key) and python3 (the
-# Linux reference peer of nvmeof/auth/testdata/linuxref.py). The lab VM's
+# checked against nvme gen-dhchap-key/check-dhchap-key), python3 (the
+# Linux reference peer of nvmeof/auth/testdata/linuxref.py) and tshark (wire
+# traces must dissect as iWARP and NVMe-oF). The lab VM's
 # own packages (qemu, the guest kernel) are installed by test/lab/setup.sh,
 # which the interop tests run; the Ceph packages (ceph-mon, ceph-osd,
 # ceph-common, librbd-dev, librados-dev) by test/ceph/cluster.sh, which make
@@ -21,7 +22,7 @@ need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 for tool in ip:iproute2 ss:iproute2 tcpdump:tcpdump losetup:mount mount:mount mkfs.ext4:e2fsprogs \
-	nsenter:util-linux prlimit:util-linux fio:fio systemd-analyze:systemd nvme:nvme-cli python3:python3; do
+	nsenter:util-linux prlimit:util-linux fio:fio systemd-analyze:systemd nvme:nvme-cli python3:python3 tshark:tshark; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 [ ${#need[@]} -gt 0 ] || exit 0

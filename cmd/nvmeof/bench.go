@@ -116,7 +116,7 @@ type benchIO struct {
 }
 
 type bench struct {
-	ns      *initiator.Namespace
+	ns      *initiator.Head
 	p       benchParams
 	bs      int64 // namespace block size
 	unit    int64 // verification unit: the namespace block
@@ -263,7 +263,7 @@ func (b *bench) done(io *benchIO, r *initiator.Request) {
 		b.wrBytes.Add(uint64(len(r.Data)))
 		b.markWritten(r.Offset, len(r.Data))
 	}
-	if b.stop.Load() || (r.Err != nil && errors.Is(r.Err, initiator.ErrControllerLost)) {
+	if b.stop.Load() || (r.Err != nil && (errors.Is(r.Err, initiator.ErrControllerLost) || errors.Is(r.Err, initiator.ErrNoPath))) {
 		b.active.Done()
 		return
 	}
@@ -275,13 +275,13 @@ func (b *bench) done(io *benchIO, r *initiator.Request) {
 
 // runBenchmark runs the load p on ns and reports each second through
 // progress.
-func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, progress func(string)) (*benchResult, error) {
+func runBenchmark(ctx context.Context, ns *initiator.Head, p benchParams, progress func(string)) (*benchResult, error) {
 	bs := int64(ns.BlockSize())
 	if p.BS <= 0 || int64(p.BS)%bs != 0 {
 		return nil, fmt.Errorf("bs %d is not a multiple of the %d-byte block", p.BS, bs)
 	}
-	if p.BS > ns.Controller().MaxTransferSize() {
-		return nil, fmt.Errorf("bs %d is larger than the controller's maximum transfer (%d)", p.BS, ns.Controller().MaxTransferSize())
+	if p.BS > ns.MaxTransferSize() {
+		return nil, fmt.Errorf("bs %d is larger than the controller's maximum transfer (%d)", p.BS, ns.MaxTransferSize())
 	}
 	if p.IODepth <= 0 {
 		p.IODepth = 1
@@ -338,7 +338,8 @@ func runBenchmark(ctx context.Context, ns *initiator.Namespace, p benchParams, p
 			return nil, err
 		}
 		el := time.Since(start)
-		return &benchResult{Params: p, Target: ns.Controller().Config().Address, Elapsed: el.Seconds(), CRC: ns.Controller().CRC(),
+		_, _, crc := queueInfo(ns)
+		return &benchResult{Params: p, Target: pathsOf(ns), Elapsed: el.Seconds(), CRC: crc,
 			Total: opStats{IOs: uint64(p.Size / int64(p.BS)), Bytes: uint64(p.Size), MiBps: float64(p.Size) / el.Seconds() / (1 << 20)}}, nil
 	}
 	if p.Verify && b.mix > 0 && !p.Prefilled {
@@ -424,8 +425,8 @@ loop:
 			b.noteErr(err)
 		}
 	}
-	nq, qs := ns.Controller().QueueCount()
-	res := &benchResult{Params: p, Target: ns.Controller().Config().Address, Queues: nq, QueueSize: qs, CRC: ns.Controller().CRC(), Elapsed: elapsed.Seconds(),
+	nq, qs, crc := queueInfo(ns)
+	res := &benchResult{Params: p, Target: pathsOf(ns), Queues: nq, QueueSize: qs, CRC: crc, Elapsed: elapsed.Seconds(),
 		Errors: b.errs.Load(), Verified: b.checked.Load(), VerifyErrors: b.bad.Load()}
 	res.CPUUser = tv(ru1.Utime) - tv(ru0.Utime)
 	res.CPUSys = tv(ru1.Stime) - tv(ru0.Stime)
@@ -471,7 +472,7 @@ func stats(h *hist, bytes uint64, el time.Duration) *opStats {
 
 // prefill writes the verification pattern over the region at the load's
 // queue depth.
-func prefill(ctx context.Context, ns *initiator.Namespace, b *bench) error {
+func prefill(ctx context.Context, ns *initiator.Head, b *bench) error {
 	return overRegion(ctx, ns, b, func(buf []byte, off int64) error {
 		b.pattern(buf, off)
 		_, err := ns.WriteAtContext(ctx, buf, off)
@@ -480,7 +481,7 @@ func prefill(ctx context.Context, ns *initiator.Namespace, b *bench) error {
 }
 
 // readBack reads the region and checks the blocks written.
-func readBack(ctx context.Context, ns *initiator.Namespace, b *bench) error {
+func readBack(ctx context.Context, ns *initiator.Head, b *bench) error {
 	return overRegion(ctx, ns, b, func(buf []byte, off int64) error {
 		if _, err := ns.ReadAtContext(ctx, buf, off); err != nil {
 			return err
@@ -492,8 +493,8 @@ func readBack(ctx context.Context, ns *initiator.Namespace, b *bench) error {
 
 // overRegion runs f over the region in pieces of up to 1 MiB from
 // IODepth goroutines.
-func overRegion(ctx context.Context, ns *initiator.Namespace, b *bench, f func([]byte, int64) error) error {
-	piece := int64(min(ns.Controller().MaxTransferSize(), 1<<20))
+func overRegion(ctx context.Context, ns *initiator.Head, b *bench, f func([]byte, int64) error) error {
+	piece := int64(min(ns.MaxTransferSize(), 1<<20))
 	piece -= piece % int64(b.p.BS)
 	if b.p.PrefillOnly {
 		piece = int64(b.p.BS)
@@ -625,14 +626,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "bench", err)
 		}
 		ctx := context.Background()
-		c, err := initiator.Connect(ctx, cfg)
-		if err != nil {
+		sub := initiator.NewSubsystem(cfg.SubNQN, initiator.MultipathConfig{Logger: cfg.Logger})
+		defer sub.Close(ctx)
+		if _, err := sub.AddPath(ctx, cfg); err != nil {
 			return fail(stderr, "bench", err)
 		}
-		defer c.Close(ctx)
-		ns := c.Namespace(p.NSID)
-		if p.NSID == 0 && len(c.Namespaces()) > 0 {
-			ns = c.Namespaces()[0]
+		ns := sub.Namespace(p.NSID)
+		if p.NSID == 0 && len(sub.Namespaces()) > 0 {
+			ns = sub.Namespaces()[0]
 			p.NSID = ns.NSID()
 		}
 		if ns == nil {
@@ -705,4 +706,23 @@ func report(w io.Writer, r *benchResult) {
 	if r.Errors > 0 || r.FirstError != "" {
 		fmt.Fprintf(w, "  errors: %d (first: %s)\n", r.Errors, r.FirstError)
 	}
+}
+
+// queueInfo is what the report says of the queues: those of ns's first
+// path (the load may use every path).
+func queueInfo(ns *initiator.Head) (nq, qs int, crc bool) {
+	if ps := ns.Subsystem().Paths(); len(ps) > 0 {
+		nq, qs = ps[0].Controller().QueueCount()
+		crc = ps[0].Controller().CRC()
+	}
+	return nq, qs, crc
+}
+
+// pathsOf names the addresses of ns's paths.
+func pathsOf(ns *initiator.Head) string {
+	var a []string
+	for _, p := range ns.Subsystem().Paths() {
+		a = append(a, p.Address())
+	}
+	return strings.Join(a, ",")
 }

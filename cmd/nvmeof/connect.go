@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -37,6 +39,13 @@ type connectOpts struct {
 	// page cache of the FUSE file).
 	fuseDirectIO bool
 	output       string
+	// metricsListen serves the controller's metrics (IP:port or
+	// unix:/path; "" off).
+	metricsListen string
+	// iopolicy and fastIOFailTmo are the subsystem's multipath settings
+	// (nvme-cli: the iopolicy sysfs attribute, --fast_io_fail_tmo).
+	iopolicy      string
+	fastIOFailTmo int
 }
 
 // connectOptsJSON carries connectOpts to the daemon.
@@ -56,13 +65,19 @@ type connectOptsJSON struct {
 	MKFS                                             bool
 	MountOpts                                        string
 	LoopDirectIO, FUSEDirectIO                       bool
+	// The secrets go to the daemon on its standard input, never on its
+	// command line (which every user can read).
+	DHCHAPSecret, DHCHAPCtrlSecret string `json:",omitempty"`
+	MetricsListen                  string
+	IOPolicy                       string
+	FastIOFailTmo                  int
 }
 
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
-		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen, o.iopolicy, o.fastIOFailTmo}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -70,9 +85,10 @@ func (j connectOptsJSON) opts() connectOpts {
 		fabrics: fabricsOpts{transport: j.Transport, traddr: j.Traddr, trsvcid: j.Trsvcid, nqn: j.NQN, hostnqn: j.HostNQN,
 			hostid: j.HostID, nrIOQueues: j.NrIOQueues, queueSize: j.QueueSize, keepAliveTmo: j.KeepAliveTmo,
 			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, maxFPDU: j.MaxFPDU, connTimeout: j.ConnectTimeout,
-			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer},
+			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer,
+			dhchapSecret: j.DHCHAPSecret, dhchapCtrlSecret: j.DHCHAPCtrlSecret},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
-		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO,
+		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO, metricsListen: j.MetricsListen, iopolicy: j.IOPolicy, fastIOFailTmo: j.FastIOFailTmo,
 	}
 }
 
@@ -87,6 +103,9 @@ func (o *connectOpts) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.loopDirectIO, "loop-direct-io", true, "the loop device does direct I/O on the FUSE file (losetup --direct-io)")
 	fs.BoolVar(&o.fuseDirectIO, "fuse-direct-io", true, "the FUSE device files bypass the page cache (FOPEN_DIRECT_IO)")
 	fs.StringVarP(&o.output, "output-format", "o", "normal", "output format: normal or json")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve the controller's Prometheus metrics on IP:port or unix:/path (per I/O queue: commands, bytes, in flight, latency)")
+	fs.StringVar(&o.iopolicy, "iopolicy", "", "multipath I/O policy of the subsystem: numa (first optimized path), round-robin or queue-depth (default numa; given with a path to a connected subsystem, it changes the policy)")
+	fs.IntVarP(&o.fastIOFailTmo, "fast-io-fail-tmo", "f", -1, "seconds a lost path may hold I/O before it fails when no other path is usable (-1: until ctrl-loss-tmo)")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory (default /run/nvmeof or $XDG_RUNTIME_DIR/nvmeof)")
 }
 
@@ -109,10 +128,38 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connect: %v\n", err)
 		return exitUsage
 	}
+	if _, err := initiator.ParseIOPolicy(o.iopolicy); err != nil {
+		fmt.Fprintf(stderr, "connect: %v\n", err)
+		return exitUsage
+	}
 	addr, _ := o.fabrics.address()
 	if dev := connectedTo(o.fabrics.nqn, addr); dev != "" {
 		fmt.Fprintf(stderr, "connect: already connected to %s at %s (%s)\n", o.fabrics.nqn, addr, dev)
 		return exitFailure
+	}
+	if dev := subsystemDevice(o.fabrics.nqn); dev != "" {
+		// Another port of a connected subsystem: one more path of the
+		// same device (nvme-cli: a new controller of the subsystem,
+		// its namespaces joining the existing multipath disks).
+		if o.mount != "" || o.loop {
+			fmt.Fprintf(stderr, "connect: %s is connected as %s: this connect adds a path to it, and its namespaces are attached (--mount, --loop) once, by the first connect\n", o.fabrics.nqn, dev)
+			return exitUsage
+		}
+		j := o.toJSON()
+		r, err := ctlCall(dev, ctlRequest{Op: "add-path", Path: &j}, o.fabrics.connTimeout+time.Minute, nil)
+		if err == nil && !r.OK {
+			err = errors.New(r.Error)
+		}
+		if err != nil {
+			return fail(stderr, "could not add path to "+dev, err)
+		}
+		if o.output == "json" {
+			b, _ := json.MarshalIndent(map[string]any{"device": dev, "path": addr, "state": r.State}, "", "  ")
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else {
+			fmt.Fprintf(stdout, "added path %s to %s (%s, %d paths)\n", addr, dev, o.fabrics.nqn, len(r.State.Paths))
+		}
+		return exitOK
 	}
 	st, err := startDaemon(&o, stderr)
 	if err != nil {
@@ -179,9 +226,12 @@ func startDaemon(o *connectOpts, stderr io.Writer) (*ctrlState, error) {
 		return nil, err
 	}
 	defer pr.Close()
-	cfg, _ := json.Marshal(o.toJSON())
+	j := o.toJSON()
+	secrets, _ := json.Marshal(daemonSecrets{j.DHCHAPSecret, j.DHCHAPCtrlSecret})
+	j.DHCHAPSecret, j.DHCHAPCtrlSecret = "", ""
+	cfg, _ := json.Marshal(j)
 	cmd := exec.Command(self, "serve", "--instance", dev, "--state-dir", stateDir(), "--config", string(cfg))
-	cmd.Stdin = nil
+	cmd.Stdin = bytes.NewReader(secrets) // read by serve (readSecrets)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.ExtraFiles = []*os.File{pw} // fd 3: the readiness pipe
@@ -242,4 +292,22 @@ func startIOFlusher(cmd *exec.Cmd) error {
 		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// daemonSecrets are the DH-HMAC-CHAP secrets connect hands its daemon on
+// the daemon's standard input.
+type daemonSecrets struct {
+	Secret, CtrlSecret string
+}
+
+// readSecrets reads the daemon's secrets from r (its standard input): one
+// JSON object, or nothing.
+func readSecrets(r io.Reader) (daemonSecrets, error) {
+	var s daemonSecrets
+	b, err := io.ReadAll(io.LimitReader(r, 1<<16))
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		return s, err
+	}
+	err = json.Unmarshal(b, &s)
+	return s, err
 }

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -135,9 +140,31 @@ func TestE2EConnectMountDisconnectReconnect(t *testing.T) {
 		t.Fatal("controller still listed after disconnect")
 	}
 
-	e.must("connect", "-a", host, "-s", port, "-n", tg.NQN, "--mount", mnt)
+	// The second time with the host daemon's metrics endpoint.
+	msock := filepath.Join(e.dir, "metrics.sock")
+	e.must("connect", "-a", host, "-s", port, "-n", tg.NQN, "--mount", mnt, "--metrics-listen", "unix:"+msock)
 	checkTree(t, mnt, sums)
+	mc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", msock)
+	}}}
+	resp, err := mc.Get("http://nvmeof/metrics")
+	if err != nil {
+		t.Fatalf("host metrics: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, w := range []string{`nvmeof_host_controller_state{state="live",subnqn="` + tg.NQN, "nvmeof_host_queue_latency_seconds_bucket", "nvmeof_host_queue_commands_total", "process_open_fds"} {
+		if !strings.Contains(string(body), w) {
+			t.Errorf("host metrics lack %q", w)
+		}
+	}
+	if !regexp.MustCompile(`nvmeof_host_queue_commands_total\{op="read",qid="\d+",subnqn="[^"]+",traddr="[^"]+"\} [1-9]`).Match(body) {
+		t.Errorf("host metrics count no reads after checkTree read the files back:\n%s", body)
+	}
 	e.must("disconnect", "-d", "nvme0")
+	if _, err := os.Stat(msock); !os.IsNotExist(err) {
+		t.Errorf("metrics socket left after disconnect: %v", err)
+	}
 }
 
 // TestE2ETargetRestartMidIO writes and fsyncs files through the mounted

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
@@ -37,7 +38,10 @@ type fabricsOpts struct {
 	busyPoll     time.Duration
 	maxTransfer  int
 	socketBuffer string
-	discoverOnly bool // the flags of discover (no queue options)
+	// dhchapSecret and dhchapCtrlSecret are the DH-HMAC-CHAP secrets
+	// (literal DHHC-1 or file:PATH).
+	dhchapSecret, dhchapCtrlSecret string
+	discoverOnly                   bool // the flags of discover (no queue options)
 }
 
 // addFabricsFlags defines the flags on fs.
@@ -53,6 +57,8 @@ func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
 	if connect {
 		fs.IntVarP(&o.nrIOQueues, "nr-io-queues", "i", 0, "number of I/O queues to use (default number of CPUs)")
 		fs.IntVarP(&o.queueSize, "queue-size", "Q", 0, "number of entries per I/O queue (default 128)")
+		fs.StringVarP(&o.dhchapSecret, "dhchap-secret", "S", "", "DH-HMAC-CHAP host secret (DHHC-1:..., or file:PATH of a file only its owner may read)")
+		fs.StringVarP(&o.dhchapCtrlSecret, "dhchap-ctrl-secret", "C", "", "DH-HMAC-CHAP controller secret: authenticate the controller too (needs --dhchap-secret)")
 	}
 	fs.IntVarP(&o.keepAliveTmo, "keep-alive-tmo", "k", 0, "keep alive timeout period in seconds (default 5; discovery 0)")
 	fs.IntVarP(&o.reconnDelay, "reconnect-delay", "c", 0, "reconnect delay in seconds (default 10)")
@@ -111,6 +117,19 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 		ConnectTimeout:  o.connTimeout,
 		IOTimeout:       o.ioTimeout,
 		MaxTransferSize: o.maxTransfer,
+	}
+	if o.dhchapSecret != "" {
+		if cfg.DHCHAPSecret, err = dhchapkey.Load(o.dhchapSecret); err != nil {
+			return cfg, fmt.Errorf("--dhchap-secret: %w", err)
+		}
+	}
+	if o.dhchapCtrlSecret != "" {
+		if o.dhchapSecret == "" {
+			return cfg, fmt.Errorf("--dhchap-ctrl-secret needs --dhchap-secret")
+		}
+		if cfg.DHCHAPCtrlSecret, err = dhchapkey.Load(o.dhchapCtrlSecret); err != nil {
+			return cfg, fmt.Errorf("--dhchap-ctrl-secret: %w", err)
+		}
 	}
 	id, err := hostIdentity(o.hostnqn, o.hostid)
 	if err != nil {

@@ -39,7 +39,7 @@ func (r *devRoot) OnAdd(ctx context.Context) {}
 // nsFile is the file of one namespace.
 type nsFile struct {
 	fs.Inode
-	ns       *initiator.Namespace
+	ns       *initiator.Head
 	directIO bool
 	// rmw serialises the read-modify-write of unaligned writes against
 	// every other write.
@@ -63,7 +63,7 @@ var (
 func nsName(nsid uint32) string { return "n" + strconv.FormatUint(uint64(nsid), 10) }
 
 // addNamespace puts a namespace's file in the directory.
-func (r *devRoot) addNamespace(ns *initiator.Namespace) {
+func (r *devRoot) addNamespace(ns *initiator.Head) {
 	f := &nsFile{ns: ns, directIO: r.directIO}
 	ch := r.NewPersistentInode(context.Background(), f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(ns.NSID()) + 1})
 	r.AddChild(nsName(ns.NSID()), ch, true)
@@ -226,7 +226,7 @@ func (f *nsFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { re
 
 // mountFUSE mounts the device directory on dir. mount(2) is used directly
 // (there may be no fusermount), which needs root.
-func mountFUSE(dir, name string, directIO bool, nss []*initiator.Namespace) (*fuse.Server, *devRoot, error) {
+func mountFUSE(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Server, *devRoot, error) {
 	root := &devRoot{directIO: directIO}
 	one := time.Second
 	srv, err := fs.Mount(dir, root, &fs.Options{
@@ -251,10 +251,34 @@ func mountFUSE(dir, name string, directIO bool, nss []*initiator.Namespace) (*fu
 	if err != nil {
 		return nil, nil, err
 	}
+	closeOnExecFUSE()
 	for _, ns := range nss {
 		root.addNamespace(ns)
 	}
 	return srv, root, nil
+}
+
+// closeOnExecFUSE marks this process's /dev/fuse descriptors close-on-exec.
+// go-fuse's direct mount opens /dev/fuse without O_CLOEXEC, so every tool
+// the daemon runs (umount, losetup, mkfs) inherited the FUSE connection: an
+// "umount -l" stuck on the loop device's filesystem then kept the
+// connection alive after the daemon was gone, its requests never answered
+// nor aborted, and every later losetup -a hung on the loop device's
+// backing file (seen on the test machine).
+func closeOnExecFUSE() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "/dev/fuse" {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
 }
 
 // FUSE teardown bounds: how long an unmount is retried while something

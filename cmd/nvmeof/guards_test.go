@@ -2,11 +2,9 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,34 +13,6 @@ import (
 
 // The host tool's guards (issue 11): no mistake of an admin loses data or
 // hangs.
-
-// twoPortNvmetd runs nvmetd serving testNQN on two loopback ports, the
-// namespace on a file in the test's directory.
-func twoPortNvmetd(e *env) (p *nvmetdProc, port1, port2 int) {
-	t := e.t
-	port1, port2 = freePort(t), freePort(t)
-	_, bin := bins(t)
-	cfg := fmt.Sprintf(`daemon:
-  log_format: console
-  control_socket: %s
-ports:
-  - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
-  - {id: 2, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
-subsystems:
-  - nqn: %s
-    allow_any_host: true
-    namespaces:
-      - {nsid: 1, backend: {kind: file, path: %s, size: 64MiB}}
-`, filepath.Join(e.dir, "nvmetd.sock"), port1, testNQN, port2, testNQN, testNQN, filepath.Join(e.dir, "ns1.img"))
-	p = &nvmetdProc{t: t, bin: bin, cfg: filepath.Join(e.dir, "nvmetd.yaml"), logf: filepath.Join(e.dir, "nvmetd.log"),
-		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port1)), NQN: testNQN}
-	if err := os.WriteFile(p.cfg, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p.start()
-	e.targets = append(e.targets, p)
-	return p, port1, port2
-}
 
 // TestE2EBenchRefusesMounted: bench over a namespace whose ext4 is mounted
 // destroyed the filesystem without a word; now it is refused unless
@@ -69,30 +39,6 @@ func TestE2EBenchRefusesMounted(t *testing.T) {
 	e.must("bench", "-d", "nvme0", "--rw", "randread", "--runtime", "200ms", "--force")
 	checkTree(t, mnt, sums)
 	e.must("disconnect", "-d", "nvme0")
-}
-
-// TestE2ESecondAttachRefused: two ports serving one subsystem gave two
-// controllers with the same NGUID, both mountable read-write. The second
-// attach of a namespace is refused, saying why, and leaves nothing.
-func TestE2ESecondAttachRefused(t *testing.T) {
-	e := newEnv(t)
-	e.logOnFailure()
-	tg, p1, p2 := twoPortNvmetd(e)
-	e.must("connect", "-a", "127.0.0.1", "-s", strconv.Itoa(p1), "-n", tg.NQN)
-	out, err := e.run("connect", "-a", "127.0.0.1", "-s", strconv.Itoa(p2), "-n", tg.NQN, "--mount", filepath.Join(e.dir, "mnt2"))
-	if err == nil || !strings.Contains(err.Error(), "already attached on this host as nvme0n1") || !strings.Contains(err.Error(), "multipath") {
-		t.Fatalf("second attach: %v\n%s", err, out)
-	}
-	if l := e.list(); len(l) != 1 || l[0].Device != "nvme0" {
-		t.Fatalf("list after the refused attach: %+v", l)
-	}
-	if m, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(m), filepath.Join(e.dir, "mnt2")) {
-		t.Fatal("the refused attach mounted")
-	}
-	e.must("disconnect", "-d", "nvme0")
-	// Once the first is gone, the other path attaches.
-	e.must("connect", "-a", "127.0.0.1", "-s", strconv.Itoa(p2), "-n", tg.NQN)
-	e.must("disconnect", "-n", tg.NQN)
 }
 
 // TestE2ERemovedNamespaceDisconnect: a namespace removed by a reload while

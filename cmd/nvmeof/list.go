@@ -58,7 +58,36 @@ func runList(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
+	printPaths(stdout, all)
 	return exitOK
+}
+
+// printPaths shows each subsystem with its paths and their ANA states,
+// as nvme list-subsys does.
+func printPaths(w io.Writer, all []*ctrlState) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Subsystem	I/O policy	Path	Cntlid	State	ANA")
+	fmt.Fprintln(tw, "---------	----------	----	------	-----	---")
+	for _, st := range all {
+		pol := dash(st.IOPolicy)
+		paths := st.Paths
+		if len(paths) == 0 { // a state from before multipath
+			paths = []pathState{{Address: st.Address, CNTLID: st.CNTLID, State: st.State}}
+		}
+		for i, p := range paths {
+			var ana []string
+			for _, a := range p.ANA {
+				ana = append(ana, fmt.Sprintf("n%d %s", a.NSID, a.State))
+			}
+			name := st.Device + " " + st.SubNQN
+			if i > 0 {
+				name, pol = "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\trdma %s\t%d\t%s\t%s\n", name, pol, p.Address, p.CNTLID, p.State, dash(strings.Join(ana, ", ")))
+		}
+	}
+	tw.Flush()
 }
 
 // liveState asks the daemon; if it does not answer, the state file says

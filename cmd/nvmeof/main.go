@@ -74,6 +74,7 @@ func init() {
 		{name: "bench", usage: "Load generator against a namespace (IOPS, bandwidth, latency)", run: runBench},
 		{name: "serve", hidden: true, run: runServe},
 	}
+	commands = append(commands, adminCommands...) // admin.go: nvme-cli's admin commands, autoconnect
 }
 
 func main() {

@@ -22,21 +22,27 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
-// daemon is "nvmeof serve": one controller, its FUSE device files, its
-// loop device and mount, and the control socket.
+// daemon is "nvmeof serve": one subsystem reached through one controller
+// or more (paths), the FUSE device files of its namespaces (one per
+// namespace, whatever the number of paths), its loop device and mount, and
+// the control socket.
 type daemon struct {
 	dev  string
 	opts connectOpts
 	cfg  initiator.Config
 	log  *zap.Logger
 
-	ctrl *initiator.Controller
-	srv  *fuse.Server
-	root *devRoot
-	ln   net.Listener
+	sub  *initiator.Subsystem
+	ctrl *initiator.Controller // the first path's
+	// metrics serves --metrics-listen (nil: off).
+	metrics *metricserve.Server
+	srv     *fuse.Server
+	root    *devRoot
+	ln      net.Listener
 
 	mu       sync.Mutex
 	st       ctrlState
@@ -57,9 +63,11 @@ type daemon struct {
 
 // ctlRequest is a request on the control socket (one JSON line).
 type ctlRequest struct {
-	Op    string       `json:"op"` // "status", "disconnect", "bench"
+	Op    string       `json:"op"` // "status", "disconnect", "bench", "add-path"
 	Force bool         `json:"force,omitempty"`
 	Bench *benchParams `json:"bench,omitempty"`
+	// Path is the connect options of add-path.
+	Path *connectOptsJSON `json:"path,omitempty"`
 }
 
 // ctlResponse is one JSON line of an answer; bench sends progress lines
@@ -85,13 +93,19 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: bad arguments: %v\n", err)
 		return exitUsage
 	}
+	sec, err := readSecrets(os.Stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: secrets on standard input: %v\n", err)
+		return exitUsage
+	}
+	j.DHCHAPSecret, j.DHCHAPCtrlSecret = sec.Secret, sec.CtrlSecret
 	ready := os.NewFile(3, "ready")
 	d := &daemon{dev: *dev, opts: j.opts(), shutdown: make(chan struct{})}
 	zc := zap.NewProductionEncoderConfig()
 	zc.EncodeTime = zapcore.ISO8601TimeEncoder
 	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel)).
 		With(zap.String("device", d.dev))
-	err := d.start()
+	err = d.start()
 	msg := readyMsg{OK: err == nil}
 	if err != nil {
 		d.log.Error("connect failed", zap.Error(err))
@@ -138,12 +152,23 @@ func (d *daemon) start() error {
 		return err
 	}
 	d.cfg.OnEvent = d.onEvent
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ConnectTimeout+5*time.Second)
-	defer cancel()
-	d.ctrl, err = initiator.Connect(ctx, d.cfg)
+	pol, err := initiator.ParseIOPolicy(d.opts.iopolicy)
 	if err != nil {
 		return err
 	}
+	mc := initiator.MultipathConfig{IOPolicy: pol, Logger: d.log, OnChange: d.onPathChange}
+	if d.opts.fastIOFailTmo >= 0 {
+		// fast_io_fail_tmo=0 fails I/O as soon as the path is lost.
+		mc.FastIOFailTimeout = max(time.Duration(d.opts.fastIOFailTmo)*time.Second, time.Nanosecond)
+	}
+	d.sub = initiator.NewSubsystem(d.cfg.SubNQN, mc)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ConnectTimeout+5*time.Second)
+	defer cancel()
+	p, err := d.sub.AddPath(ctx, d.cfg)
+	if err != nil {
+		return err
+	}
+	d.ctrl = p.Controller()
 	id := d.ctrl.IdentifyController()
 	nq, qs := d.ctrl.QueueCount()
 	d.st = ctrlState{
@@ -156,7 +181,7 @@ func (d *daemon) start() error {
 	if err := os.MkdirAll(devDir, 0o755); err != nil {
 		return err
 	}
-	d.srv, d.root, err = mountFUSE(devDir, d.dev, d.opts.fuseDirectIO, d.ctrl.Namespaces())
+	d.srv, d.root, err = mountFUSE(devDir, d.dev, d.opts.fuseDirectIO, d.sub.Namespaces())
 	if err != nil {
 		return fmt.Errorf("FUSE mount on %s: %w", devDir, err)
 	}
@@ -176,6 +201,11 @@ func (d *daemon) start() error {
 	}
 	if d.opts.mount != "" || d.opts.loop {
 		if err := d.mountNamespace(); err != nil {
+			return err
+		}
+	}
+	if d.opts.metricsListen != "" {
+		if d.metrics, err = d.startHostMetrics(d.opts.metricsListen); err != nil {
 			return err
 		}
 	}
@@ -233,7 +263,7 @@ func (d *daemon) mountNamespace() error {
 // refreshNamespaces brings the state's namespaces (and the FUSE files) in
 // line with the controller's, keeping loop devices and mounts.
 func (d *daemon) refreshNamespaces() {
-	nss := d.ctrl.Namespaces()
+	nss := d.sub.Namespaces()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := map[uint32]nsState{}
@@ -283,12 +313,56 @@ func (d *daemon) onEvent(e initiator.Event) {
 		d.lastErr = e.Err.Error()
 	}
 	d.mu.Unlock()
-	if e.Kind == initiator.EventNamespacesChanged && d.ctrl != nil {
-		d.refreshNamespaces()
-	}
 	if d.ctrl != nil {
 		_ = d.saveState()
 	}
+}
+
+// onPathChange follows a path's new namespaces and ANA states (the
+// subsystem has read them again).
+func (d *daemon) onPathChange(*initiator.Path) {
+	if d.ctrl == nil {
+		return
+	}
+	d.refreshNamespaces()
+	_ = d.saveState()
+}
+
+// addPath connects another controller of the subsystem (connect to
+// another port): its namespaces are the device's, through one more path.
+func (d *daemon) addPath(j *connectOptsJSON) error {
+	o := j.opts()
+	if o.fabrics.nqn != d.cfg.SubNQN {
+		return fmt.Errorf("subsystem %q is not %s's (%s)", o.fabrics.nqn, d.dev, d.cfg.SubNQN)
+	}
+	cfg, err := o.fabrics.config(o.fabrics.nqn, d.log)
+	if err != nil {
+		return err
+	}
+	if cfg.HostNQN != d.cfg.HostNQN {
+		return fmt.Errorf("host NQN %s differs from the subsystem's other paths (%s)", cfg.HostNQN, d.cfg.HostNQN)
+	}
+	for _, p := range d.sub.Paths() {
+		if p.Address() == cfg.Address {
+			return fmt.Errorf("already connected to %s at %s (%s)", cfg.SubNQN, cfg.Address, d.dev)
+		}
+	}
+	cfg.OnEvent = d.onEvent
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout+5*time.Second)
+	defer cancel()
+	p, err := d.sub.AddPath(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if o.iopolicy != "" {
+		pol, err := initiator.ParseIOPolicy(o.iopolicy)
+		if err == nil {
+			d.sub.SetIOPolicy(pol)
+		}
+	}
+	d.log.Info("path added", zap.String("traddr", p.Address()), zap.Uint16("cntlid", p.Controller().CNTLID()), zap.Int("paths", len(d.sub.Paths())))
+	d.refreshNamespaces()
+	return d.saveState()
 }
 
 // state is a snapshot of the controller for list.
@@ -302,6 +376,32 @@ func (d *daemon) state() *ctrlState {
 		st.Reconnects = d.ctrl.Reconnects()
 		if d.ctrl.State() == initiator.StateLive {
 			st.CNTLID = d.ctrl.CNTLID()
+		}
+	}
+	if d.sub != nil {
+		st.IOPolicy = d.sub.IOPolicy().String()
+		st.Paths = nil
+		for _, p := range d.sub.Paths() {
+			c := p.Controller()
+			ps := pathState{Address: p.Address(), State: c.State().String(), Reconnects: c.Reconnects()}
+			if c.State() == initiator.StateLive {
+				ps.CNTLID = c.CNTLID()
+			}
+			for _, n := range st.Namespaces {
+				ps.ANA = append(ps.ANA, anaNSState{NSID: n.NSID, State: p.ANAState(n.NSID).String()})
+			}
+			for _, g := range p.ANAGroups() {
+				ps.Groups = append(ps.Groups, anaGroupInfo{ID: g.ID, State: g.State.String(), NSIDs: g.NSIDs})
+			}
+			st.Paths = append(st.Paths, ps)
+		}
+		if len(st.Paths) > 1 {
+			// The device is live while one path is.
+			for _, ps := range st.Paths {
+				if ps.State == initiator.StateLive.String() {
+					st.State = ps.State
+				}
+			}
 		}
 	}
 	st.LastError = d.lastErr
@@ -346,6 +446,8 @@ func (d *daemon) handle(c net.Conn) {
 		return
 	}
 	switch req.Op {
+	case "admin":
+		d.handleAdmin(line, enc)
 	case "status":
 		_ = enc.Encode(ctlResponse{OK: true, State: d.state()})
 	case "disconnect":
@@ -360,7 +462,7 @@ func (d *daemon) handle(c net.Conn) {
 			_ = enc.Encode(ctlResponse{Error: "no bench parameters"})
 			return
 		}
-		ns := d.ctrl.Namespace(req.Bench.NSID)
+		ns := d.sub.Namespace(req.Bench.NSID)
 		if ns == nil {
 			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("no namespace %d", req.Bench.NSID)})
 			return
@@ -378,6 +480,16 @@ func (d *daemon) handle(c net.Conn) {
 			return
 		}
 		_ = enc.Encode(ctlResponse{OK: true, Result: res})
+	case "add-path":
+		if req.Path == nil {
+			_ = enc.Encode(ctlResponse{Error: "no path options"})
+			return
+		}
+		if err := d.addPath(req.Path); err != nil {
+			_ = enc.Encode(ctlResponse{Error: err.Error(), State: d.state()})
+			return
+		}
+		_ = enc.Encode(ctlResponse{OK: true, State: d.state()})
 	default:
 		_ = enc.Encode(ctlResponse{Error: "unknown op " + req.Op})
 	}
@@ -413,11 +525,11 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	d.mu.Lock()
 	nss := append([]nsState(nil), d.st.Namespaces...)
 	d.mu.Unlock()
-	if force && d.ctrl != nil && d.ctrl.State() != initiator.StateLive {
+	if force && d.sub != nil && !d.anyPathLive() {
 		// The target is away: fail the waiting I/O now (the filesystem
 		// sees errors) instead of blocking the unmount until ctrl_loss_tmo.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = d.ctrl.Close(ctx)
+		_ = d.sub.Close(ctx)
 		cancel()
 	}
 	for i, n := range nss {
@@ -444,18 +556,23 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	if d.ln != nil {
 		d.ln.Close()
 	}
+	if d.metrics != nil {
+		d.metrics.Close()
+		d.metrics = nil
+	}
 	if d.srv != nil {
 		unmountFUSE(d.srv, filepath.Join(instanceDir(d.dev), "dev"), d.log)
 	}
 	var errs []error
-	if d.ctrl != nil {
+	if d.sub != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for _, ns := range d.ctrl.Namespaces() {
-			if err := ns.Flush(ctx); err != nil && !errors.Is(err, initiator.ErrControllerLost) {
+		for _, ns := range d.sub.Namespaces() {
+			if err := ns.Flush(ctx); err != nil && !errors.Is(err, initiator.ErrControllerLost) &&
+				!errors.Is(err, initiator.ErrNoPath) && !errors.Is(err, initiator.ErrControllerClosed) {
 				errs = append(errs, fmt.Errorf("flush namespace %d: %w", ns.NSID(), err))
 			}
 		}
-		if err := d.ctrl.Close(ctx); err != nil {
+		if err := d.sub.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 		cancel()
@@ -472,6 +589,16 @@ func (d *daemon) stop(force bool) ([]string, error) {
 		d.log.Error("left behind by disconnect", zap.String("what", l))
 	}
 	return left, nil
+}
+
+// anyPathLive reports whether some path's controller is live.
+func (d *daemon) anyPathLive() bool {
+	for _, p := range d.sub.Paths() {
+		if p.Controller().State() == initiator.StateLive {
+			return true
+		}
+	}
+	return false
 }
 
 // leftovers lists the mounts and loop devices of nss that are still
@@ -563,7 +690,8 @@ func mountOf(dev string) string {
 // one of nss is already attached on this host (same NGUID or UUID): two
 // controllers reaching one namespace (two ports of one subsystem) must not
 // both expose it, since two filesystems mounted on one namespace destroy
-// each other. Multipath is not supported yet.
+// each other. Another port of the same subsystem is not refused here:
+// connect adds it to the subsystem's device as a path instead.
 func attachedElsewhere(self string, nss []nsState) error {
 	for _, dev := range instances() {
 		if dev == self {
@@ -584,7 +712,7 @@ func attachedElsewhere(self string, nss []nsState) error {
 					id = "uuid " + n.UUID
 				}
 				return fmt.Errorf("namespace %d (%s) is already attached on this host as %sn%d through %s (%s); "+
-					"one namespace is attached once per host (multipath is not supported): use %s, or disconnect it first",
+					"one namespace is attached once per host (a path of the same subsystem joins its device; this is another subsystem NQN): use %s, or disconnect it first",
 					n.NSID, id, dev, o.NSID, st.Address, st.SubNQN, dev)
 			}
 		}

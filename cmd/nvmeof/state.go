@@ -78,6 +78,33 @@ type ctrlState struct {
 	Since      time.Time `json:"since"`
 	Log        string    `json:"log"`
 	Namespaces []nsState `json:"namespaces"`
+	// IOPolicy and Paths: the subsystem's multipath view (nvme
+	// list-subsys). The fields above are those of the first path.
+	IOPolicy string      `json:"iopolicy,omitempty"`
+	Paths    []pathState `json:"paths,omitempty"`
+}
+
+// pathState is one path (controller) of the device's subsystem.
+type pathState struct {
+	Address    string         `json:"address"`
+	CNTLID     uint16         `json:"cntlid"`
+	State      string         `json:"state"`
+	Reconnects int            `json:"reconnects"`
+	ANA        []anaNSState   `json:"ana,omitempty"`
+	Groups     []anaGroupInfo `json:"ana_groups,omitempty"`
+}
+
+// anaNSState is a namespace's ANA state through one path.
+type anaNSState struct {
+	NSID  uint32 `json:"nsid"`
+	State string `json:"state"`
+}
+
+// anaGroupInfo is one ANA group of a path's ANA log.
+type anaGroupInfo struct {
+	ID    uint32   `json:"anagrpid"`
+	State string   `json:"state"`
+	NSIDs []uint32 `json:"nsids,omitempty"`
 }
 
 func instanceDir(dev string) string { return filepath.Join(stateDir(), dev) }
@@ -187,11 +214,32 @@ func processAlive(pid int) bool {
 	return p.Signal(syscall.Signal(0)) == nil
 }
 
-// connectedTo returns the device of a live controller of nqn at addr.
+// connectedTo returns the device of a live controller of nqn at addr
+// (its first path or another one).
 func connectedTo(nqn, addr string) string {
 	for _, dev := range instances() {
 		st, err := readState(dev)
-		if err == nil && st.SubNQN == nqn && st.Address == addr && processAlive(st.PID) {
+		if err != nil || st.SubNQN != nqn || !processAlive(st.PID) {
+			continue
+		}
+		if st.Address == addr {
+			return dev
+		}
+		for _, p := range st.Paths {
+			if p.Address == addr {
+				return dev
+			}
+		}
+	}
+	return ""
+}
+
+// subsystemDevice returns the device of a live daemon connected to
+// subsystem nqn (through any port), or "".
+func subsystemDevice(nqn string) string {
+	for _, dev := range instances() {
+		st, err := readState(dev)
+		if err == nil && st.SubNQN == nqn && processAlive(st.PID) {
 			return dev
 		}
 	}

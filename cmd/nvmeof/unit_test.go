@@ -162,13 +162,14 @@ func TestBenchVerify(t *testing.T) {
 			t.Errorf("target shutdown: %v", err)
 		}
 	}()
-	c, err := initiator.Connect(ctx, initiator.Config{Address: addr, SubNQN: "nqn.2024-01.io.nvmetd.test:bench",
+	sub := initiator.NewSubsystem("nqn.2024-01.io.nvmetd.test:bench", initiator.MultipathConfig{})
+	defer sub.Close(ctx)
+	_, err = sub.AddPath(ctx, initiator.Config{Address: addr, SubNQN: "nqn.2024-01.io.nvmetd.test:bench",
 		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000aa", HostID: [16]byte{1}, NrIOQueues: 2, QueueSize: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(ctx)
-	ns := c.Namespace(1)
+	ns := sub.Namespace(1)
 	for _, rw := range []string{"read", "write", "randread", "randwrite", "rw", "randrw"} {
 		p := benchParams{RW: rw, BS: 4096 << rand.IntN(4), IODepth: 16, RWMixRead: 70, Runtime: 300 * time.Millisecond, Size: 8 << 20, Verify: true}
 		var lines int

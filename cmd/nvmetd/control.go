@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -23,6 +24,7 @@ import (
 //
 //	GET /v1/status                   daemonStatus as JSON
 //	GET /v1/status?health_report=1   the same with health reports of block namespaces
+//	GET, POST /v1/trace              wire traces (trace.go)
 const statusPath = "/v1/status"
 
 // daemonStatus is the daemon's answer to `nvmetd status`.
@@ -43,6 +45,15 @@ type daemonStatus struct {
 	// HealthError is what target Healthy returned, if not nil.
 	HealthError string      `json:"health_error,omitempty"`
 	LastReload  *reloadInfo `json:"last_reload,omitempty"`
+	// LastChange is the management API's last change (nvmetctl).
+	LastChange *reloadInfo `json:"last_change,omitempty"`
+	// Unsaved is true while the running configuration has management API
+	// changes that the configuration file lacks (a SIGHUP would undo
+	// them; nvmetctl save writes them).
+	Unsaved bool `json:"unsaved_changes,omitempty"`
+	// Pending counts the reloads and changes waiting for the one in
+	// progress.
+	Pending int `json:"pending_changes,omitempty"`
 	// Warnings are the configuration's warnings.
 	Warnings      []string       `json:"warnings,omitempty"`
 	Target        target.Status  `json:"target"`
@@ -106,9 +117,12 @@ type controlServer struct {
 }
 
 // serveControl serves status requests on l until close; snapshot builds
-// the answer.
-func serveControl(l net.Listener, snapshot func(reports bool) daemonStatus, log *zap.Logger) *controlServer {
+// the answer. Each of routes registers more endpoints (the management API).
+func serveControl(l net.Listener, snapshot func(reports bool) daemonStatus, log *zap.Logger, routes ...func(*http.ServeMux)) *controlServer {
 	mux := http.NewServeMux()
+	for _, r := range routes {
+		r(mux)
+	}
 	mux.HandleFunc("GET "+statusPath, func(w http.ResponseWriter, r *http.Request) {
 		st := snapshot(r.URL.Query().Get("health_report") != "")
 		w.Header().Set("Content-Type", "application/json")
@@ -147,43 +161,19 @@ func (cs *controlServer) close() {
 
 // fetchStatus asks the daemon at socket for its status.
 func fetchStatus(ctx context.Context, socket string, reports bool) (*daemonStatus, error) {
-	client := &http.Client{
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", socket)
-			},
-		},
-	}
-	defer client.CloseIdleConnections()
-	url := "http://nvmetd" + statusPath
+	c := ctlclient.New(socket)
+	defer c.Close()
+	var q url.Values
 	if reports {
-		url += "?health_report=1"
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return nil, fmt.Errorf("nvmetd is not running (no control socket at %s)", socket)
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return nil, fmt.Errorf("nvmetd is not running (nothing listens on %s)", socket)
-		case errors.Is(err, os.ErrPermission):
-			return nil, fmt.Errorf("%s: permission denied (the socket is the daemon user's only; try sudo)", socket)
-		}
-		return nil, fmt.Errorf("control socket %s: %w", socket, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("control socket %s: %s: %s", socket, resp.Status, b)
+		q = url.Values{"health_report": {"1"}}
 	}
 	var st daemonStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return nil, fmt.Errorf("control socket %s: bad answer: %w", socket, err)
+	if err := c.Do(ctx, http.MethodGet, statusPath, q, nil, &st); err != nil {
+		var ae *ctlclient.Error
+		if errors.As(err, &ae) {
+			return nil, fmt.Errorf("control socket %s: %s", socket, ae.Message)
+		}
+		return nil, err
 	}
 	return &st, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -29,6 +31,7 @@ type targetService interface {
 	Status() target.Status
 	Healthy() error
 	HealthReport(nqn string, nsid uint32) (string, error)
+	Queues() []target.QueueStatus
 }
 
 // newTargetService creates the target; tests replace it.
@@ -64,12 +67,45 @@ type daemon struct {
 	t        targetService
 	stopping atomic.Bool
 
+	// changeMu serializes reloads (SIGHUP) and the management API's
+	// changes: each works from the configuration the previous one left.
+	changeMu changeLock
+
+	// metrics is the Prometheus endpoint (nil when off).
+	metricsMu sync.Mutex
+	metrics   *metricserve.Server
+
 	mu         sync.Mutex
 	cur        *loadedConfig
 	state      string
 	startedAt  time.Time
 	lastReload *reloadInfo
+	// lastChange is the management API's last change; unsaved is set
+	// while the running configuration has changes the file lacks.
+	lastChange *reloadInfo
+	unsaved    bool
+	// logLevelSet is set when the management API changed the log level
+	// (then saving writes daemon.log_level; a level from a flag or the
+	// environment is not written into the file).
+	logLevelSet bool
 }
+
+// changeLock is a mutex that counts the goroutines waiting for it: status
+// shows how many reloads and changes are queued (pending_changes).
+type changeLock struct {
+	mu      sync.Mutex
+	waiters atomic.Int32
+}
+
+// Lock waits for the lock.
+func (l *changeLock) Lock() {
+	l.waiters.Add(1)
+	l.mu.Lock()
+	l.waiters.Add(-1)
+}
+
+// Unlock releases it.
+func (l *changeLock) Unlock() { l.mu.Unlock() }
 
 // sdNotify sends state to systemd if NOTIFY_SOCKET is set.
 func sdNotify(log *zap.Logger) func(string) {
@@ -103,8 +139,16 @@ func (d *daemon) run() int {
 		d.log.Error("cannot serve the control socket", zap.Error(err))
 		return exitFailure
 	}
-	cs := serveControl(l, d.snapshot, d.log)
+	cs := serveControl(l, d.snapshot, d.log, func(m *http.ServeMux) { d.mgmtRoutes(m) }, d.traceRoutes)
 	defer cs.close()
+
+	ms, err := d.startMetrics(cfg.Target.Metrics)
+	if err != nil {
+		d.log.Error("cannot serve the metrics endpoint", zap.Error(err))
+		return exitFailure
+	}
+	d.metrics = ms
+	defer d.stopMetrics()
 
 	// Start, while still answering signals: SIGTERM aborts the start,
 	// SIGHUP is applied once running.
@@ -249,6 +293,8 @@ func (d *daemon) logReady(cfg *loadedConfig) {
 // reload re-reads the configuration and applies it. An invalid
 // configuration is logged and the running one kept.
 func (d *daemon) reload() {
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
 	d.setState(stateReloading)
 	// systemd 253+ (Type=notify-reload) wants MONOTONIC_USEC with
 	// RELOADING=1; older versions ignore it.
@@ -285,6 +331,7 @@ func (d *daemon) reload() {
 	err = d.t.Reload(nc.Target.Clone())
 	if !errors.Is(err, target.ErrReloadRefused) {
 		d.applyDaemonChanges(&old.Daemon, &nc.Daemon)
+		d.reloadMetrics(old.Target.Metrics, nc.Target.Metrics)
 	}
 	if errors.Is(err, target.ErrReloadRefused) {
 		// Nothing changed: the running configuration stays the one of
@@ -298,6 +345,8 @@ func (d *daemon) reload() {
 	// of it failed to apply (target.Target.Reload).
 	d.mu.Lock()
 	d.cur = nc
+	d.unsaved = false // the file is the configuration of record again
+	d.logLevelSet = false
 	d.mu.Unlock()
 	if err != nil {
 		info.Error = err.Error()
@@ -513,6 +562,9 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 		ConfigFile: d.cur.File,
 		State:      d.state,
 		LastReload: d.lastReload,
+		LastChange: d.lastChange,
+		Unsaved:    d.unsaved,
+		Pending:    int(d.changeMu.waiters.Load()),
 		Warnings:   d.cur.Warnings,
 	}
 	d.mu.Unlock()

@@ -116,6 +116,8 @@ func (f *fakeTarget) Status() target.Status {
 	return st
 }
 
+func (f *fakeTarget) Queues() []target.QueueStatus { return nil }
+
 func (f *fakeTarget) set(fn func(f *fakeTarget)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

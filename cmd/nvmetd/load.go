@@ -54,8 +54,11 @@ type fileConfig struct {
 // loadedConfig is a loaded and validated configuration.
 type loadedConfig struct {
 	// File is the configuration file read; "" for the built-in default.
-	File   string
-	Daemon daemonConfig
+	File string
+	// FileSum is the SHA-256 of File's content as read, so that the
+	// management API does not persist over edits made since.
+	FileSum [32]byte
+	Daemon  daemonConfig
 	// Target has defaults applied and is valid.
 	Target *target.Config
 	// Warnings are target.Config.Warnings.
@@ -167,6 +170,7 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 		return nil, err
 	}
 	where := "configuration"
+	var fileSum [32]byte
 	if file != "" {
 		where = "config file " + file
 		doc, err := readConfigFile(file)
@@ -176,12 +180,13 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 		if err := v.ReadConfig(bytes.NewReader(doc)); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, yamlError(doc, err))
 		}
+		fileSum = sha256.Sum256(doc)
 	}
 	var fc fileConfig
 	if err := v.UnmarshalExact(&fc, viper.DecodeHook(decodeHook())); err != nil {
 		return nil, fmt.Errorf("%s:\n%s", where, formatDecodeError(err))
 	}
-	lc := &loadedConfig{File: file, Daemon: fc.Daemon}
+	lc := &loadedConfig{File: file, FileSum: fileSum, Daemon: fc.Daemon}
 	if err := lc.Daemon.validate(); err != nil {
 		return nil, fmt.Errorf("%s:\n%w", where, err)
 	}

@@ -46,6 +46,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return runStatus(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "trace" {
+		return runTrace(args[1:], stdout, stderr)
+	}
 	o, fs, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, pflag.ErrHelp) {

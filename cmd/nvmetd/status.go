@@ -144,6 +144,17 @@ func renderStatus(w io.Writer, st *daemonStatus, now time.Time) {
 			fmt.Fprintf(w, "last reload: %s ok (%d changes)\n", at, len(r.Changes))
 		}
 	}
+	if r := st.LastChange; r != nil {
+		at := r.At.Local().Format("2006-01-02 15:04:05")
+		if r.Error != "" {
+			fmt.Fprintf(w, "last change (nvmetctl): %s applied with errors: %s\n", at, r.Error)
+		} else {
+			fmt.Fprintf(w, "last change (nvmetctl): %s ok (%d changes)\n", at, len(r.Changes))
+		}
+	}
+	if st.Unsaved {
+		fmt.Fprintf(w, "unsaved changes: the running configuration differs from the file (nvmetctl save writes it; a reload would undo them)\n")
+	}
 
 	fmt.Fprintf(w, "\nPORTS\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -3,7 +3,8 @@
 #
 #   deploy/deb/build.sh [OUTDIR]      default OUTDIR: dist/
 #
-# The package holds /usr/sbin/nvmetd, /usr/bin/nvmeof, /usr/bin/iwping, the
+# The package holds /usr/sbin/nvmetd, /usr/sbin/nvmetctl, /usr/bin/nvmeof,
+# /usr/bin/iwping, the
 # systemd unit, /etc/nvmetd/nvmetd.yaml (a conffile: dpkg keeps the admin's
 # edits), man pages and bash/zsh completions generated from the programs'
 # own flag definitions (deploy/deb/gendocs), LICENSE and copyright, and the
@@ -45,10 +46,11 @@ bin=$work/bin
 mkdir -p "$bin"
 echo "building nvmetd $VERSION (Debian version $DEBVER, $ARCH)"
 (cd "$src" && CGO_ENABLED=0 "$GO" build -trimpath \
-	-ldflags "-s -w -X github.com/nvmetd/nvmetd/internal/version.version=$VERSION" -o "$bin/" ./cmd/nvmetd ./cmd/nvmeof ./cmd/iwping)
+	-ldflags "-s -w -X github.com/nvmetd/nvmetd/internal/version.version=$VERSION" -o "$bin/" ./cmd/nvmetd ./cmd/nvmetctl ./cmd/nvmeof ./cmd/iwping)
 (cd "$src" && "$GO" run ./deploy/deb/gendocs -out "$work/docs" -version "$VERSION" "$bin")
 
 install -D -m 0755 "$bin/nvmetd" "$root/usr/sbin/nvmetd"
+install -D -m 0755 "$bin/nvmetctl" "$root/usr/sbin/nvmetctl"
 install -D -m 0755 "$bin/nvmeof" "$root/usr/bin/nvmeof"
 install -D -m 0755 "$bin/iwping" "$root/usr/bin/iwping"
 install -d -m 0755 "$root/lib/systemd/system"
@@ -86,7 +88,7 @@ License: Apache-2.0
  full text is in /usr/share/common-licenses/Apache-2.0 and in
  /usr/share/doc/nvmetd/LICENSE. The binaries also contain Go modules under
  BSD-3-Clause, MIT and Apache-2.0 licenses (go.uber.org/zap, spf13/viper,
- spf13/pflag, hanwen/go-fuse, coreos/go-systemd, dswarbrick/smart,
+ spf13/pflag, spf13/cobra, hanwen/go-fuse, coreos/go-systemd, dswarbrick/smart,
  golang.org/x/sys and their dependencies); see go.mod for the list.
 COPY
 chmod 0644 "$doc/copyright"
@@ -114,7 +116,9 @@ Description: NVMe over Fabrics target and host over user-space iWARP on TCP
  (RFC 5040/5041/5044/6581) in pure Go over ordinary TCP: no RDMA NIC, no
  kernel module. Linux hosts connect with nvme connect -t rdma over
  soft-iWARP (siw); nvmeof is the host tool for machines without it (FUSE,
- loop device, mount). iwping is an rping-compatible check of the engine.
+ loop device, mount). nvmetctl manages a running nvmetd (nvmetcli's and
+ SPDK rpc.py's vocabulary, nvmetcli config.json import and export). iwping
+ is an rping-compatible check of the engine.
 CTRL
 echo /etc/nvmetd/nvmetd.yaml > "$root/DEBIAN/conffiles"
 cat > "$root/DEBIAN/postinst" <<'SH'

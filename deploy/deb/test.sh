@@ -9,7 +9,7 @@
 #
 # It checks: dpkg -i succeeds with only the package's dependencies;
 # `nvmetd --check-config` on the shipped configuration and `--version` of
-# nvmetd, nvmeof and iwping; the man pages and completions are installed;
+# nvmetd, nvmetctl, nvmeof and iwping; the man pages and completions are installed;
 # dpkg -r removes every file but the conffile; dpkg -P removes that too and
 # leaves the root as it was before the install.
 set -euo pipefail
@@ -60,10 +60,11 @@ if out=$(in_root nvmetd --check-config --config /etc/nvmetd/nvmetd.yaml 2>&1 >/d
 else
 	bad "nvmetd --check-config: $out"
 fi
-for p in nvmetd nvmeof iwping; do
+for p in nvmetd nvmetctl nvmeof iwping; do
 	if v=$(in_root "$p" --version) && [[ $v == "$p "* ]]; then ok "$p --version: $v"; else bad "$p --version: $v"; fi
 done
 for f in /usr/share/man/man8/nvmetd.8.gz /usr/share/man/man8/nvmeof.8.gz /usr/share/man/man1/iwping.1.gz \
+	/usr/share/man/man8/nvmetctl.8.gz /usr/share/bash-completion/completions/nvmetctl /usr/share/zsh/vendor-completions/_nvmetctl \
 	/usr/share/bash-completion/completions/nvmeof /usr/share/zsh/vendor-completions/_nvmeof \
 	/lib/systemd/system/nvmetd.service /usr/share/doc/nvmetd/copyright; do
 	if [ -s "$root$f" ]; then ok "installed $f"; else bad "missing $f"; fi
@@ -71,11 +72,13 @@ done
 if grep -q '^ExecStart=/usr/sbin/nvmetd ' "$root/lib/systemd/system/nvmetd.service"; then ok "unit runs /usr/sbin/nvmetd"; else bad "unit ExecStart"; fi
 if zcat "$root/usr/share/man/man8/nvmeof.8.gz" | grep -q 'nvmeof disconnect'; then ok "nvmeof(8) lists the commands"; else bad "nvmeof(8) lacks the commands"; fi
 if bash -n "$root/usr/share/bash-completion/completions/nvmeof"; then ok "bash completion parses"; else bad "bash completion syntax"; fi
+if zcat "$root/usr/share/man/man8/nvmetctl.8.gz" | grep -q 'nvmetctl namespace'; then ok "nvmetctl(8) lists the commands"; else bad "nvmetctl(8) lacks the commands"; fi
+if bash -n "$root/usr/share/bash-completion/completions/nvmetctl"; then ok "nvmetctl bash completion parses"; else bad "nvmetctl bash completion syntax"; fi
 
 # The conffile survives remove, and an edit survives it too.
 echo "# edited by the admin" >>"$root/etc/nvmetd/nvmetd.yaml"
 if in_root dpkg -r nvmetd >/tmp/nvmetd-deb-remove.log 2>&1; then ok "dpkg -r"; else bad "dpkg -r: $(tail -5 /tmp/nvmetd-deb-remove.log)"; fi
-for f in /usr/sbin/nvmetd /usr/bin/nvmeof /usr/bin/iwping /lib/systemd/system/nvmetd.service; do
+for f in /usr/sbin/nvmetd /usr/sbin/nvmetctl /usr/bin/nvmeof /usr/bin/iwping /lib/systemd/system/nvmetd.service; do
 	if [ -e "$root$f" ]; then bad "$f left after remove"; fi
 done
 if grep -q 'edited by the admin' "$root/etc/nvmetd/nvmetd.yaml" 2>/dev/null; then ok "remove keeps the edited conffile"; else bad "remove lost the conffile"; fi

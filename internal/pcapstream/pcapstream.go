@@ -93,6 +93,8 @@ func Parse(b []byte) ([]Conn, error) {
 				continue
 			}
 			ip = pkt[16:]
+		case 101: // raw IP (wire traces of nvmetd)
+			ip = pkt
 		case 0: // BSD loopback
 			if len(pkt) < 4 {
 				continue

@@ -54,9 +54,15 @@ var suite = []struct {
 	{"KernelClientIwpingServer", testKernelClientIwpingServer},
 	{"IwpingMPARev1KernelServer", testIwpingMPARev1KernelServer},
 	{"LinuxHostAgainstTarget", testLinuxHostAgainstTarget},
+	// DH-HMAC-CHAP both ways (6.12 only; before the kernel target test,
+	// whose siw issue could leave nvmet unusable).
+	{"Auth", testAuth},
+	{"LinuxHostMultipath", testLinuxHostMultipath},
+	{"AdminCommands", testAdminCommandsAgainstNvmeCLI},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.
 	{"InitiatorAgainstKernelTarget", testInitiatorAgainstKernelTarget},
+	{"InitiatorMultipathKernelTarget", testInitiatorMultipathKernelTarget},
 	// Very last: it oopses the guest kernel on purpose (iw_cm's BUG()).
 	{"IwcmP2PResetBeforeRTR", testIwcmP2PResetBeforeRTR},
 }

@@ -175,10 +175,7 @@ func testLinuxHostAgainstTarget(t *testing.T, k kernel) {
 // interopNQN once it is live.
 func waitController(t *testing.T, vm *lab.VM) string {
 	t.Helper()
-	out := step(t, vm, time.Minute, fmt.Sprintf(
-		`for i in $(seq 1 100); do for c in /sys/class/nvme/nvme*; do `+
-			`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && basename $c && exit 0; done; sleep 0.1; done; exit 1`, interopNQN))
-	return strings.TrimSpace(out)
+	return waitControllerOf(t, vm, interopNQN)
 }
 
 // nsDevice returns the block device (nvmeXnY) of namespace nsid of
@@ -188,8 +185,5 @@ func waitController(t *testing.T, vm *lab.VM) string {
 // after adding the disk): wait for both.
 func nsDevice(t *testing.T, vm *lab.VM, nsid int) string {
 	t.Helper()
-	out := step(t, vm, time.Minute, fmt.Sprintf(
-		`for i in $(seq 1 100); do for b in /sys/block/nvme*n*; do `+
-			`[ "$(cat $b/device/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $b/nsid 2>/dev/null)" = %d ] && [ -b /dev/$(basename $b) ] && [ "$(cat $b/size)" -gt 0 ] && basename $b && exit 0; done; sleep 0.1; done; exit 1`, interopNQN, nsid))
-	return strings.TrimSpace(out)
+	return nsDeviceOf(t, vm, interopNQN, nsid)
 }

@@ -39,6 +39,8 @@ type program struct {
 	synopsis                          []string
 	top                               command
 	subs                              []command
+	// bin is set for a cobra program, which writes its completions.
+	bin string
 }
 
 var flagLine = regexp.MustCompile(`^\s+(?:-(\S), )?--([A-Za-z0-9][\w-]*)(?: (\S+))?\s{2,}(.*)$`)
@@ -82,7 +84,7 @@ func main() {
 		os.Exit(2)
 	}
 	bin := flag.Arg(0)
-	progs := []program{nvmetd(filepath.Join(bin, "nvmetd")), nvmeof(filepath.Join(bin, "nvmeof")), iwping(filepath.Join(bin, "iwping"))}
+	progs := []program{nvmetd(filepath.Join(bin, "nvmetd")), nvmetctl(filepath.Join(bin, "nvmetctl")), nvmeof(filepath.Join(bin, "nvmeof")), iwping(filepath.Join(bin, "iwping"))}
 	for _, d := range []string{"man", "bash-completion", "zsh"} {
 		if err := os.MkdirAll(filepath.Join(*out, d), 0o755); err != nil {
 			die(err)
@@ -90,6 +92,13 @@ func main() {
 	}
 	for _, p := range progs {
 		write(filepath.Join(*out, "man", p.name+"."+p.section), manPage(p, *ver))
+		if p.bin != "" {
+			// A cobra program writes its own completions (they know
+			// the nested commands).
+			write(filepath.Join(*out, "bash-completion", p.name), helpOf(p.bin, "completion", "bash"))
+			write(filepath.Join(*out, "zsh", "_"+p.name), helpOf(p.bin, "completion", "zsh"))
+			continue
+		}
 		write(filepath.Join(*out, "bash-completion", p.name), bashCompletion(p))
 		write(filepath.Join(*out, "zsh", "_"+p.name), zshCompletion(p))
 	}
@@ -138,6 +147,41 @@ func nvmeof(bin string) program {
 		}
 	}
 	return p
+}
+
+func nvmetctl(bin string) program {
+	p := program{
+		name: "nvmetctl", section: "8", title: "manage a running nvmetd: ports, subsystems, namespaces, hosts, ANA states, statistics",
+		description: "nvmetctl talks to nvmetd's control socket (the management API of docs/api.yaml) in the vocabulary of nvmetcli (ls, save, restore, clear) " +
+			"and SPDK's rpc.py (whose method names work as commands: nvmf_get_stats, nvmf_create_subsystem, nvmf_subsystem_add_ns, ...). " +
+			"Every change is applied as a reload of the configuration file would apply it (the same validation, the same notices to connected hosts) " +
+			"or refused naming the field, changing nothing. Changes stay in memory until saved (--persist, or nvmetctl save); a SIGHUP re-reads the file. " +
+			"restore imports nvmetcli's config.json and export writes it; what cannot be mapped is named in an error. Exit status: 0, 1 failure, 2 usage.",
+		synopsis: []string{"nvmetctl COMMAND [SUBCOMMAND] [ARGS] [--persist] [-o normal|json] [--socket PATH]", "nvmetctl --version"},
+		top:      command{name: "nvmetctl", flags: parseFlags(helpOf(bin, "--help"))},
+		bin:      bin,
+	}
+	for _, l := range strings.Split(helpOf(bin, "--help"), "\n") {
+		m := cmdLine.FindStringSubmatch(l)
+		if m == nil || m[1] == "help" || m[1] == "completion" {
+			continue
+		}
+		sub := helpOf(bin, m[1], "--help")
+		p.subs = append(p.subs, command{name: m[1], summary: m[2], flags: localFlags(sub)})
+		for _, s := range strings.Split(sub, "\n") {
+			if sm := cmdLine.FindStringSubmatch(s); sm != nil {
+				p.subs = append(p.subs, command{name: m[1] + " " + sm[1], summary: sm[2], flags: localFlags(helpOf(bin, m[1], sm[1], "--help"))})
+			}
+		}
+	}
+	return p
+}
+
+// localFlags reads the flags of a cobra command's help, without the
+// global flags listed after them.
+func localFlags(help string) []flagDef {
+	help, _, _ = strings.Cut(help, "Global Flags:")
+	return parseFlags(help)
 }
 
 func iwping(bin string) program {
@@ -208,7 +252,7 @@ func manPage(p program, ver string) string {
 	}
 	b.WriteString(".SH SEE ALSO\n")
 	var see []string
-	for _, o := range []string{"nvmetd(8)", "nvmeof(8)", "iwping(1)", "nvme(1)", "rping(1)"} {
+	for _, o := range []string{"nvmetd(8)", "nvmetctl(8)", "nvmeof(8)", "iwping(1)", "nvme(1)", "rping(1)"} {
 		if !strings.HasPrefix(o, p.name+"(") {
 			see = append(see, `\fB`+strings.Replace(o, "(", `\fR(`, 1))
 		}

@@ -1,0 +1,750 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math/big"
+
+	"strings"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// The layouts below are nvme-cli 2.x's (nvme-print.c: json_nvme_id_ctrl,
+// json_nvme_id_ns, json_smart_log, json_error_log, json_fw_log,
+// json_effects_log, json_ana_log and their normal counterparts), field
+// for field.
+
+// u128 returns a little-endian 128-bit field in decimal, as nvme-cli 2.3
+// prints it in JSON (json_object_add_value_uint128: a string).
+func u128(b []byte) string {
+	be := make([]byte, 16)
+	for i := range be {
+		be[i] = b[15-i]
+	}
+	return new(big.Int).SetBytes(be).String()
+}
+
+// cx formats v as C's "%#x" (0 is "0", not "0x0").
+func cx(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%#x", v)
+}
+
+// cstr is C's "%-.*s" of a fixed-size field: up to the first NUL.
+func cstr(b []byte) string {
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+func idCtrlJSON(c *nvmeof.IdentifyController) *jobj {
+	b := c[:]
+	u8 := func(o int) uint64 { return uint64(b[o]) }
+	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
+	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
+	o := &jobj{}
+	o.add("vid", u16(0)).add("ssvid", u16(2)).
+		add("sn", cstr(b[4:24])).add("mn", cstr(b[24:64])).add("fr", cstr(b[64:72])).
+		add("rab", u8(72)).add("ieee", uint64(b[75])<<16|uint64(b[74])<<8|uint64(b[73])).
+		add("cmic", u8(76)).add("mdts", u8(77)).add("cntlid", u16(78)).add("ver", u32(80)).
+		add("rtd3r", u32(84)).add("rtd3e", u32(88)).add("oaes", u32(92)).add("ctratt", u32(96)).
+		add("rrls", u16(100)).add("cntrltype", u8(111)).add("fguid", fguid(b[112:128])).
+		add("crdt1", u16(128)).add("crdt2", u16(130)).add("crdt3", u16(132)).
+		add("nvmsr", u8(253)).add("vwci", u8(254)).add("mec", u8(255)).
+		add("oacs", u16(256)).add("acl", u8(258)).add("aerl", u8(259)).add("frmw", u8(260)).
+		add("lpa", u8(261)).add("elpe", u8(262)).add("npss", u8(263)).add("avscc", u8(264)).
+		add("apsta", u8(265)).add("wctemp", u16(266)).add("cctemp", u16(268)).add("mtfa", u16(270)).
+		add("hmpre", u32(272)).add("hmmin", u32(276)).add("tnvmcap", u128(b[280:])).
+		add("unvmcap", u128(b[296:])).add("rpmbs", u32(312)).add("edstt", u16(316)).
+		add("dsto", u8(318)).add("fwug", u8(319)).add("kas", u16(320)).add("hctma", u16(322)).
+		add("mntmt", u16(324)).add("mxtmt", u16(326)).add("sanicap", u32(328)).
+		add("hmminds", u32(332)).add("hmmaxd", u16(336)).add("nsetidmax", u16(338)).
+		add("endgidmax", u16(340)).add("anatt", u8(342)).add("anacap", u8(343)).
+		add("anagrpmax", u32(344)).add("nanagrpid", u32(348)).add("pels", u32(352)).
+		add("domainid", u16(356)).add("megcap", u128(b[368:])).add("sqes", u8(512)).add("cqes", u8(513)).
+		add("maxcmd", u16(514)).add("nn", u32(516)).add("oncs", u16(520)).add("fuses", u16(522)).
+		add("fna", u8(524)).add("vwc", u8(525)).add("awun", u16(526)).add("awupf", u16(528)).
+		add("icsvscc", u8(530)).add("nwpc", u8(531)).add("acwu", u16(532)).add("ocfs", u16(534)).
+		add("sgls", u32(536)).add("mnan", u32(540)).add("maxdna", u128(b[544:])).add("maxcna", u32(560))
+	if s := cstr(b[768:1024]); s != "" {
+		o.add("subnqn", s)
+	}
+	o.add("ioccsz", u32(1792)).add("iorcsz", u32(1796)).add("icdoff", u16(1800)).
+		add("fcatt", u8(1802)).add("msdbd", u8(1803)).add("ofcs", u16(1804))
+	var psds []*jobj
+	for i := 0; i <= int(b[263]) && i < 32; i++ { // 32 power state descriptors at most
+		p := b[2048+32*i:]
+		psds = append(psds, (&jobj{}).add("max_power", uint64(le16(p, 0))).add("flags", uint64(p[3])).
+			add("entry_lat", uint64(le32(p, 4))).add("exit_lat", uint64(le32(p, 8))).
+			add("read_tput", uint64(p[12])).add("read_lat", uint64(p[13])).
+			add("write_tput", uint64(p[14])).add("write_lat", uint64(p[15])).
+			add("idle_power", uint64(le16(p, 16))).add("idle_scale", uint64(p[18]>>6)).
+			add("active_power", uint64(le16(p, 20))).add("active_power_work", uint64(p[22]&7)).
+			add("active_scale", uint64(p[22]>>6)))
+	}
+	o.add("psds", psds)
+	return o
+}
+
+// printIDCtrl is nvme-cli's normal id-ctrl output.
+func printIDCtrl(w io.Writer, c *nvmeof.IdentifyController, human bool) {
+	b := c[:]
+	p := func(name, v string) { fmt.Fprintf(w, "%-10s: %s\n", name, v) }
+	d := func(v uint64) string { return fmt.Sprint(v) }
+	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
+	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
+	u8 := func(o int) uint64 { return uint64(b[o]) }
+	fmt.Fprintln(w, "NVME Identify Controller:")
+	p("vid", cx(u16(0)))
+	p("ssvid", cx(u16(2)))
+	p("sn", string(b[4:24]))
+	p("mn", string(b[24:64]))
+	p("fr", string(b[64:72]))
+	p("rab", d(u8(72)))
+	p("ieee", fmt.Sprintf("%02x%02x%02x", b[75], b[74], b[73]))
+	p("cmic", cx(u8(76)))
+	p("mdts", d(u8(77)))
+	p("cntlid", cx(u16(78)))
+	p("ver", cx(u32(80)))
+	p("rtd3r", cx(u32(84)))
+	p("rtd3e", cx(u32(88)))
+	p("oaes", cx(u32(92)))
+	p("ctratt", cx(u32(96)))
+	p("rrls", cx(u16(100)))
+	p("cntrltype", d(u8(111)))
+	p("fguid", fguid(b[112:128]))
+	p("crdt1", d(u16(128)))
+	p("crdt2", d(u16(130)))
+	p("crdt3", d(u16(132)))
+	p("nvmsr", d(u8(253)))
+	p("vwci", d(u8(254)))
+	p("mec", d(u8(255)))
+	p("oacs", cx(u16(256)))
+	p("acl", d(u8(258)))
+	p("aerl", d(u8(259)))
+	p("frmw", cx(u8(260)))
+	p("lpa", cx(u8(261)))
+	p("elpe", d(u8(262)))
+	p("npss", d(u8(263)))
+	p("avscc", cx(u8(264)))
+	p("apsta", cx(u8(265)))
+	p("wctemp", d(u16(266)))
+	p("cctemp", d(u16(268)))
+	p("mtfa", d(u16(270)))
+	p("hmpre", d(u32(272)))
+	p("hmmin", d(u32(276)))
+	p("tnvmcap", u128String(b[280:296]))
+	p("unvmcap", u128String(b[296:312]))
+	p("rpmbs", cx(u32(312)))
+	p("edstt", d(u16(316)))
+	p("dsto", d(u8(318)))
+	p("fwug", d(u8(319)))
+	p("kas", d(u16(320)))
+	p("hctma", cx(u16(322)))
+	p("mntmt", d(u16(324)))
+	p("mxtmt", d(u16(326)))
+	p("sanicap", cx(u32(328)))
+	p("hmminds", d(u32(332)))
+	p("hmmaxd", d(u16(336)))
+	p("nsetidmax", d(u16(338)))
+	p("endgidmax", d(u16(340)))
+	p("anatt", d(u8(342)))
+	p("anacap", d(u8(343)))
+	p("anagrpmax", d(u32(344)))
+	p("nanagrpid", d(u32(348)))
+	p("pels", d(u32(352)))
+	p("domainid", d(u16(356)))
+	p("megcap", u128String(b[368:384]))
+	p("sqes", cx(u8(512)))
+	p("cqes", cx(u8(513)))
+	p("maxcmd", d(u16(514)))
+	p("nn", d(u32(516)))
+	p("oncs", cx(u16(520)))
+	p("fuses", cx(u16(522)))
+	p("fna", cx(u8(524)))
+	p("vwc", cx(u8(525)))
+	p("awun", d(u16(526)))
+	p("awupf", d(u16(528)))
+	p("icsvscc", d(u8(530)))
+	p("nwpc", d(u8(531)))
+	p("acwu", d(u16(532)))
+	p("ocfs", cx(u16(534)))
+	p("sgls", cx(u32(536)))
+	p("mnan", d(u32(540)))
+	p("maxdna", u128String(b[544:560]))
+	p("maxcna", d(u32(560)))
+	p("subnqn", cstr(b[768:1024]))
+	p("ioccsz", d(u32(1792)))
+	p("iorcsz", d(u32(1796)))
+	p("icdoff", d(u16(1800)))
+	p("fcatt", cx(u8(1802)))
+	p("msdbd", d(u8(1803)))
+	p("ofcs", d(u16(1804)))
+	for i := 0; i <= int(b[263]) && i < 32; i++ { // 32 power state descriptors at most
+		ps := b[2048+32*i:]
+		flags := ps[3]
+		op := "operational"
+		if flags&2 != 0 {
+			op = "non-operational"
+		}
+		fmt.Fprintf(w, "ps %6d : mp:%s %s enlat:%d exlat:%d rrt:%d rrl:%d\n", i, psPower(le16(ps, 0), flags&1 != 0), op,
+			le32(ps, 4), le32(ps, 8), ps[12], ps[13])
+		fmt.Fprintf(w, "            rwt:%d rwl:%d idle_power:%s active_power:%s\n", ps[14], ps[15],
+			psScaled(le16(ps, 16), ps[18]>>6), psScaled(le16(ps, 20), ps[22]>>6))
+		fmt.Fprintf(w, "            active_power_workload:%s\n", psWorkload(ps[22]&7))
+	}
+}
+
+// psPower formats a power state's maximum power (MXPS: 0.0001 W units,
+// else 0.01 W).
+func psPower(mp uint16, mxps bool) string {
+	if mxps {
+		return fmt.Sprintf("%d.%04dW", mp/10000, mp%10000)
+	}
+	return fmt.Sprintf("%d.%02dW", mp/100, mp%100)
+}
+
+// psScaled formats an idle or active power with its scale (0: not
+// reported).
+func psScaled(v uint16, scale uint8) string {
+	switch scale {
+	case 1:
+		return fmt.Sprintf("%d.%04dW", v/10000, v%10000)
+	case 2:
+		return fmt.Sprintf("%d.%02dW", v/100, v%100)
+	}
+	return "-"
+}
+
+// psWorkload is nvme-cli's active power workload hint (APW).
+func psWorkload(apw uint8) string {
+	switch apw {
+	case 1:
+		return "1MiB 32 RW, 30s idle"
+	case 2:
+		return "1MiB SW, 10s idle"
+	}
+	return "-"
+}
+
+func fguid(b []byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// u128String prints a 128-bit little-endian counter in decimal.
+func u128String(b []byte) string { return u128(b) }
+
+func idNSJSON(n *nvmeof.IdentifyNamespace) *jobj {
+	b := n[:]
+	u8 := func(o int) uint64 { return uint64(b[o]) }
+	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
+	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
+	o := &jobj{}
+	o.add("nsze", le64(b, 0)).add("ncap", le64(b, 8)).add("nuse", le64(b, 16)).
+		add("nsfeat", u8(24)).add("nlbaf", u8(25)).add("flbas", u8(26)).add("mc", u8(27)).
+		add("dpc", u8(28)).add("dps", u8(29)).add("nmic", u8(30)).add("rescap", u8(31)).
+		add("fpi", u8(32)).add("dlfeat", u8(33)).add("nawun", u16(34)).add("nawupf", u16(36)).
+		add("nacwu", u16(38)).add("nabsn", u16(40)).add("nabo", u16(42)).add("nabspf", u16(44)).
+		add("noiob", u16(46)).add("nvmcap", u128(b[48:])).add("nsattr", u8(99)).add("nvmsetid", u16(100))
+	if b[24]&0x10 != 0 {
+		o.add("npwg", u16(64)).add("npwa", u16(66)).add("npdg", u16(68)).add("npda", u16(70)).add("nows", u16(72))
+	}
+	o.add("mssrl", u16(74)).add("mcl", u32(76)).add("msrc", u8(80)).add("nulbaf", u8(84)).
+		add("anagrpid", u32(92)).add("endgid", u16(102)).
+		add("eui64", fmt.Sprintf("%x", b[120:128])).add("nguid", fmt.Sprintf("%x", b[104:120]))
+	var lbafs []*jobj
+	for i := 0; i <= int(b[25]) && i < 64; i++ {
+		f := b[128+4*i:]
+		lbafs = append(lbafs, (&jobj{}).add("ms", uint64(le16(f, 0))).add("ds", uint64(f[2])).add("rp", uint64(f[3]&3)))
+	}
+	o.add("lbafs", lbafs)
+	return o
+}
+
+// printIDNS is nvme-cli's normal id-ns output.
+func printIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool) {
+	b := n[:]
+	p := func(name, v string) { fmt.Fprintf(w, "%-8s: %s\n", name, v) }
+	d := func(v uint64) string { return fmt.Sprint(v) }
+	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
+	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
+	u8 := func(o int) uint64 { return uint64(b[o]) }
+	fmt.Fprintf(w, "NVME Identify Namespace %d:\n", nsid)
+	p("nsze", cx(le64(b, 0)))
+	p("ncap", cx(le64(b, 8)))
+	p("nuse", cx(le64(b, 16)))
+	p("nsfeat", cx(u8(24)))
+	p("nlbaf", d(u8(25)))
+	p("flbas", cx(u8(26)))
+	p("mc", cx(u8(27)))
+	p("dpc", cx(u8(28)))
+	p("dps", cx(u8(29)))
+	p("nmic", cx(u8(30)))
+	p("rescap", cx(u8(31)))
+	p("fpi", cx(u8(32)))
+	p("dlfeat", d(u8(33)))
+	p("nawun", d(u16(34)))
+	p("nawupf", d(u16(36)))
+	p("nacwu", d(u16(38)))
+	p("nabsn", d(u16(40)))
+	p("nabo", d(u16(42)))
+	p("nabspf", d(u16(44)))
+	p("noiob", d(u16(46)))
+	p("nvmcap", u128String(b[48:64]))
+	if b[24]&0x10 != 0 {
+		p("npwg", d(u16(64)))
+		p("npwa", d(u16(66)))
+		p("npdg", d(u16(68)))
+		p("npda", d(u16(70)))
+		p("nows", d(u16(72)))
+	}
+	p("mssrl", d(u16(74)))
+	p("mcl", d(u32(76)))
+	p("msrc", d(u8(80)))
+	p("nulbaf", d(u8(84)))
+	p("anagrpid", d(u32(92)))
+	fmt.Fprintf(w, "nsattr\t: %d\n", b[99])
+	p("nvmsetid", d(u16(100)))
+	p("endgid", d(u16(102)))
+	p("nguid", fmt.Sprintf("%x", b[104:120]))
+	p("eui64", fmt.Sprintf("%x", b[120:128]))
+	cur := int(b[26]&0xf) | int(b[26]>>5&3)<<4
+	for i := 0; i <= int(b[25]) && i < 64; i++ {
+		f := b[128+4*i:]
+		rp := f[3] & 3
+		fmt.Fprintf(w, "lbaf %2d : ms:%-3d lbads:%-2d rp:%s %s\n", i, le16(f, 0), f[2], cx(uint64(rp)), lbafInUse(rp, i == cur))
+	}
+}
+
+func lbafInUse(rp uint8, inUse bool) string {
+	perf := [...]string{"(Best)", "(Better)", "(Good)", "(Degraded)"}
+	_ = perf
+	if inUse {
+		return "(in use)"
+	}
+	return ""
+}
+
+func smartJSON(l *nvmeof.SMARTLog, human bool) *jobj {
+	b := l[:]
+	o := &jobj{}
+	if human {
+		cw := uint64(b[0])
+		o.add("critical_warning", (&jobj{}).add("value", cw).add("available_spare", cw&1).
+			add("temp_threshold", cw>>1&1).add("reliability_degraded", cw>>2&1).add("ro", cw>>3&1).
+			add("vmbu_failed", cw>>4&1).add("pmr_ro", cw>>5&1))
+	} else {
+		o.add("critical_warning", uint64(b[0]))
+	}
+	o.add("temperature", uint64(le16(b, 1))).add("avail_spare", uint64(b[3])).
+		add("spare_thresh", uint64(b[4])).add("percent_used", uint64(b[5])).
+		add("endurance_grp_critical_warning_summary", uint64(b[6])).
+		add("data_units_read", u128(b[32:])).add("data_units_written", u128(b[48:])).
+		add("host_read_commands", u128(b[64:])).add("host_write_commands", u128(b[80:])).
+		add("controller_busy_time", u128(b[96:])).add("power_cycles", u128(b[112:])).
+		add("power_on_hours", u128(b[128:])).add("unsafe_shutdowns", u128(b[144:])).
+		add("media_errors", u128(b[160:])).add("num_err_log_entries", u128(b[176:])).
+		add("warning_temp_time", uint64(le32(b, 192))).add("critical_comp_time", uint64(le32(b, 196)))
+	for c := 0; c < 8; c++ {
+		if t := le16(b, 200+2*c); t != 0 {
+			o.add(fmt.Sprintf("temperature_sensor_%d", c+1), uint64(t))
+		}
+	}
+	o.add("thm_temp1_trans_count", uint64(le32(b, 216))).add("thm_temp2_trans_count", uint64(le32(b, 220))).
+		add("thm_temp1_total_time", uint64(le32(b, 224))).add("thm_temp2_total_time", uint64(le32(b, 228)))
+	return o
+}
+
+// printSMART is nvme-cli's normal smart-log output.
+func printSMART(w io.Writer, l *nvmeof.SMARTLog, dev string, nsid uint32) {
+	b := l[:]
+	temp := int(le16(b, 1))
+	fmt.Fprintf(w, "Smart Log for NVME device:%s namespace-id:%x\n", dev, nsid)
+	fmt.Fprintf(w, "critical_warning\t\t\t: %#x\n", b[0])
+	fmt.Fprintf(w, "temperature\t\t\t\t: %d °C (%d K)\n", temp-273, temp)
+	fmt.Fprintf(w, "available_spare\t\t\t\t: %d%%\n", b[3])
+	fmt.Fprintf(w, "available_spare_threshold\t\t: %d%%\n", b[4])
+	fmt.Fprintf(w, "percentage_used\t\t\t\t: %d%%\n", b[5])
+	fmt.Fprintf(w, "endurance group critical warning summary: %#x\n", b[6])
+	fmt.Fprintf(w, "data_units_read\t\t\t\t: %s\n", u128String(b[32:48]))
+	fmt.Fprintf(w, "data_units_written\t\t\t: %s\n", u128String(b[48:64]))
+	fmt.Fprintf(w, "host_read_commands\t\t\t: %s\n", u128String(b[64:80]))
+	fmt.Fprintf(w, "host_write_commands\t\t\t: %s\n", u128String(b[80:96]))
+	fmt.Fprintf(w, "controller_busy_time\t\t\t: %s\n", u128String(b[96:112]))
+	fmt.Fprintf(w, "power_cycles\t\t\t\t: %s\n", u128String(b[112:128]))
+	fmt.Fprintf(w, "power_on_hours\t\t\t\t: %s\n", u128String(b[128:144]))
+	fmt.Fprintf(w, "unsafe_shutdowns\t\t\t: %s\n", u128String(b[144:160]))
+	fmt.Fprintf(w, "media_errors\t\t\t\t: %s\n", u128String(b[160:176]))
+	fmt.Fprintf(w, "num_err_log_entries\t\t\t: %s\n", u128String(b[176:192]))
+	fmt.Fprintf(w, "Warning Temperature Time\t\t: %d\n", le32(b, 192))
+	fmt.Fprintf(w, "Critical Composite Temperature Time\t: %d\n", le32(b, 196))
+	for c := 0; c < 8; c++ {
+		if t := int(le16(b, 200+2*c)); t != 0 {
+			fmt.Fprintf(w, "Temperature Sensor %d           : %d °C (%d K)\n", c+1, t-273, t)
+		}
+	}
+	fmt.Fprintf(w, "Thermal Management T1 Trans Count\t: %d\n", le32(b, 216))
+	fmt.Fprintf(w, "Thermal Management T2 Trans Count\t: %d\n", le32(b, 220))
+	fmt.Fprintf(w, "Thermal Management T1 Total Time\t: %d\n", le32(b, 224))
+	fmt.Fprintf(w, "Thermal Management T2 Total Time\t: %d\n", le32(b, 228))
+}
+
+func errorLogJSON(b []byte) *jobj {
+	var errs []*jobj
+	for off := 0; off+nvmeof.ErrorLogEntrySize <= len(b); off += nvmeof.ErrorLogEntrySize {
+		e := b[off:]
+		sf := le16(e, 12)
+		errs = append(errs, (&jobj{}).add("error_count", le64(e, 0)).add("sqid", uint64(le16(e, 8))).
+			add("cmdid", uint64(le16(e, 10))).add("status_field", uint64(sf>>1)).add("phase_tag", uint64(sf&1)).
+			add("parm_error_location", uint64(le16(e, 14))).add("lba", le64(e, 16)).add("nsid", uint64(le32(e, 24))).
+			add("vs", uint64(e[28])).add("trtype", uint64(e[29])).add("cs", le64(e, 32)).
+			add("trtype_spec_info", uint64(le16(e, 40))))
+	}
+	return (&jobj{}).add("errors", errs)
+}
+
+// printErrorLog is nvme-cli's normal error-log output.
+func printErrorLog(w io.Writer, b []byte, dev string) {
+	n := len(b) / nvmeof.ErrorLogEntrySize
+	fmt.Fprintf(w, "Error Log Entries for device:%s entries:%d\n", dev, n)
+	fmt.Fprintln(w, ".................")
+	for i := 0; i < n; i++ {
+		e := b[i*nvmeof.ErrorLogEntrySize:]
+		sf := le16(e, 12)
+		fmt.Fprintf(w, " Entry[%2d]   \n", i)
+		fmt.Fprintln(w, ".................")
+		fmt.Fprintf(w, "error_count\t: %d\n", le64(e, 0))
+		fmt.Fprintf(w, "sqid\t\t: %d\n", le16(e, 8))
+		fmt.Fprintf(w, "cmdid\t\t: %#x\n", le16(e, 10))
+		fmt.Fprintf(w, "status_field\t: %#x(%s)\n", sf>>1, nvmeof.StatusFromWire(sf).Name())
+		fmt.Fprintf(w, "phase_tag\t: %#x\n", sf&1)
+		fmt.Fprintf(w, "parm_err_loc\t: %#x\n", le16(e, 14))
+		fmt.Fprintf(w, "lba\t\t: %#x\n", le64(e, 16))
+		fmt.Fprintf(w, "nsid\t\t: %#x\n", le32(e, 24))
+		fmt.Fprintf(w, "vs\t\t: %d\n", e[28])
+		fmt.Fprintf(w, "trtype\t\t: %d\n", e[29])
+		fmt.Fprintf(w, "cs\t\t: %#x\n", le64(e, 32))
+		fmt.Fprintf(w, "trtype_spec_info: %#x\n", le16(e, 40))
+		fmt.Fprintln(w, ".................")
+	}
+}
+
+// fwString is nvme-cli's fw_to_string: the revision's printable bytes.
+func fwString(b []byte) string {
+	r := make([]byte, 8)
+	for i := range r {
+		if b[i] >= '!' && b[i] <= '~' {
+			r[i] = b[i]
+		} else {
+			r[i] = '.'
+		}
+	}
+	return string(r)
+}
+
+func fwLogJSON(l *nvmeof.FirmwareSlotLog, dev string) *jobj {
+	b := l[:]
+	fw := (&jobj{}).add("Active Firmware Slot (afi)", uint64(b[0]))
+	for i := 0; i < 7; i++ {
+		s := b[8+8*i:]
+		if s[0] != 0 {
+			fw.add(fmt.Sprintf("Firmware Rev Slot %d", i+1), fmt.Sprintf("%d (%s)", le64(s, 0), fwString(s)))
+		}
+	}
+	return (&jobj{}).add(dev, fw)
+}
+
+// printFWLog is nvme-cli's normal fw-log output.
+func printFWLog(w io.Writer, l *nvmeof.FirmwareSlotLog, dev string) {
+	b := l[:]
+	fmt.Fprintf(w, "Firmware Log for device:%s\n", dev)
+	fmt.Fprintf(w, "afi  : %#x\n", b[0])
+	for i := 0; i < 7; i++ {
+		s := b[8+8*i:]
+		if s[0] != 0 {
+			fmt.Fprintf(w, "frs%d : %#016x (%s)\n", i+1, le64(s, 0), fwString(s))
+		}
+	}
+}
+
+// adminCmdNames and ioCmdNames are nvme-cli's nvme_cmd_to_string.
+var adminCmdNames = map[int]string{
+	0x00: "Delete I/O Submission Queue", 0x01: "Create I/O Submission Queue", 0x02: "Get Log Page",
+	0x04: "Delete I/O Completion Queue", 0x05: "Create I/O Completion Queue", 0x06: "Identify",
+	0x08: "Abort", 0x09: "Set Features", 0x0a: "Get Features", 0x0c: "Asynchronous Event Request",
+	0x0d: "Namespace Management", 0x10: "Firmware Commit", 0x11: "Firmware Image Download",
+	0x14: "Device Self-test", 0x15: "Namespace Attachment", 0x18: "Keep Alive", 0x19: "Directive Send",
+	0x1a: "Directive Receive", 0x1c: "Virtualization Management", 0x1d: "NVMEe-MI Send",
+	0x1e: "NVMEe-MI Receive", 0x7c: "Doorbell Buffer Config", 0x80: "Format NVM", 0x81: "Security Send",
+	0x82: "Security Receive", 0x84: "Sanitize", 0x86: "Get LBA Status",
+}
+
+var ioCmdNames = map[int]string{
+	0x00: "Flush", 0x01: "Write", 0x02: "Read", 0x04: "Write Uncorrectable", 0x05: "Compare",
+	0x08: "Write Zeroes", 0x09: "Dataset Management", 0x0c: "Verify", 0x0d: "Reservation Register",
+	0x0e: "Reservation Report", 0x11: "Reservation Acquire", 0x15: "Reservation Release", 0x19: "Copy",
+}
+
+func cmdName(m map[int]string, op int) string {
+	if s, ok := m[op]; ok {
+		return s
+	}
+	return "Unknown"
+}
+
+// effectsJSON is nvme-cli 2.3's effects-log -o json: an array with one
+// object per command set read.
+func effectsJSON(l *nvmeof.CommandEffectsLog, csi uint8) string {
+	acs, iocs := &jobj{}, &jobj{}
+	for op := 0; op < 256; op++ {
+		if e := l.ACS(uint8(op)); e&1 != 0 {
+			acs.add(fmt.Sprintf("ACS_%d (%s)", op, cmdName(adminCmdNames, op)), uint64(e))
+		}
+	}
+	for op := 0; op < 256; op++ {
+		if e := l.IOCS(uint8(op)); e&1 != 0 {
+			iocs.add(fmt.Sprintf("IOCS_%d (%s)", op, cmdName(ioCmdNames, op)), uint64(e))
+		}
+	}
+	o := (&jobj{}).add("command_set_identifier", uint64(csi)).add("admin_cmd_set", acs).add("io_cmd_set", iocs)
+	var sb strings.Builder
+	sb.WriteString("[\n  ")
+	o.write(&sb, 1)
+	sb.WriteString("\n]")
+	return sb.String()
+}
+
+// printEffects is nvme-cli 2.3's normal effects-log output.
+func printEffects(w io.Writer, l *nvmeof.CommandEffectsLog, csi uint8, human bool) {
+	title := "Unknown"
+	if csi == 0 {
+		title = "NVM"
+	}
+	fmt.Fprintf(w, "%s Command Set Log Page\n%s\n", title, strings.Repeat("-", 80))
+	seg := func(title, prefix string, width int, names map[int]string, get func(uint8) uint32) {
+		fmt.Fprintf(w, "%s\n", title)
+		for op := 0; op < 256; op++ {
+			e := get(uint8(op))
+			if e&1 == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "%s%-*d[%-32s] %08x", prefix, width, op, cmdName(names, op), e)
+			if human {
+				fmt.Fprint(w, effectsHuman(e))
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
+	}
+	seg("Admin Commands", "ACS", 6, adminCmdNames, l.ACS)
+	seg("I/O Commands", "IOCS", 5, ioCmdNames, l.IOCS)
+}
+
+func effectsHuman(e uint32) string {
+	var s []string
+	for _, f := range []struct {
+		bit  uint32
+		name string
+	}{{1 << 0, "CSUPP"}, {1 << 1, "LBCC"}, {1 << 2, "NCC"}, {1 << 3, "NIC"}, {1 << 4, "CCC"}, {1 << 19, "USS"}} {
+		if e&f.bit != 0 {
+			s = append(s, f.name)
+		}
+	}
+	return " " + strings.Join(s, " ")
+}
+
+func anaJSON(l nvmeof.ANALog, dev string) *jobj {
+	o := (&jobj{}).add("Asymmetric Namespace Access Log for NVMe device", dev).
+		add("chgcnt", l.ChangeCount).add("ngrps", uint64(len(l.Groups)))
+	var descs []*jobj
+	for _, g := range l.Groups {
+		var ns []*jobj
+		for _, id := range g.NSIDs {
+			ns = append(ns, (&jobj{}).add("nsid", uint64(id)))
+		}
+		descs = append(descs, (&jobj{}).add("grpid", uint64(g.ID)).add("nnsids", uint64(len(g.NSIDs))).
+			add("chgcnt", g.ChangeCount).add("state", anaStateString(g.State)).add("NSIDS", ns))
+	}
+	return o.add("ANA DESC LIST ", descs)
+}
+
+// anaStateString is nvme-cli's nvme_ana_state_to_string.
+func anaStateString(s nvmeof.ANAState) string {
+	switch s {
+	case 1:
+		return "optimized"
+	case 2:
+		return "non-optimized"
+	case 3:
+		return "inaccessible"
+	case 4:
+		return "persistent-loss"
+	case 0xf:
+		return "change"
+	}
+	return "invalid state"
+}
+
+// printANA is nvme-cli's normal ana-log output.
+func printANA(w io.Writer, l nvmeof.ANALog, dev string) {
+	fmt.Fprintf(w, "Asymmetric Namespace Access Log for NVMe device: %s\n", dev)
+	fmt.Fprintf(w, "ANA LOG HEADER :-\n")
+	fmt.Fprintf(w, "chgcnt\t:\t%d\n", l.ChangeCount)
+	fmt.Fprintf(w, "ngrps\t:\t%d\n", len(l.Groups))
+	fmt.Fprintf(w, "ANA Log Desc :-\n")
+	for _, g := range l.Groups {
+		fmt.Fprintf(w, "grpid\t:\t%d\n", g.ID)
+		fmt.Fprintf(w, "nnsids\t:\t%d\n", len(g.NSIDs))
+		fmt.Fprintf(w, "chgcnt\t:\t%d\n", g.ChangeCount)
+		fmt.Fprintf(w, "state\t:\t%s\n", anaStateString(g.State))
+		for _, id := range g.NSIDs {
+			fmt.Fprintf(w, "\tnsid\t:\t%d\n", id)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// featureNames is nvme-cli's nvme_feature_to_string.
+var featureNames = map[uint8]string{
+	0x01: "Arbitration", 0x02: "Power Management", 0x03: "LBA Range Type", 0x04: "Temperature Threshold",
+	0x05: "Error Recovery", 0x06: "Volatile Write Cache", 0x07: "Number of Queues",
+	0x08: "Interrupt Coalescing", 0x09: "Interrupt Vector Configuration", 0x0a: "Write Atomicity Normal",
+	0x0b: "Async Event Configuration", 0x0c: "Autonomous Power State Transition",
+	0x0d: "Host Memory Buffer", 0x0e: "Timestamp", 0x0f: "Keep Alive Timer",
+	0x10: "Host Controlled Thermal Management", 0x11: "Non-Operational Power State Config",
+	0x12: "Read Recovery Level", 0x13: "Predictable Latency Mode Config",
+	0x14: "Predictable Latency Mode Window", 0x15: "LBA Status Information Report Interval",
+	0x16: "Host Behavior Support", 0x17: "Sanitize Config", 0x18: "Endurance Group Event Configuration",
+	0x19: "I/O Command Set Profile", 0x1a: "Spinup Control", 0x7d: "Enhanced Controller Metadata",
+	0x7e: "Controller Metadata", 0x7f: "Namespace Metadata", 0x80: "Software Progress",
+	0x81: "Host Identifier", 0x82: "Reservation Notification Mask", 0x83: "Reservation Persistence",
+	0x84: "Namespace Write Protection Config",
+}
+
+var selectNames = [...]string{"Current", "Default", "Saved", "Supported capabilities"}
+
+// cHexWidth formats v as C's "%#0*x" with width w.
+func cHexWidth(v uint64, w int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*x", w, 0)
+	}
+	return fmt.Sprintf("0x%0*x", w-2, v)
+}
+
+// printFeature is nvme-cli's get-feature output.
+func printFeature(w io.Writer, fid, sel uint8, result uint32, data []byte, human bool) {
+	name, ok := featureNames[fid]
+	if !ok {
+		name = "Unknown"
+	}
+	width := 8
+	if result != 0 {
+		width = 10
+	}
+	fmt.Fprintf(w, "get-feature:%s (%s), %s value:%s\n", cHexWidth(uint64(fid), 4), name, selectNames[sel&3], cHexWidth(uint64(result), width))
+	if human {
+		switch fid {
+		case 0x07:
+			fmt.Fprintf(w, "\tNumber of IO Completion Queues Allocated (NCQA): %d\n", (result>>16)+1)
+			fmt.Fprintf(w, "\tNumber of IO Submission Queues Allocated (NSQA): %d\n", (result&0xffff)+1)
+		case 0x06:
+			en := "Disabled"
+			if result&1 != 0 {
+				en = "Enabled"
+			}
+			fmt.Fprintf(w, "\tVolatile Write Cache Enable (WCE): %s\n", en)
+		case 0x0f:
+			fmt.Fprintf(w, "\tKeep Alive Timeout (KATO) in milliseconds: %d\n", result)
+		}
+	}
+	if len(data) > 0 {
+		hexDump(w, data)
+	}
+}
+
+// hexDump is nvme-cli's d(buf, len, 16, 1).
+func hexDump(w io.Writer, b []byte) {
+	var sb strings.Builder
+	sb.WriteString("     ")
+	for i := 0; i <= 15; i++ {
+		fmt.Fprintf(&sb, "%3x", i)
+	}
+	ascii := make([]byte, 0, 16)
+	for i, c := range b {
+		if i%16 == 0 {
+			fmt.Fprintf(&sb, "\n%04x:", i)
+		}
+		fmt.Fprintf(&sb, " %02x", c)
+		if c >= '!' && c <= '~' {
+			ascii = append(ascii, c)
+		} else {
+			ascii = append(ascii, '.')
+		}
+		if (i+1)%16 == 0 {
+			fmt.Fprintf(&sb, " \"%s\"", ascii)
+			ascii = ascii[:0]
+		}
+	}
+	if len(ascii) > 0 {
+		pad := 16 - len(ascii)
+		fmt.Fprintf(&sb, " %*s \"%s\"", 3*pad, "", ascii)
+	}
+	sb.WriteString("\n")
+	_, _ = io.WriteString(w, sb.String())
+}
+
+// listSubsysJSON is nvme-cli's list-subsys -o json.
+func listSubsysJSON(sts []*ctrlState) string {
+	type host struct{ nqn, id string }
+	var hosts []host
+	byHost := map[host][]*ctrlState{}
+	for _, st := range sts {
+		h := host{st.HostNQN, st.HostID}
+		if _, ok := byHost[h]; !ok {
+			hosts = append(hosts, h)
+		}
+		byHost[h] = append(byHost[h], st)
+	}
+	var sb strings.Builder
+	sb.WriteString("[")
+	for i, h := range hosts {
+		o := (&jobj{}).add("HostNQN", h.nqn).add("HostID", h.id)
+		var subs []*jobj
+		for _, st := range byHost[h] {
+			subs = append(subs, (&jobj{}).add("Name", "nvme-subsys"+strings.TrimPrefix(st.Device, "nvme")).
+				add("NQN", st.SubNQN).add("Paths", []*jobj{(&jobj{}).add("Name", st.Device).
+				add("Transport", st.Transport).add("Address", pathAddress(st)).add("State", st.State)}))
+		}
+		o.add("Subsystems", subs)
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString("\n  ")
+		o.write(&sb, 1)
+	}
+	sb.WriteString("\n]")
+	return sb.String()
+}
+
+// pathAddress is a path's address as Linux shows it in sysfs.
+func pathAddress(st *ctrlState) string {
+	host, port := st.Address, ""
+	if i := strings.LastIndexByte(st.Address, ':'); i >= 0 {
+		host, port = strings.Trim(st.Address[:i], "[]"), st.Address[i+1:]
+	}
+	return fmt.Sprintf("traddr=%s,trsvcid=%s", host, port)
+}
+
+// printListSubsys is nvme-cli's normal list-subsys output.
+func printListSubsys(w io.Writer, sts []*ctrlState) {
+	for _, st := range sts {
+		fmt.Fprintf(w, "nvme-subsys%s - NQN=%s\n", strings.TrimPrefix(st.Device, "nvme"), st.SubNQN)
+		fmt.Fprintln(w, "\\")
+		fmt.Fprintf(w, " +- %s %s %s %s\n", st.Device, st.Transport, pathAddress(st), st.State)
+		fmt.Fprintln(w)
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestE2EAuth: nvmeof connect -S/-C (literal and file:) against an nvmetd
+// that requires DH-HMAC-CHAP of the host, with keys made by nvmeof
+// gen-dhchap-key; a wrong key and a missing key are refused with the
+// reason; the secrets never appear on a command line.
+func TestE2EAuth(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	const host = "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000e2"
+	key := strings.TrimSpace(e.must("gen-dhchap-key", "-m", "1", "-n", host))
+	ctrlKey := strings.TrimSpace(e.must("gen-dhchap-key", "-m", "3", "-n", testNQN))
+	wrong := strings.TrimSpace(e.must("gen-dhchap-key", "-m", "1", "-n", host))
+	ctrlFile := filepath.Join(e.dir, "ctrl.key")
+	if err := os.WriteFile(ctrlFile, []byte(ctrlKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	_, bin := bins(t)
+	cfg := fmt.Sprintf(`daemon:
+  log_format: console
+  control_socket: %s
+hosts:
+  - nqn: %s
+    dhchap_key: "%s"
+    dhchap_ctrl_key: file:%s
+    dhchap_dhgroup: ffdhe3072
+ports:
+  - id: 1
+    address: 127.0.0.1
+    service_id: %d
+    subsystems: [%s]
+subsystems:
+  - nqn: %s
+    allowed_hosts: [%s]
+    auth_required: true
+    namespaces:
+      - nsid: 1
+        backend:
+          kind: memory
+          size: 16MiB
+`, filepath.Join(e.dir, "nvmetd.sock"), host, key, ctrlFile, port, testNQN, testNQN, host)
+	p := &nvmetdProc{t: t, bin: bin, cfg: filepath.Join(e.dir, "nvmetd.yaml"), logf: filepath.Join(e.dir, "nvmetd.log"),
+		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), NQN: testNQN}
+	if err := os.WriteFile(p.cfg, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	e.targets = append(e.targets, p)
+	fab := []string{"-t", "rdma", "-a", "127.0.0.1", "-s", strconv.Itoa(port), "-n", testNQN, "-q", host, "--ctrl-loss-tmo", "0"}
+
+	refused := func(why, want string, args ...string) {
+		t.Helper()
+		if _, err := e.run(append(append([]string{"connect"}, args...), fab...)...); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("connect %s: %v, want an error with %q", why, err, want)
+		}
+	}
+	refused("without a secret", "no DH-HMAC-CHAP secret")
+	refused("with a wrong secret", "authentication (qid 0)", "-S", wrong)
+	// The controller key in a file others may read is refused by the host.
+	loose := filepath.Join(e.dir, "loose.key")
+	if err := os.WriteFile(loose, []byte(ctrlKey), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused("with a world-readable key file", "group or others", "-S", key, "-C", "file:"+loose)
+	out := e.must(append([]string{"connect", "-S", key, "-C", "file:" + ctrlFile}, fab...)...)
+	if !strings.Contains(out, "connecting to device: nvme0") {
+		t.Fatalf("connect:\n%s", out)
+	}
+	if l := e.list(); len(l) != 1 || l[0].State != "live" {
+		t.Fatalf("list: %+v", l)
+	}
+	// No process shows a secret on its command line.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		b, _ := os.ReadFile(f)
+		if strings.Contains(string(b), "DHHC-1") {
+			t.Errorf("%s shows a secret: %q", f, b)
+		}
+	}
+	e.must("disconnect-all")
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"syscall"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nvmetd/nvmetd/target"
+)
+
+// errConfigChanged is returned by persistConfig when the configuration file
+// is not what the daemon last read or wrote: someone edited it since, and
+// writing would lose that edit.
+var errConfigChanged = errors.New("the configuration file changed on disk since nvmetd read it (reload it with SIGHUP first, or save with force)")
+
+// persistConfig writes the running configuration back into the
+// configuration file, atomically (a temporary file in the same directory,
+// fsync, rename, fsync of the directory; nvmetcli save does the same): the
+// ports, subsystems and hosts are replaced by cfg's (settings at their
+// defaults left out, see target.Config.WithoutDefaults), and
+// daemon.log_level by logLevel if it is not empty (set through the API). Everything else of the
+// file (the daemon, transport, tuning and limits sections, comments outside
+// the replaced lists) stays as it was. Unless force, the file must still
+// have the content whose SHA-256 is want. It returns the new content's
+// SHA-256.
+func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, logLevel string) ([32]byte, error) {
+	var sum [32]byte
+	doc, err := readConfigFile(file)
+	if err != nil {
+		return sum, fmt.Errorf("config file %s: %w", file, err)
+	}
+	if !force && sha256.Sum256(doc) != want {
+		return sum, fmt.Errorf("config file %s: %w", file, errConfigChanged)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return sum, fmt.Errorf("config file %s: %w", file, err)
+	}
+	if root.Kind == 0 {
+		root = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode}}}
+	}
+	if root.Kind != yaml.DocumentNode || len(root.Content) != 1 || root.Content[0].Kind != yaml.MappingNode {
+		return sum, fmt.Errorf("config file %s: the document is not a mapping", file)
+	}
+	m := root.Content[0]
+	out := cfg.WithoutDefaults()
+	setKey(m, "ports", listNode(reflect.ValueOf(out.Ports)))
+	setKey(m, "subsystems", listNode(reflect.ValueOf(out.Subsystems)))
+	setKey(m, "hosts", listNode(reflect.ValueOf(out.Hosts)))
+	if logLevel != "" {
+		dm := getKey(m, "daemon")
+		if dm == nil || dm.Kind != yaml.MappingNode {
+			dm = &yaml.Node{Kind: yaml.MappingNode}
+			setKey(m, "daemon", dm)
+		}
+		setKey(dm, "log_level", scalar("!!str", logLevel))
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&root); err != nil {
+		return sum, err
+	}
+	if err := enc.Close(); err != nil {
+		return sum, err
+	}
+	if err := writeFileAtomic(file, b.Bytes()); err != nil {
+		return sum, fmt.Errorf("config file %s: %w", file, err)
+	}
+	return sha256.Sum256(b.Bytes()), nil
+}
+
+// listNode is a configuration list as YAML: block style, [] when empty.
+func listNode(v reflect.Value) *yaml.Node {
+	n := toNode(v, true)
+	if len(n.Content) == 0 {
+		n.Style = yaml.FlowStyle
+	}
+	return n
+}
+
+// getKey returns the value of key in mapping m, or nil.
+func getKey(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// setKey sets key in mapping m to v, keeping the key's place (and its
+// comments) if it is there, else appending it.
+func setKey(m *yaml.Node, key string, v *yaml.Node) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			v.LineComment = m.Content[i+1].LineComment
+			m.Content[i+1] = v
+			return
+		}
+	}
+	m.Content = append(m.Content, scalar("!!str", key), v)
+}
+
+// writeFileAtomic replaces path with data: a temporary file beside it with
+// path's mode and owner, fsync, rename over path, fsync of the directory.
+// A reader sees the old or the new file, never a part; a crash leaves one
+// of them.
+func writeFileAtomic(path string, data []byte) error {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real // replace the file a symbolic link points to, not the link
+	}
+	mode := os.FileMode(0o600)
+	uid, gid := -1, -1
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
+	if uid >= 0 {
+		if err := f.Chown(uid, gid); err != nil && !errors.Is(err, os.ErrPermission) {
+			return err
+		}
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	ok = true
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

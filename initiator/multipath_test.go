@@ -1,0 +1,552 @@
+package initiator
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/target"
+)
+
+// mpHang is the hang guard of the multipath tests: how long a wait for
+// something that must happen may take on a loaded machine.
+const mpHang = 2 * time.Minute
+
+// twoPortTarget is a target serving the test subsystem on two ports: two
+// paths to one namespace in one process.
+func twoPortTarget(t *testing.T) (*testTarget, [2]string) {
+	tg := startTarget(t, withConfig(func(c *target.Config) {
+		c.Ports = append(c.Ports, target.PortConfig{ID: 2, Address: "127.0.0.1", ServiceID: freePort(t), Subsystems: []string{testSubNQN}})
+	}))
+	return tg, [2]string{tg.Addr(), portAddress(tg.cfg, 2)}
+}
+
+func portAddress(cfg *target.Config, id uint16) string {
+	for _, p := range cfg.Ports {
+		if p.ID == id {
+			return p.Address + ":" + strconv.Itoa(p.ServiceID)
+		}
+	}
+	return ""
+}
+
+// setANA sets group 1's state on port id.
+func setANA(tg *testTarget, id uint16, state string) {
+	tg.Reload(func(c *target.Config) {
+		for i := range c.Ports {
+			if c.Ports[i].ID == id {
+				c.Ports[i].ANAGroups = []target.ANAGroupConfig{{ID: 1, State: state}}
+			}
+		}
+	})
+}
+
+// newMultipath connects a subsystem through every address.
+func newMultipath(t *testing.T, mc MultipathConfig, addrs ...string) *Subsystem {
+	t.Helper()
+	s := NewSubsystem(testSubNQN, mc)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), mpHang)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	for _, a := range addrs {
+		cfg := testConfig(t, a)
+		cfg.ReconnectDelay = 50 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), mpHang)
+		_, err := s.AddPath(ctx, cfg)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// completion is one I/O completion of a workload: when, and on which path.
+type completion struct {
+	at   time.Time
+	path *Path
+}
+
+// mpWorkload writes and verifies blocks through a head from several
+// goroutines, each owning its own blocks: every write carries (block,
+// sequence) in every 16 bytes, and is read back and compared before the
+// next one. A result is an I/O error or a verification error.
+type mpWorkload struct {
+	h       *Head
+	blocks  int
+	workers int
+
+	ioErrs, verifyErrs atomic.Int64
+	ops                atomic.Int64
+	firstErr           atomic.Pointer[error]
+
+	mu   sync.Mutex
+	log  []completion
+	cond chan struct{} // a completion was logged (buffer 1)
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startWorkload(h *Head, workers, blocks int) *mpWorkload {
+	w := &mpWorkload{h: h, blocks: blocks, workers: workers, cond: make(chan struct{}, 1), stop: make(chan struct{})}
+	for i := range workers {
+		w.wg.Add(1)
+		go w.run(i)
+	}
+	return w
+}
+
+func (w *mpWorkload) fail(counter *atomic.Int64, err error) {
+	counter.Add(1)
+	w.firstErr.CompareAndSwap(nil, &err)
+}
+
+func (w *mpWorkload) run(id int) {
+	defer w.wg.Done()
+	bs := w.h.BlockSize()
+	wbuf, rbuf := make([]byte, 4096), make([]byte, 4096)
+	ch := make(chan struct{}, 1)
+	r := &Request{Done: func(*Request) { ch <- struct{}{} }}
+	do := func(op Op, buf []byte, off int64) error {
+		r.Op, r.Data, r.Offset = op, buf, off
+		if err := w.h.Submit(context.Background(), r); err != nil {
+			return err
+		}
+		<-ch
+		if r.Err == nil {
+			w.mu.Lock()
+			w.log = append(w.log, completion{time.Now(), r.Path()})
+			w.mu.Unlock()
+			select {
+			case w.cond <- struct{}{}:
+			default:
+			}
+			w.ops.Add(1)
+		}
+		return r.Err
+	}
+	per := len(wbuf) / bs
+	for seq := uint64(1); ; seq++ {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		blk := uint64(id + w.workers*int(seq%uint64(w.blocks/w.workers)))
+		off := int64(blk) * int64(per*bs)
+		for i := 0; i < len(wbuf); i += 16 {
+			binary.LittleEndian.PutUint64(wbuf[i:], blk)
+			binary.LittleEndian.PutUint64(wbuf[i+8:], seq)
+		}
+		if err := do(OpWrite, wbuf, off); err != nil {
+			w.fail(&w.ioErrs, fmt.Errorf("write block %d: %w", blk, err))
+			continue
+		}
+		if err := do(OpRead, rbuf, off); err != nil {
+			w.fail(&w.ioErrs, fmt.Errorf("read block %d: %w", blk, err))
+			continue
+		}
+		for i := 0; i < len(rbuf); i += 16 {
+			if b, s := binary.LittleEndian.Uint64(rbuf[i:]), binary.LittleEndian.Uint64(rbuf[i+8:]); b != blk || s != seq {
+				w.fail(&w.verifyErrs, fmt.Errorf("block %d byte %d: read (block %d, seq %d), wrote seq %d", blk, i, b, s, seq))
+				break
+			}
+		}
+	}
+}
+
+// finish stops the workload and waits for it.
+func (w *mpWorkload) finish() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// waitOn waits until n completions came through path p after since.
+func (w *mpWorkload) waitOn(t *testing.T, p *Path, since time.Time, n int) {
+	t.Helper()
+	deadline := time.NewTimer(mpHang)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		k := 0
+		for _, c := range w.log {
+			if c.path == p && !c.at.Before(since) {
+				k++
+			}
+		}
+		w.mu.Unlock()
+		if k >= n {
+			return
+		}
+		select {
+		case <-w.cond:
+		case <-deadline.C:
+			t.Fatalf("no %d completions on path %s within %v (errors: %d I/O, %d verify)", n, p.Address(), mpHang, w.ioErrs.Load(), w.verifyErrs.Load())
+		}
+	}
+}
+
+// failoverTime is the time from the last completion on path from before
+// the first completion on another path after since, to that completion.
+// It reports false if the I/O was not on from at since (the last
+// completion before since came through another path).
+func (w *mpWorkload) failoverTime(from *Path, since time.Time) (time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.log) - 1; i >= 0; i-- {
+		if w.log[i].at.Before(since) {
+			if w.log[i].path != from {
+				return 0, false
+			}
+			break
+		}
+	}
+	first := -1
+	for i, c := range w.log {
+		if c.path != from && !c.at.Before(since) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return 0, false
+	}
+	for i := first - 1; i >= 0; i-- {
+		if w.log[i].path == from {
+			return w.log[first].at.Sub(w.log[i].at), true
+		}
+	}
+	return 0, false
+}
+
+func (w *mpWorkload) check(t *testing.T) {
+	t.Helper()
+	if n, v := w.ioErrs.Load(), w.verifyErrs.Load(); n != 0 || v != 0 {
+		t.Fatalf("%d I/O errors, %d verification errors (first: %v)", n, v, *w.firstErr.Load())
+	}
+}
+
+// reportFailover prints the failover time of the I/O from path from after
+// an event at since; the I/O must have been on from (numa: the first
+// optimized path).
+func reportFailover(t *testing.T, w *mpWorkload, what string, from *Path, since time.Time) {
+	t.Helper()
+	d, ok := w.failoverTime(from, since)
+	if !ok {
+		t.Errorf("failover %s: the I/O was not on %s when the event came", what, from.Address())
+		return
+	}
+	t.Logf("failover %s: %v (last completion on %s to the first on the other path)", what, d, from.Address())
+}
+
+// waitLive waits until path p's controller is live again.
+func waitLive(t *testing.T, p *Path) {
+	t.Helper()
+	deadline := time.Now().Add(mpHang)
+	for p.Controller().State() != StateLive || p.ANAState(1) != nvmeof.ANAOptimized {
+		if time.Now().After(deadline) {
+			t.Fatalf("path %s not live and optimized within %v: %v %v", p.Address(), mpHang, p.Controller().State(), p.ANAState(1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMultipathFailover: one namespace through two ports of one target is
+// one Head with two paths; a verified write/read workload runs while the
+// path it uses goes inaccessible (ANA, by reload), comes back, the other
+// port goes away (its connections with it) and comes back, and the policy
+// changes to round-robin and queue-depth: no I/O error, no verification
+// error, and each failover lands on the other path. The failover times are
+// printed (-v), not asserted.
+func TestMultipathFailover(t *testing.T) {
+	tg, addrs := twoPortTarget(t)
+	s := newMultipath(t, MultipathConfig{}, addrs[0], addrs[1])
+	if n := len(s.Paths()); n != 2 {
+		t.Fatalf("%d paths", n)
+	}
+	h := s.Namespace(1)
+	if h == nil || len(s.Namespaces()) != 1 {
+		t.Fatalf("namespaces %v", s.Namespaces())
+	}
+	pa, pb := s.Paths()[0], s.Paths()[1]
+	if pa.Controller().CNTLID() == pb.Controller().CNTLID() {
+		t.Fatalf("both paths have CNTLID %d", pa.Controller().CNTLID())
+	}
+	for _, p := range []*Path{pa, pb} {
+		if gs := p.ANAGroups(); len(gs) != 1 || gs[0].ID != 1 || gs[0].State != nvmeof.ANAOptimized {
+			t.Fatalf("path %s ANA groups %+v", p.Address(), gs)
+		}
+	}
+	w := startWorkload(h, 8, 256)
+	defer w.finish()
+	// numa: the first optimized path.
+	w.waitOn(t, pa, time.Time{}, 50)
+
+	// (a) path A's group goes inaccessible: I/O moves to B.
+	at := time.Now()
+	setANA(tg, 1, "inaccessible")
+	w.waitOn(t, pb, at, 50)
+	reportFailover(t, w, "on ANA inaccessible", pa, at)
+	if st := pa.ANAState(1); st != nvmeof.ANAInaccessible {
+		t.Fatalf("path A state %v after the ANA change", st)
+	}
+	// A optimized again: the I/O goes back to it, the first optimized
+	// path (as Linux's nvme_mpath_set_live recomputes the current path).
+	at = time.Now()
+	setANA(tg, 1, "optimized")
+	waitLive(t, pa)
+	w.waitOn(t, pa, at, 50)
+
+	// (b) port 1 goes away with its connections: I/O moves to B.
+	at = time.Now()
+	port1 := tg.cfg.Ports[0]
+	tg.Reload(func(c *target.Config) { c.Ports = c.Ports[1:] })
+	w.waitOn(t, pb, at, 50)
+	reportFailover(t, w, "on lost connections", pa, at)
+	// (c) it comes back and the path reconnects.
+	tg.Reload(func(c *target.Config) { c.Ports = append(c.Ports, port1) })
+	waitLive(t, pa)
+
+	// Round-robin and queue-depth use both paths.
+	for _, pol := range []IOPolicy{IOPolicyRoundRobin, IOPolicyQueueDepth} {
+		s.SetIOPolicy(pol)
+		at = time.Now()
+		w.waitOn(t, pa, at, 50)
+		w.waitOn(t, pb, at, 50)
+	}
+	w.finish()
+	w.stop = make(chan struct{}) // (the deferred finish)
+	w.check(t)
+	if h.Failovers() == 0 {
+		t.Fatal("no failover counted")
+	}
+	t.Logf("%d verified I/Os, %d failovers", w.ops.Load(), h.Failovers())
+}
+
+// TestMultipathQueueWithoutPath: I/O submitted while every path is
+// inaccessible waits on the head (no error) and completes once a path
+// becomes optimized; with fast_io_fail_tmo, I/O fails with ErrNoPath once
+// every controller has been reconnecting that long, and a controller given
+// up (ctrl_loss_tmo) fails I/O at once.
+func TestMultipathQueueWithoutPath(t *testing.T) {
+	tg, addrs := twoPortTarget(t)
+	s := newMultipath(t, MultipathConfig{IOPolicy: IOPolicyRoundRobin}, addrs[0], addrs[1])
+	h := s.Namespace(1)
+	setANA(tg, 1, "inaccessible")
+	setANA(tg, 2, "change")
+	waitState := func(p *Path, st nvmeof.ANAState) {
+		deadline := time.Now().Add(mpHang)
+		for p.ANAState(1) != st {
+			if time.Now().After(deadline) {
+				t.Fatalf("path %s: %v, want %v", p.Address(), p.ANAState(1), st)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitState(s.Paths()[0], nvmeof.ANAInaccessible)
+	waitState(s.Paths()[1], nvmeof.ANAChange)
+	buf := make([]byte, 4096)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	done := make(chan error, 1)
+	r := &Request{Op: OpWrite, Data: buf, Offset: 8192, Done: func(r *Request) { done <- r.Err }}
+	if err := h.Submit(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	// It waits on the head's requeue list.
+	deadline := time.Now().Add(mpHang)
+	for {
+		h.rqMu.Lock()
+		n := len(h.requeue)
+		h.rqMu.Unlock()
+		if n == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("completed without a usable path: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not requeued")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	setANA(tg, 2, "non-optimized")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(mpHang):
+		t.Fatal("requeued write did not complete")
+	}
+	if got := r.Path(); got != s.Paths()[1] {
+		t.Fatalf("completed on %v, want the non-optimized path", got.Address())
+	}
+	got := make([]byte, 4096)
+	if err := tg.ReadNamespace(1, got, 8192); err != nil || string(got) != string(buf) {
+		t.Fatalf("the write did not reach the backend (%v)", err)
+	}
+
+	// fast_io_fail_tmo: both ports gone, I/O fails once it passed.
+	s2 := newMultipath(t, MultipathConfig{FastIOFailTimeout: 100 * time.Millisecond}, addrs[0], addrs[1])
+	h2 := s2.Namespace(1)
+	tg.Reload(func(c *target.Config) { c.Ports = nil })
+	_, err := h2.WriteAt(buf, 0)
+	if !errors.Is(err, ErrNoPath) {
+		t.Fatalf("write with every path past fast_io_fail_tmo: %v, want ErrNoPath", err)
+	}
+}
+
+// TestNoAllocPerIOMultipath: a Head adds no allocation per I/O to the
+// controller's data path (Submit with a reused Request, ReadAt).
+func TestNoAllocPerIOMultipath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode: allocation counts need a warmed-up run of hundreds of I/Os")
+	}
+	tg := startTarget(t, memoryOnly, withConfig(func(c *target.Config) {
+		c.Ports = append(c.Ports, target.PortConfig{ID: 2, Address: "127.0.0.1", ServiceID: freePort(t), Subsystems: []string{testSubNQN}})
+	}))
+	for _, pol := range []IOPolicy{IOPolicyNUMA, IOPolicyRoundRobin, IOPolicyQueueDepth} {
+		s := newMultipath(t, MultipathConfig{IOPolicy: pol}, tg.Addr(), portAddress(tg.cfg, 2))
+		h := s.Namespace(1)
+		buf := make([]byte, 4096)
+		for range 200 {
+			h.WriteAt(buf, 0)
+			h.ReadAt(buf, 0)
+		}
+		if a := testing.AllocsPerRun(500, func() { h.ReadAt(buf, 4096) }); a > 0.05 {
+			t.Errorf("%v: ReadAt: %.2f allocations per I/O", pol, a)
+		}
+		done := make(chan struct{}, 1)
+		r := &Request{Op: OpWrite, Data: buf, Done: func(*Request) { done <- struct{}{} }}
+		ctx := context.Background()
+		if a := testing.AllocsPerRun(500, func() {
+			h.Submit(ctx, r)
+			<-done
+		}); a > 0.05 {
+			t.Errorf("%v: Submit: %.2f allocations per I/O", pol, a)
+		}
+	}
+}
+
+// TestMultipathRetry: what a multipath request does with each outcome of
+// one command, the target answering the first write to a marked LBA
+// (through whichever path it came) as the case says: a path-related status
+// fails over (the write arrives once more, the request succeeds, and an
+// ANA status makes the host read the ANA log again); the same status with
+// DNR fails the request (nvme_decide_disposition completes DNR first); an
+// ordinary retryable status is retried on the controller without a
+// failover; a connection closed under the command fails over once the
+// command is over on the dropped connection.
+func TestMultipathRetry(t *testing.T) {
+	const markLBA = 4096
+	for _, tc := range []struct {
+		name     string
+		verdict  target.Verdict
+		wantErr  nvmeof.Status // 0: success
+		failover bool
+		anaRead  bool
+	}{
+		{"ANA transition", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusANATransition}, 0, true, true},
+		{"ANA inaccessible", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusANAInaccessible}, 0, true, true},
+		{"host path error", target.Verdict{Action: target.HookFail, Status: nvmeof.Status(0x370)}, 0, true, false},
+		{"path status with DNR", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusANAInaccessible | nvmeof.StatusDNR}, nvmeof.StatusANAInaccessible, false, false},
+		{"retryable generic status", target.Verdict{Action: target.HookFail, Status: nvmeof.StatusDataTransferError}, 0, false, false},
+		{"connection closed", target.Verdict{Action: target.HookDisconnect}, 0, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen atomic.Int32
+			tg := startTarget(t, withConfig(func(c *target.Config) {
+				c.Ports = append(c.Ports, target.PortConfig{ID: 2, Address: "127.0.0.1", ServiceID: freePort(t), Subsystems: []string{testSubNQN}})
+			}), withCommandHook(func(q target.HookQueue, sqe *nvmeof.SQE) target.Verdict {
+				if q.QID() != 0 && !sqe.IsFabrics() && sqe.Opcode() == nvmeof.NVMWrite && sqe.RWCmd().SLBA() == markLBA/512 {
+					if seen.Add(1) == 1 {
+						return tc.verdict
+					}
+				}
+				return target.Verdict{}
+			}))
+			s := newMultipath(t, MultipathConfig{}, tg.Addr(), portAddress(tg.cfg, 2))
+			h := s.Namespace(1)
+			logReads := tg.AdminCommands(nvmeof.AdminGetLogPage)
+			buf := make([]byte, 4096)
+			for i := range buf {
+				buf[i] = byte(i * 7)
+			}
+			_, err := h.WriteAt(buf, markLBA)
+			switch {
+			case tc.wantErr != 0:
+				var st nvmeof.Status
+				if !errors.As(err, &st) || st.Code() != tc.wantErr {
+					t.Fatalf("write: %v, want %v", err, tc.wantErr)
+				}
+			case err != nil:
+				t.Fatalf("write: %v", err)
+			default:
+				got := make([]byte, 4096)
+				if err := tg.ReadNamespace(1, got, markLBA); err != nil || string(got) != string(buf) {
+					t.Fatalf("written data not on the target (%v)", err)
+				}
+			}
+			// Once more at least (a connection torn down under the second
+			// try, on the same controller before its recovery marked it
+			// down, sends it a third time).
+			if n := seen.Load(); (tc.wantErr == 0) != (n >= 2) {
+				t.Fatalf("the write arrived %d times", n)
+			}
+			if got := h.Failovers() > 0; got != tc.failover {
+				t.Fatalf("failovers %d, want failover %v", h.Failovers(), tc.failover)
+			}
+			if tc.anaRead {
+				deadline := time.Now().Add(mpHang)
+				for tg.AdminCommands(nvmeof.AdminGetLogPage) == logReads {
+					if time.Now().After(deadline) {
+						t.Fatal("the ANA log was not read again after an ANA error")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
+
+// TestMultipathNamespaceRemoved: a namespace removed from the subsystem
+// (reload) is gone from the head's subsystem on every path, and its I/O
+// fails with ErrNamespaceGone instead of waiting for a path that will
+// never carry it.
+func TestMultipathNamespaceRemoved(t *testing.T) {
+	tg, addrs := twoPortTarget(t)
+	s := newMultipath(t, MultipathConfig{}, addrs[0], addrs[1])
+	h := s.Namespace(1)
+	buf := make([]byte, 4096)
+	if _, err := h.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	tg.Reload(func(c *target.Config) { c.Subsystems[0].Namespaces = nil })
+	deadline := time.Now().Add(mpHang)
+	for !h.Gone() {
+		if time.Now().After(deadline) {
+			t.Fatal("the head never saw its namespace removed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := h.WriteAt(buf, 0); !errors.Is(err, ErrNamespaceGone) {
+		t.Fatalf("write after the removal: %v", err)
+	}
+	if n := len(s.Namespaces()); n != 0 {
+		t.Fatalf("%d namespaces after the removal", n)
+	}
+}
