@@ -36,6 +36,16 @@
 #                       perfcount; see internal/perfcount). Needs perf
 #                       (Debian: linux-perf) and go. The counted build is
 #                       slower (about 10 ns a lock): time with COUNT=0.
+#   METRICS=0           1: metered against unmetered: every load runs twice
+#                       in a row, once with the metrics endpoint configured
+#                       (metrics.address 127.0.0.1:$MPORT) and scraped every
+#                       $SCRAPE, once without it (switched by SIGHUP; the
+#                       order alternates from round to round); prints each
+#                       pair's IOPS and their ratio, and at the end the
+#                       geometric mean of the ratios per load and overall
+#   MPORT=9479          the metrics endpoint's port (METRICS=1)
+#   SCRAPE=1s           time between scrapes (Prometheus's default is 15s;
+#                       METRICS=1)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}
@@ -52,6 +62,9 @@ COUNT=${COUNT:-0}
 NOFILL=${NOFILL:-0}
 DIRECT=${DIRECT:-0}
 SOCKBUF=${SOCKBUF:-}
+METRICS=${METRICS:-0}
+MPORT=${MPORT:-9479}
+SCRAPE=${SCRAPE:-1s}
 NQN=nqn.2024-01.io.nvmetd:bench
 if ss -Hltn "sport = :$PORT" | grep -q .; then echo "port $PORT is in use" >&2; exit 1; fi
 
@@ -87,6 +100,13 @@ subsystems:
       - nsid: 2
         backend: {kind: file, path: $D/ns2.img, size: 2GiB$( [ "$DIRECT" = 1 ] && echo ", direct: true" )}
 Y
+if [ "$METRICS" = 1 ]; then
+	[ "$COUNT" = 1 ] && { echo "METRICS=1 times the loads: it does not go with COUNT=1" >&2; exit 1; }
+	command -v curl >/dev/null || { echo "METRICS=1 needs curl" >&2; exit 1; }
+	if ss -Hltn "sport = :$MPORT" | grep -q .; then echo "port $MPORT is in use" >&2; exit 1; fi
+	cp "$D/nvmetd.yaml" "$D/unmetered.yaml"
+	{ cat "$D/unmetered.yaml"; printf 'metrics:\n  address: 127.0.0.1:%s\n' "$MPORT"; } >"$D/metered.yaml"
+fi
 case " $NSS " in *" 2 "*) dd if=/dev/urandom of="$D/ns2.img" bs=1M count=2048 status=none ;; esac
 run0=() run1=()
 if [ "$PIN" = 1 ]; then
@@ -138,17 +158,67 @@ bench() {
 		-target-count "$D/target.count" -host-count "$D/host.count" \
 		-target-ctx "$(echo "$c0 $c1" | awk '{print $3-$1, $4-$2}')"
 }
+# metering switches the running nvmetd's metrics endpoint on (1) or off (0)
+# by a reload, and waits until the endpoint answers (or is gone).
+metering() {
+	cp "$D/$([ "$1" = 1 ] && echo metered || echo unmetered).yaml" "$D/nvmetd.yaml"
+	kill -HUP $tgt
+	for _ in $(seq 200); do
+		if curl -sf -o /dev/null "http://127.0.0.1:$MPORT/metrics"; then
+			[ "$1" = 1 ] && return
+		else
+			[ "$1" = 0 ] && return
+		fi
+		sleep 0.05
+	done
+	echo "the metrics endpoint did not turn $([ "$1" = 1 ] && echo on || echo off) after SIGHUP" >&2
+	cat "$D/nvmetd.log" >&2
+	exit 1
+}
+# metered runs one load without and with the endpoint (scraped all along
+# by a background loop), in the order $1 (01 or 10), and prints the ratio.
+metered() {
+	local order=$1 ns=$2 m out iops scraper
+	shift # "$@": the namespace, then the load's arguments
+	declare -A got
+	for m in $(echo "$order" | grep -o .); do
+		metering "$m"
+		scraper=
+		if [ "$m" = 1 ]; then
+			: >"$D/scrapes"
+			(while curl -sf -o /dev/null "http://127.0.0.1:$MPORT/metrics"; do echo >>"$D/scrapes"; sleep "$SCRAPE"; done) &
+			scraper=$!
+		fi
+		out=$(bench "$@")
+		[ -n "$scraper" ] && { kill $scraper; wait $scraper 2>/dev/null || true; }
+		iops=$(grep -oE 'IOPS=[0-9]+' <<<"$out" | cut -d= -f2 | awk '{s+=$1} END{print s+0}')
+		got[$m]=$iops
+		echo "$out" | sed "s/^/[$([ "$m" = 1 ] && echo "metered, $(wc -l <"$D/scrapes") scrapes" || echo unmetered)] /"
+	done
+	echo "ratio metered/unmetered ${*:2}: $(awk -v a="${got[1]}" -v b="${got[0]}" 'BEGIN{printf "%.3f", (b>0 ? a/b : 0)}') (IOPS ${got[1]} / ${got[0]}, load $(cut -d' ' -f1 /proc/loadavg))"
+	echo "$ns ${*:2}|${got[1]}|${got[0]}" >>"$D/ratios"
+}
 for round in $(seq "$ROUNDS"); do
 	for ns in $NSS; do
 		for load in $LOADS; do
 			case $load in
-			qd1) bench "$ns" --rw randread --bs 4k --iodepth 1 ;;
-			qd64) bench "$ns" --rw randread --bs 4k --iodepth 64 ;;
-			w64) bench "$ns" --rw randwrite --bs 4k --iodepth 64 ;;
-			r128) bench "$ns" --rw read --bs 128k --iodepth 16 ;;
-			w128) bench "$ns" --rw write --bs 128k --iodepth 16 ;;
+			qd1) args=(--rw randread --bs 4k --iodepth 1) ;;
+			qd64) args=(--rw randread --bs 4k --iodepth 64) ;;
+			w64) args=(--rw randwrite --bs 4k --iodepth 64) ;;
+			r128) args=(--rw read --bs 128k --iodepth 16) ;;
+			w128) args=(--rw write --bs 128k --iodepth 16) ;;
 			*) echo "unknown load $load" >&2; exit 2 ;;
 			esac
+			if [ "$METRICS" = 1 ]; then
+				metered "$([ $((round % 2)) = 1 ] && echo 01 || echo 10)" "$ns" "${args[@]}"
+			else
+				bench "$ns" "${args[@]}"
+			fi
 		done
 	done
 done
+if [ "$METRICS" = 1 ]; then
+	echo "# metered/unmetered IOPS, geometric mean over $ROUNDS rounds (load $(cut -d' ' -f1-3 /proc/loadavg)):"
+	awk -F'|' '$2>0 && $3>0 {l=log($2/$3); s[$1]+=l; n[$1]++; all+=l; N++}
+		END {for (k in s) printf "  nsid %s: %.3f (%d pairs)\n", k, exp(s[k]/n[k]), n[k]; if (N) printf "  all: %.3f (%d pairs)\n", exp(all/N), N}' "$D/ratios" | sort
+fi
