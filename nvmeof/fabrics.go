@@ -262,15 +262,6 @@ func (r ConnectResponse) ATR() bool { return r&ConnectATR != 0 }
 // ASCR reports whether the controller requires secure channel concatenation.
 func (r ConnectResponse) ASCR() bool { return r&ConnectASCR != 0 }
 
-// CheckAuth returns ErrAuthNotSupported if the response asks for
-// authentication, which nvmetd does not implement, else nil.
-func (r ConnectResponse) CheckAuth() error {
-	if r.ATR() || r.ASCR() {
-		return ErrAuthNotSupported
-	}
-	return nil
-}
-
 // InvalidParam decodes the DW0 of a Connect Invalid Parameters completion.
 func (r ConnectResponse) InvalidParam() (inData bool, offset uint16) {
 	return r&(1<<16) != 0, uint16(r)

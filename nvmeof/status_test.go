@@ -66,7 +66,6 @@ func TestStatusFromError(t *testing.T) {
 		{io.ErrUnexpectedEOF, StatusInternalError},
 		{&SGLError{Status: StatusSGLInvalidType | StatusDNR}, StatusSGLInvalidType | StatusDNR},
 		{&ConnectParamError{InData: true, Offset: 0x100}, StatusConnectInvalidParameters | StatusDNR},
-		{ErrAuthNotSupported, StatusInvalidOpcode | StatusDNR},
 		{errors.Join(io.EOF, StatusAbortRequested), StatusAbortRequested},
 	} {
 		if got := StatusFromError(tc.err); got != tc.want {
