@@ -111,7 +111,7 @@ func DecodeMap(m map[string]any, out any) error {
 		return err
 	}
 	if err := d.Decode(m); err != nil {
-		return decodeProblems(err)
+		return DecodeProblems(err)
 	}
 	return nil
 }
@@ -144,9 +144,17 @@ func decodeHook() mapstructure.DecodeHookFunc {
 	)
 }
 
-// decodeProblems turns mapstructure's errors into a *ValidationError of
-// one FieldError per key.
-func decodeProblems(err error) error {
+// ErrUnknownKey is the Err of DecodeProblems' FieldError for a key that is
+// not a setting.
+var ErrUnknownKey = errors.New("unknown key")
+
+// DecodeProblems turns mapstructure's decode errors (DecodeJSON's, the
+// daemon's loader's) into a *ValidationError of one FieldError per key,
+// sorted, without repeats: a key that is not a setting (Reason "unknown
+// key", Err ErrUnknownKey), a value that does not decode (Reason the
+// cause's text, Err the *mapstructure.DecodeError), and any other error
+// (no Field, Reason its text, Err itself).
+func DecodeProblems(err error) *ValidationError {
 	var problems []*FieldError
 	var walk func(error)
 	walk = func(e error) {
@@ -160,11 +168,11 @@ func decodeProblems(err error) error {
 					if name != "" {
 						path = name + "." + k
 					}
-					problems = append(problems, &FieldError{Field: path, Reason: "unknown key"})
+					problems = append(problems, &FieldError{Field: path, Reason: "unknown key", Err: ErrUnknownKey})
 				}
 				return
 			}
-			problems = append(problems, &FieldError{Field: name, Reason: msg})
+			problems = append(problems, &FieldError{Field: name, Reason: msg, Err: de})
 			return
 		}
 		switch u := e.(type) {
@@ -179,7 +187,7 @@ func decodeProblems(err error) error {
 				return
 			}
 		}
-		problems = append(problems, &FieldError{Reason: e.Error()})
+		problems = append(problems, &FieldError{Reason: e.Error(), Err: e})
 	}
 	walk(err)
 	slices.SortFunc(problems, func(a, b *FieldError) int { return strings.Compare(a.Error(), b.Error()) })

@@ -286,51 +286,31 @@ func decodeHook() mapstructure.DecodeHookFunc {
 	)
 }
 
-// formatDecodeError rewrites mapstructure's errors as one "key: problem"
-// line per problem, naming the environment variable when one set the key.
+// formatDecodeError rewrites mapstructure's errors (target.DecodeProblems)
+// as one "key: problem" line per problem, with a hint for unknown keys, a
+// plainer text for values that do not parse, and the environment
+// variable when one set the key.
 func formatDecodeError(err error) string {
 	var lines []string
-	var walk func(error)
-	walk = func(e error) {
+	for _, p := range target.DecodeProblems(err).Problems {
 		var de *mapstructure.DecodeError
-		if errors.As(e, &de) && e == error(de) {
-			name := de.Name()
-			msg := de.Unwrap().Error()
-			if keys, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
-				for _, k := range strings.Split(keys, ", ") {
-					path := k
-					if name != "" {
-						path = name + "." + k
-					}
-					lines = append(lines, fmt.Sprintf("%s: unknown key (see configs/nvmetd.yaml for every setting)", path))
-				}
-				return
-			}
+		switch {
+		case errors.Is(p.Err, target.ErrUnknownKey):
+			lines = append(lines, p.Field+": unknown key (see configs/nvmetd.yaml for every setting)")
+		case errors.As(p.Err, &de):
+			msg := p.Reason
 			var pe *mapstructure.ParseError
 			if errors.As(de.Unwrap(), &pe) {
 				msg = fmt.Sprintf("%q is not a valid %s", fmt.Sprint(pe.Value), pe.Expected.Type())
 			}
-			if env := envFor(name); env != "" && os.Getenv(env) != "" {
+			if env := envFor(p.Field); env != "" && os.Getenv(env) != "" {
 				msg += " (from " + env + ")"
 			}
-			lines = append(lines, name+": "+msg)
-			return
+			lines = append(lines, p.Field+": "+msg)
+		default:
+			lines = append(lines, p.Reason)
 		}
-		switch u := e.(type) {
-		case interface{ Unwrap() []error }:
-			for _, x := range u.Unwrap() {
-				walk(x)
-			}
-			return
-		case interface{ Unwrap() error }:
-			if inner := u.Unwrap(); inner != nil {
-				walk(inner)
-				return
-			}
-		}
-		lines = append(lines, e.Error())
 	}
-	walk(err)
 	slices.Sort(lines)
 	return strings.Join(slices.Compact(lines), "\n")
 }
