@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 )
@@ -57,54 +58,121 @@ func invalid(field, format string, a ...any) error {
 	return &EditError{Kind: EditInvalid, Field: field, Reason: fmt.Sprintf(format, a...)}
 }
 
-// PortIndex returns the index of port id in c.Ports, or -1.
-func (c *Config) PortIndex(id uint16) int {
-	return slices.IndexFunc(c.Ports, func(p PortConfig) bool { return p.ID == id })
+// keyed is one of the configuration's lists that the edits add to and
+// remove from by key: ports by ID, subsystems and known hosts by NQN, a
+// subsystem's namespaces by NSID.
+type keyed[K comparable, T any] struct {
+	items *[]T
+	key   func(*T) *K
+	// field is the key's name in a request.
+	field string
+	// next gives a zero key the smallest one not taken (nil: the key is
+	// required).
+	next func(taken func(K) bool) K
+	// exists and missing are the refusals of a key in use and of an
+	// unknown key.
+	exists, missing func(K) string
 }
 
-// SubsystemIndex returns the index of subsystem nqn in c.Subsystems, or -1.
-func (c *Config) SubsystemIndex(nqn string) int {
-	return slices.IndexFunc(c.Subsystems, func(s SubsystemConfig) bool { return s.NQN == nqn })
+// index returns the index of key k in the list, or -1.
+func (l keyed[K, T]) index(k K) int {
+	for i := range *l.items {
+		if *l.key(&(*l.items)[i]) == k {
+			return i
+		}
+	}
+	return -1
 }
+
+// add appends e and returns its index.
+func (l keyed[K, T]) add(e T) (int, error) {
+	var zero K
+	switch k := l.key(&e); {
+	case *k == zero && l.next == nil:
+		return -1, invalid(l.field, "required")
+	case *k == zero:
+		*k = l.next(func(x K) bool { return l.index(x) >= 0 })
+	case l.index(*k) >= 0:
+		return -1, exists(l.field, "%s", l.exists(*k))
+	}
+	*l.items = append(*l.items, e)
+	return len(*l.items) - 1, nil
+}
+
+// remove deletes the entry of key k.
+func (l keyed[K, T]) remove(k K) error {
+	i := l.index(k)
+	if i < 0 {
+		return notFound(l.field, "%s", l.missing(k))
+	}
+	*l.items = slices.Delete(*l.items, i, i+1)
+	return nil
+}
+
+// smallestFree returns a keyed.next that takes the smallest ID from 1 to
+// limit not taken (0 when all are).
+func smallestFree[K uint16 | uint32](limit K) func(taken func(K) bool) K {
+	return func(taken func(K) bool) K {
+		for id := K(1); id != 0 && id <= limit; id++ {
+			if !taken(id) {
+				return id
+			}
+		}
+		return 0
+	}
+}
+
+func (c *Config) ports() keyed[uint16, PortConfig] {
+	return keyed[uint16, PortConfig]{items: &c.Ports, key: func(p *PortConfig) *uint16 { return &p.ID }, field: "id",
+		next:    smallestFree(uint16(math.MaxUint16)),
+		exists:  func(id uint16) string { return fmt.Sprintf("port %d exists", id) },
+		missing: func(id uint16) string { return fmt.Sprintf("no port %d", id) }}
+}
+
+func (c *Config) subsystems() keyed[string, SubsystemConfig] {
+	return keyed[string, SubsystemConfig]{items: &c.Subsystems, key: func(s *SubsystemConfig) *string { return &s.NQN }, field: "nqn",
+		exists:  func(nqn string) string { return fmt.Sprintf("subsystem %s exists", nqn) },
+		missing: func(nqn string) string { return fmt.Sprintf("no subsystem %s", nqn) }}
+}
+
+func (s *SubsystemConfig) namespaces() keyed[uint32, NamespaceConfig] {
+	return keyed[uint32, NamespaceConfig]{items: &s.Namespaces, key: func(n *NamespaceConfig) *uint32 { return &n.NSID }, field: "nsid",
+		next:    smallestFree(uint32(MaxNSID)),
+		exists:  func(nsid uint32) string { return fmt.Sprintf("subsystem %s has a namespace %d", s.NQN, nsid) },
+		missing: func(nsid uint32) string { return fmt.Sprintf("subsystem %s has no namespace %d", s.NQN, nsid) }}
+}
+
+func (c *Config) hosts() keyed[string, HostConfig] {
+	return keyed[string, HostConfig]{items: &c.Hosts, key: func(h *HostConfig) *string { return &h.NQN }, field: "nqn",
+		exists:  func(nqn string) string { return fmt.Sprintf("host %s exists", nqn) },
+		missing: func(nqn string) string { return fmt.Sprintf("no host %s", nqn) }}
+}
+
+// PortIndex returns the index of port id in c.Ports, or -1.
+func (c *Config) PortIndex(id uint16) int { return c.ports().index(id) }
+
+// SubsystemIndex returns the index of subsystem nqn in c.Subsystems, or -1.
+func (c *Config) SubsystemIndex(nqn string) int { return c.subsystems().index(nqn) }
 
 // NamespaceIndex returns the index of namespace nsid in the subsystem's
 // Namespaces, or -1.
-func (s *SubsystemConfig) NamespaceIndex(nsid uint32) int {
-	return slices.IndexFunc(s.Namespaces, func(n NamespaceConfig) bool { return n.NSID == nsid })
-}
+func (s *SubsystemConfig) NamespaceIndex(nsid uint32) int { return s.namespaces().index(nsid) }
 
 // HostIndex returns the index of known host nqn in c.Hosts, or -1.
-func (c *Config) HostIndex(nqn string) int {
-	return slices.IndexFunc(c.Hosts, func(h HostConfig) bool { return h.NQN == nqn })
-}
+func (c *Config) HostIndex(nqn string) int { return c.hosts().index(nqn) }
 
 // AddPort adds p. An ID of 0 takes the smallest unused one. It returns the
 // configuration path of the new port ("ports[2]").
 func (c *Config) AddPort(p PortConfig) (string, error) {
-	if p.ID != 0 && c.PortIndex(p.ID) >= 0 {
-		return "", exists("id", "port %d exists", p.ID)
+	i, err := c.ports().add(p)
+	if err != nil {
+		return "", err
 	}
-	if p.ID == 0 {
-		for id := uint16(1); id != 0; id++ {
-			if c.PortIndex(id) < 0 {
-				p.ID = id
-				break
-			}
-		}
-	}
-	c.Ports = append(c.Ports, p)
-	return fmt.Sprintf("ports[%d]", len(c.Ports)-1), nil
+	return fmt.Sprintf("ports[%d]", i), nil
 }
 
 // RemovePort removes port id (its connections close when applied).
-func (c *Config) RemovePort(id uint16) error {
-	i := c.PortIndex(id)
-	if i < 0 {
-		return notFound("id", "no port %d", id)
-	}
-	c.Ports = slices.Delete(c.Ports, i, i+1)
-	return nil
-}
+func (c *Config) RemovePort(id uint16) error { return c.ports().remove(id) }
 
 // findPort returns port id or a not-found error.
 func (c *Config) findPort(id uint16) (*PortConfig, int, error) {
@@ -174,24 +242,19 @@ func (c *Config) SetANAState(id uint16, group uint32, state string) (string, err
 
 // AddSubsystem adds s.
 func (c *Config) AddSubsystem(s SubsystemConfig) (string, error) {
-	if s.NQN == "" {
-		return "", invalid("nqn", "required")
+	i, err := c.subsystems().add(s)
+	if err != nil {
+		return "", err
 	}
-	if c.SubsystemIndex(s.NQN) >= 0 {
-		return "", exists("nqn", "subsystem %s exists", s.NQN)
-	}
-	c.Subsystems = append(c.Subsystems, s)
-	return fmt.Sprintf("subsystems[%d]", len(c.Subsystems)-1), nil
+	return fmt.Sprintf("subsystems[%d]", i), nil
 }
 
 // RemoveSubsystem removes subsystem nqn and its namespaces, and takes it
 // off every port that served it.
 func (c *Config) RemoveSubsystem(nqn string) error {
-	i := c.SubsystemIndex(nqn)
-	if i < 0 {
-		return notFound("nqn", "no subsystem %s", nqn)
+	if err := c.subsystems().remove(nqn); err != nil {
+		return err
 	}
-	c.Subsystems = slices.Delete(c.Subsystems, i, i+1)
 	for k := range c.Ports {
 		p := &c.Ports[k]
 		if j := slices.Index(p.Subsystems, nqn); j >= 0 {
@@ -218,19 +281,11 @@ func (c *Config) AddNamespace(nqn string, n NamespaceConfig) (string, uint32, er
 	if err != nil {
 		return "", 0, err
 	}
-	if n.NSID != 0 && s.NamespaceIndex(n.NSID) >= 0 {
-		return "", 0, exists("nsid", "subsystem %s has a namespace %d", nqn, n.NSID)
+	j, err := s.namespaces().add(n)
+	if err != nil {
+		return "", 0, err
 	}
-	if n.NSID == 0 {
-		for id := uint32(1); id <= MaxNSID; id++ {
-			if s.NamespaceIndex(id) < 0 {
-				n.NSID = id
-				break
-			}
-		}
-	}
-	s.Namespaces = append(s.Namespaces, n)
-	return fmt.Sprintf("subsystems[%d].namespaces[%d]", i, len(s.Namespaces)-1), n.NSID, nil
+	return fmt.Sprintf("subsystems[%d].namespaces[%d]", i, j), s.Namespaces[j].NSID, nil
 }
 
 // Namespace returns namespace nsid of subsystem nqn and its configuration
@@ -242,7 +297,7 @@ func (c *Config) Namespace(nqn string, nsid uint32) (*NamespaceConfig, string, e
 	}
 	j := s.NamespaceIndex(nsid)
 	if j < 0 {
-		return nil, "", notFound("nsid", "subsystem %s has no namespace %d", nqn, nsid)
+		return nil, "", notFound("nsid", "%s", s.namespaces().missing(nsid))
 	}
 	return &s.Namespaces[j], fmt.Sprintf("subsystems[%d].namespaces[%d]", i, j), nil
 }
@@ -253,12 +308,7 @@ func (c *Config) RemoveNamespace(nqn string, nsid uint32) error {
 	if err != nil {
 		return err
 	}
-	j := s.NamespaceIndex(nsid)
-	if j < 0 {
-		return notFound("nsid", "subsystem %s has no namespace %d", nqn, nsid)
-	}
-	s.Namespaces = slices.Delete(s.Namespaces, j, j+1)
-	return nil
+	return s.namespaces().remove(nsid)
 }
 
 // ResizeNamespace sets the backend size of namespace nsid of subsystem nqn
@@ -310,26 +360,16 @@ func (c *Config) DisallowHost(nqn, host string) error {
 
 // AddHost adds a known host.
 func (c *Config) AddHost(h HostConfig) (string, error) {
-	if h.NQN == "" {
-		return "", invalid("nqn", "required")
+	i, err := c.hosts().add(h)
+	if err != nil {
+		return "", err
 	}
-	if c.HostIndex(h.NQN) >= 0 {
-		return "", exists("nqn", "host %s exists", h.NQN)
-	}
-	c.Hosts = append(c.Hosts, h)
-	return fmt.Sprintf("hosts[%d]", len(c.Hosts)-1), nil
+	return fmt.Sprintf("hosts[%d]", i), nil
 }
 
 // RemoveHost removes a known host. Subsystems that allow it keep doing so
 // (allowed_hosts may name any host NQN); DisallowHost takes it off them.
-func (c *Config) RemoveHost(nqn string) error {
-	i := c.HostIndex(nqn)
-	if i < 0 {
-		return notFound("nqn", "no host %s", nqn)
-	}
-	c.Hosts = slices.Delete(c.Hosts, i, i+1)
-	return nil
-}
+func (c *Config) RemoveHost(nqn string) error { return c.hosts().remove(nqn) }
 
 // Clear removes every port, subsystem and known host (nvmetcli clear);
 // transport, tuning and limits stay.
