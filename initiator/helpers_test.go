@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -244,15 +245,7 @@ func (tt *testTarget) Reload(f func(*target.Config)) {
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+var freePort = testnode.FreePort
 
 func testConfig(t testing.TB, addr string) Config {
 	var log *zap.Logger

@@ -1,49 +1,28 @@
 package initiator
 
 import (
-	"bytes"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
 // nvmetdProc is an nvmetd process of the multipath test: its own
 // configuration, port and CNTLID range, sharing the test's file backend.
 type nvmetdProc struct {
-	t      *testing.T
-	bin    string
-	dir    string
-	cfg    string
-	port   int
-	cmin   uint16
-	cmax   uint16
-	img    string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	stderr *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	t    *testing.T
+	bin  string
+	dir  string
+	cfg  string
+	port int
+	cmin uint16
+	cmax uint16
+	img  string
+	p    *testnode.Process
 }
 
 // The shared namespace's NGUID: both processes give the same one, so the
@@ -72,54 +51,17 @@ subsystems:
 
 // start runs the process and waits until its port accepts connections.
 func (p *nvmetdProc) start() {
-	t := p.t
-	t.Helper()
-	p.stderr = &syncBuffer{}
-	p.cmd = exec.Command(p.bin, "--config", p.cfg)
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p.exited = make(chan struct{})
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
-	deadline := time.Now().Add(mpHang)
-	for {
-		c, err := net.DialTimeout("tcp", p.addr(), time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("nvmetd exited: %s", p.stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nvmetd not listening within %v: %s", mpHang, p.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p.t.Helper()
+	p.p = testnode.Start(p.t, p.bin, testnode.Env(p.dir), p.addr(), "--config", p.cfg)
 }
 
 func (p *nvmetdProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
 
 // kill sends sig and waits for the process to end.
 func (p *nvmetdProc) kill(sig syscall.Signal) {
-	if p.cmd == nil {
-		return
+	if p.p != nil {
+		p.p.Stop(sig)
 	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.exited:
-	case <-time.After(mpHang):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-	p.cmd = nil
 }
 
 // reload rewrites the configuration with group 1 in state and sends
@@ -127,20 +69,9 @@ func (p *nvmetdProc) kill(sig syscall.Signal) {
 func (p *nvmetdProc) reload(state string) {
 	p.t.Helper()
 	p.writeConfig(state)
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.p.Signal(syscall.SIGHUP); err != nil {
 		p.t.Fatal(err)
 	}
-}
-
-// buildNvmetd builds cmd/nvmetd into the test's directory (a plain
-// build: the daemon under test, not the race detector's).
-func buildNvmetd(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nvmetd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/nvmetd").CombinedOutput(); err != nil {
-		t.Fatalf("go build ../cmd/nvmetd: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // TestMultipathTwoProcesses is the acceptance test of native multipath
@@ -156,7 +87,7 @@ func TestMultipathTwoProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with two nvmetd processes: skipped in -short mode")
 	}
-	bin := buildNvmetd(t)
+	bin := testnode.BuildNvmetd(t)
 	dir := t.TempDir()
 	img := filepath.Join(dir, "shared.img")
 	procs := [2]*nvmetdProc{}
@@ -175,7 +106,7 @@ func TestMultipathTwoProcesses(t *testing.T) {
 		for _, p := range procs {
 			p.kill(syscall.SIGTERM)
 			if t.Failed() {
-				t.Logf("nvmetd %s log (end):\n%s", p.addr(), tail(p.stderr.String(), 4000))
+				t.Logf("nvmetd %s log (end):\n%s", p.addr(), testnode.Tail(p.p.Stderr.String(), 4000))
 			}
 		}
 	})
@@ -230,11 +161,4 @@ func TestMultipathTwoProcesses(t *testing.T) {
 	stopped = true
 	w.check(t)
 	t.Logf("%d verified I/Os, %d failovers, 0 errors", w.ops.Load(), h.Failovers())
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

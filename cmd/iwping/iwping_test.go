@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/iwarp"
 )
 
@@ -68,22 +67,7 @@ func TestIwpingP2PAndRev1(t *testing.T) {
 
 type outputs struct{ client, server string }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuf = testnode.SyncBuffer
 
 func runPair(t *testing.T, o options) outputs {
 	t.Helper()

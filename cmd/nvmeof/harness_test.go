@@ -17,11 +17,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		testnode.RemoveBuilds()
+		os.Exit(code)
+	}))
 }
 
 var (
@@ -38,20 +43,15 @@ func bins(t *testing.T) (nvmeofBin, nvmetdBin string) {
 		if buildErr != nil {
 			return
 		}
-		for _, p := range []struct{ out, pkg string }{
-			{"nvmeof", "."}, {"nvmetd", "../nvmetd"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, p.out), p.pkg)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", p.pkg, err, out)
-				return
-			}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "nvmeof"), ".")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build .: %v\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return filepath.Join(buildDir, "nvmeof"), filepath.Join(buildDir, "nvmetd")
+	return filepath.Join(buildDir, "nvmeof"), testnode.BuildNvmetd(t)
 }
 
 // needRoot skips unless the test can mount FUSE, attach loop devices and
@@ -212,15 +212,8 @@ func (e *env) logOnFailure() {
 	})
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+// freePort is a port of 127.0.0.1 free when asked.
+var freePort = testnode.FreePort
 
 // nvmetdProc is an nvmetd process serving one subsystem with one file
 // namespace.

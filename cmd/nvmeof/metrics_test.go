@@ -10,10 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/target"
+	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
 // family finds a metric of a gathered family by its label values.
@@ -87,32 +86,14 @@ func bucketOf(cum []uint64, total uint64, q float64) int {
 // p50 cannot lie above the bucket of the bench's own p50.
 func TestMetricsDuringBench(t *testing.T) {
 	const nqn = "nqn.2024-01.io.nvmetd.test:metrics"
-	port := freePort(t)
-	tg, err := target.New(&target.Config{
-		Ports: []target.PortConfig{{ID: 1, Address: "127.0.0.1", ServiceID: port, Subsystems: []string{nqn}}},
-		Subsystems: []target.SubsystemConfig{{NQN: nqn, AllowAnyHost: true, Namespaces: []target.NamespaceConfig{
-			{NSID: 1, Backend: target.BackendConfig{Kind: "memory", Size: "16MiB"}}}}},
-	}, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tg, addr := testnode.MemoryTarget(t, nqn, "16MiB")
 	ctx := context.Background()
-	if err := tg.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := tg.Shutdown(sctx); err != nil {
-			t.Errorf("target shutdown: %v", err)
-		}
-	}()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(tg.MetricsCollector(0))
 
 	msub := initiator.NewSubsystem(nqn, initiator.MultipathConfig{})
 	defer msub.Close(ctx)
-	path, err := msub.AddPath(ctx, initiator.Config{Address: fmt.Sprintf("127.0.0.1:%d", port), SubNQN: nqn,
+	path, err := msub.AddPath(ctx, initiator.Config{Address: addr, SubNQN: nqn,
 		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000ab", HostID: [16]byte{2}, NrIOQueues: 2, QueueSize: 32})
 	if err != nil {
 		t.Fatal(err)

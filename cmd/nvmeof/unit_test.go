@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -12,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/target"
 )
 
 func TestHistogram(t *testing.T) {
@@ -141,30 +138,11 @@ rdma_pkey: 0x0000
 // target (in this process, a memory namespace), for every pattern.
 func TestBenchVerify(t *testing.T) {
 	const nqn = "nqn.2024-01.io.nvmetd.test:bench"
-	port := freePort(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	tg, err := target.New(&target.Config{
-		Ports: []target.PortConfig{{ID: 1, Address: "127.0.0.1", ServiceID: port, Subsystems: []string{nqn}}},
-		Subsystems: []target.SubsystemConfig{{NQN: nqn, AllowAnyHost: true, Namespaces: []target.NamespaceConfig{
-			{NSID: 1, Backend: target.BackendConfig{Kind: "memory", Size: "16MiB"}}}}},
-	}, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, addr := testnode.MemoryTarget(t, nqn, "16MiB")
 	ctx := context.Background()
-	if err := tg.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := tg.Shutdown(sctx); err != nil {
-			t.Errorf("target shutdown: %v", err)
-		}
-	}()
 	sub := initiator.NewSubsystem("nqn.2024-01.io.nvmetd.test:bench", initiator.MultipathConfig{})
 	defer sub.Close(ctx)
-	_, err = sub.AddPath(ctx, initiator.Config{Address: addr, SubNQN: "nqn.2024-01.io.nvmetd.test:bench",
+	_, err := sub.AddPath(ctx, initiator.Config{Address: addr, SubNQN: "nqn.2024-01.io.nvmetd.test:bench",
 		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000aa", HostID: [16]byte{1}, NrIOQueues: 2, QueueSize: 32})
 	if err != nil {
 		t.Fatal(err)

@@ -3,22 +3,16 @@ package main
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
 // buildBinary builds nvmetd once per test run.
@@ -27,37 +21,13 @@ func buildBinary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("-short: not building the binary")
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nvmetd-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nvmetd")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v", buildErr)
-	}
-	return binPath
+	return testnode.BuildNvmetd(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	testnode.RemoveBuilds()
 	os.Exit(code)
-}
-
-// binEnv is a clean environment for the binary.
-func binEnv(dir string, extra ...string) []string {
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
-		"XDG_STATE_HOME=" + filepath.Join(dir, "state"), "XDG_RUNTIME_DIR=" + filepath.Join(dir, "run")}
-	return append(env, extra...)
 }
 
 // TestBinaryCheckConfig runs the built binary's --check-config on the
@@ -78,7 +48,7 @@ func TestBinaryCheckConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		cmd := exec.Command(bin, tt.args...)
-		cmd.Env = binEnv(dir)
+		cmd.Env = testnode.Env(dir)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		err := cmd.Run()
@@ -105,30 +75,13 @@ func TestBinaryDefaultSignals(t *testing.T) {
 	notifySock, msgs := notifySocket(t, dir)
 
 	// A free port, so the test does not depend on 4420 being free.
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := testnode.FreePort(t)
 
 	data := filepath.Join(dir, "data")
-	cmd := exec.Command(bin, "--data-dir", data, "--control-socket", filepath.Join(dir, "ctl.sock"),
-		"--listen", "127.0.0.1:"+strconv.Itoa(port), "--default-size", "16MiB", "--log-format", "json")
-	cmd.Env = binEnv(dir, "NOTIFY_SOCKET="+notifySock)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	proc := testnode.Start(t, bin, testnode.Env(dir, "NOTIFY_SOCKET="+notifySock), "", "--data-dir", data,
+		"--control-socket", filepath.Join(dir, "ctl.sock"), "--listen", "127.0.0.1:"+strconv.Itoa(port),
+		"--default-size", "16MiB", "--log-format", "json")
+	stderr, exited := proc.Stderr, proc.Exited()
 
 	waitMsg := func(prefix string) {
 		t.Helper()
@@ -139,8 +92,8 @@ func TestBinaryDefaultSignals(t *testing.T) {
 				if strings.HasPrefix(m, prefix) {
 					return
 				}
-			case err := <-exited:
-				t.Fatalf("nvmetd exited (%v) before %q; log:\n%s", err, prefix, stderr.String())
+			case <-exited:
+				t.Fatalf("nvmetd exited (%v) before %q; log:\n%s", proc.Err(), prefix, stderr.String())
 			case <-timeout:
 				t.Fatalf("no %q; log:\n%s", prefix, stderr.String())
 			}
@@ -152,7 +105,8 @@ func TestBinaryDefaultSignals(t *testing.T) {
 		if !strings.HasPrefix(m, "READY=1") {
 			t.Fatalf("first notification %q", m)
 		}
-	case err := <-exited:
+	case <-exited:
+		err := proc.Err()
 		if _, statErr := os.Stat(filepath.Join(data, "default-ns1.img")); statErr != nil {
 			t.Errorf("default image not created: %v", statErr)
 		}
@@ -168,18 +122,18 @@ func TestBinaryDefaultSignals(t *testing.T) {
 		t.Fatalf("not ready; log:\n%s", stderr.String())
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := proc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitMsg("RELOADING=1")
 	waitMsg("READY=1")
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitMsg("STOPPING=1")
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-exited:
+		if err := proc.Err(); err != nil {
 			t.Errorf("exit: %v; log:\n%s", err, stderr.String())
 		}
 	case <-time.After(60 * time.Second):

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
 // isolate gives a test its own environment: no NVMETD_* or systemd
@@ -39,22 +39,7 @@ func isolate(t *testing.T) string {
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader in different
 // goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testnode.SyncBuffer
 
 // writeFile writes a file in dir and returns its path.
 func writeFile(t *testing.T, dir, name, content string) string {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key.
@@ -56,16 +57,6 @@ func selfSigned(t *testing.T, dir string) (cert, key string, pool *x509.CertPool
 	return cert, key, pool
 }
 
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestDaemonMetrics runs the daemon with the metrics endpoint over HTTPS
 // with basic authentication, scrapes it while a host does I/O, then moves
 // it to a unix socket with SIGHUP.
@@ -74,7 +65,7 @@ func TestDaemonMetrics(t *testing.T) {
 		t.Skip("-short: end-to-end test")
 	}
 	dir := isolate(t)
-	port, mport := freeTCPPort(t), freeTCPPort(t)
+	port, mport := testnode.FreePort(t), testnode.FreePort(t)
 	notifySock, msgs := notifySocket(t, dir)
 	t.Setenv("NOTIFY_SOCKET", notifySock)
 	cert, key, pool := selfSigned(t, dir)

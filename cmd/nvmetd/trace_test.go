@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
 // TestDaemonTrace starts and stops a wire trace of a connected host at run
@@ -24,7 +25,7 @@ func TestDaemonTrace(t *testing.T) {
 		t.Skip("-short: end-to-end test")
 	}
 	dir := isolate(t)
-	port := freeTCPPort(t)
+	port := testnode.FreePort(t)
 	notifySock, msgs := notifySocket(t, dir)
 	t.Setenv("NOTIFY_SOCKET", notifySock)
 	const (

@@ -33,7 +33,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -41,6 +40,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -190,22 +190,7 @@ type daemon struct {
 }
 
 // logBuffer keeps the daemon's stderr (JSON log lines).
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ testnode.SyncBuffer }
 
 // lines returns the complete lines logged so far.
 func (l *logBuffer) lines() []string {
@@ -220,15 +205,7 @@ func (l *logBuffer) lines() []string {
 
 // freePort returns a loopback TCP port that was free a moment ago (the
 // configuration takes no port 0).
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+var freePort = testnode.FreePort
 
 // startDaemon runs nvmetd with cfg until the test ends. A configuration the
 // daemon refuses (an unknown key before issue 8's keys exist) fails the

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/test/interop/lab"
 )
 
@@ -910,22 +911,7 @@ func (w *progressWriter) String() string {
 	return w.b.String()
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type lockedBuffer = testnode.SyncBuffer
 
 // clipOutput shortens long output (64 KiB ping lines) for the log: each line to
 // 200 bytes, and the whole to its last 100 lines.

@@ -3,7 +3,6 @@ package interop_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/target"
 	"github.com/nvmetd/nvmetd/test/interop/lab"
 )
@@ -29,15 +29,8 @@ const (
 	interopNQN2 = "nqn.2024-01.io.nvmetd.interop:hidden"
 )
 
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+// freeTCPPort returns a TCP port on 127.0.0.1 that was free a moment ago.
+var freeTCPPort = testnode.FreePort
 
 // step runs a guest command, logs it and its output, and fails the test on
 // error.
