@@ -219,6 +219,13 @@ for round in $(seq "$ROUNDS"); do
 done
 if [ "$METRICS" = 1 ]; then
 	echo "# metered/unmetered IOPS, geometric mean over $ROUNDS rounds (load $(cut -d' ' -f1-3 /proc/loadavg)):"
-	awk -F'|' '$2>0 && $3>0 {l=log($2/$3); s[$1]+=l; n[$1]++; all+=l; N++}
-		END {for (k in s) printf "  nsid %s: %.3f (%d pairs)\n", k, exp(s[k]/n[k]), n[k]; if (N) printf "  all: %.3f (%d pairs)\n", exp(all/N), N}' "$D/ratios" | sort
+	# Each line: the geometric mean of the pairs' ratios and its 95 %
+	# interval (t ≈ 2 for the log-ratios' standard error): a metering
+	# cost within noise is an interval that holds 1.
+	awk -F'|' 'function line(name, s, q, n,   m, v, se) {
+			m = s / n; v = (n > 1) ? (q - n * m * m) / (n - 1) : 0; se = (v > 0) ? sqrt(v / n) : 0
+			printf "  %s: %.3f (95%% interval %.3f-%.3f, %d pairs)\n", name, exp(m), exp(m - 2 * se), exp(m + 2 * se), n
+		}
+		$2>0 && $3>0 {l=log($2/$3); s[$1]+=l; q[$1]+=l*l; n[$1]++; all+=l; allq+=l*l; N++}
+		END {for (k in s) line("nsid " k, s[k], q[k], n[k]); if (N) line("all", all, allq, N)}' "$D/ratios" | sort
 fi
