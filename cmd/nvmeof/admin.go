@@ -263,7 +263,7 @@ func runSMARTLog(args []string, stdout, stderr io.Writer) int {
 	case "json":
 		fmt.Fprintln(stdout, smartJSON(l, o.human).String())
 	default:
-		printSMART(stdout, l, o.device, nsid)
+		printSMART(stdout, l, o.device, nsid, o.human)
 	}
 	return exitOK
 }

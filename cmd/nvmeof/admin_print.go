@@ -18,11 +18,7 @@ import (
 // u128 returns a little-endian 128-bit field in decimal, as nvme-cli 2.3
 // prints it in JSON (json_object_add_value_uint128: a string).
 func u128(b []byte) string {
-	be := make([]byte, 16)
-	for i := range be {
-		be[i] = b[15-i]
-	}
-	return new(big.Int).SetBytes(be).String()
+	return new(big.Int).SetBytes(reverse(b[:16])).String()
 }
 
 // cx formats v as C's "%#x" (0 is "0", not "0x0").
@@ -90,10 +86,16 @@ func idCtrlJSON(c *nvmeof.IdentifyController) *jobj {
 	return o
 }
 
-// printIDCtrl is nvme-cli's normal id-ctrl output.
+// printIDCtrl is nvme-cli 2.3's normal id-ctrl output (with -H, each
+// field's decoding after its line).
 func printIDCtrl(w io.Writer, c *nvmeof.IdentifyController, human bool) {
 	b := c[:]
-	p := func(name, v string) { fmt.Fprintf(w, "%-10s: %s\n", name, v) }
+	p := func(name, v string) {
+		fmt.Fprintf(w, "%-10s: %s\n", name, v)
+		if human {
+			showIDCtrlHuman(w, name, b)
+		}
+	}
 	d := func(v uint64) string { return fmt.Sprint(v) }
 	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
 	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
@@ -277,16 +279,31 @@ func printIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool
 	p("nsze", cx(le64(b, 0)))
 	p("ncap", cx(le64(b, 8)))
 	p("nuse", cx(le64(b, 16)))
+	// with prints a field's -H decoding after its line.
+	with := func(show func(io.Writer, uint8), v uint8) {
+		if human {
+			show(w, v)
+		}
+	}
 	p("nsfeat", cx(u8(24)))
+	with(showNSFeat, b[24])
 	p("nlbaf", d(u8(25)))
 	p("flbas", cx(u8(26)))
+	with(showFLBAS, b[26])
 	p("mc", cx(u8(27)))
+	with(showMC, b[27])
 	p("dpc", cx(u8(28)))
+	with(showDPC, b[28])
 	p("dps", cx(u8(29)))
+	with(showDPS, b[29])
 	p("nmic", cx(u8(30)))
+	with(showNMIC, b[30])
 	p("rescap", cx(u8(31)))
+	with(showRescap, b[31])
 	p("fpi", cx(u8(32)))
+	with(showFPI, b[32])
 	p("dlfeat", d(u8(33)))
+	with(showDLFeat, b[33])
 	p("nawun", d(u16(34)))
 	p("nawupf", d(u16(36)))
 	p("nacwu", d(u16(38)))
@@ -316,17 +333,17 @@ func printIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool
 	for i := 0; i <= int(b[25]) && i < 64; i++ {
 		f := b[128+4*i:]
 		rp := f[3] & 3
-		fmt.Fprintf(w, "lbaf %2d : ms:%-3d lbads:%-2d rp:%s %s\n", i, le16(f, 0), f[2], cx(uint64(rp)), lbafInUse(rp, i == cur))
+		inUse := ""
+		if i == cur {
+			inUse = "(in use)"
+		}
+		if human {
+			fmt.Fprintf(w, "LBA Format %2d : Metadata Size: %-3d bytes - Data Size: %-2d bytes - Relative Performance: %s %s %s\n",
+				i, le16(f, 0), 1<<(f[2]&63), cx(uint64(rp)), [...]string{"Best", "Better", "Good", "Degraded"}[rp], inUse)
+			continue
+		}
+		fmt.Fprintf(w, "lbaf %2d : ms:%-3d lbads:%-2d rp:%s %s\n", i, le16(f, 0), f[2], cx(uint64(rp)), inUse)
 	}
-}
-
-func lbafInUse(rp uint8, inUse bool) string {
-	perf := [...]string{"(Best)", "(Better)", "(Good)", "(Degraded)"}
-	_ = perf
-	if inUse {
-		return "(in use)"
-	}
-	return ""
 }
 
 func smartJSON(l *nvmeof.SMARTLog, human bool) *jobj {
@@ -359,38 +376,76 @@ func smartJSON(l *nvmeof.SMARTLog, human bool) *jobj {
 	return o
 }
 
-// printSMART is nvme-cli's normal smart-log output.
-func printSMART(w io.Writer, l *nvmeof.SMARTLog, dev string, nsid uint32) {
+// printSMART is nvme-cli 2.3's normal smart-log output
+// (nvme_show_smart_log); human (-H) decodes the critical warning.
+func printSMART(w io.Writer, l *nvmeof.SMARTLog, dev string, nsid uint32, human bool) {
 	b := l[:]
-	temp := int(le16(b, 1))
+	temp := le16(b, 1)
+	cw := b[0]
 	fmt.Fprintf(w, "Smart Log for NVME device:%s namespace-id:%x\n", dev, nsid)
-	fmt.Fprintf(w, "critical_warning\t\t\t: %#x\n", b[0])
-	fmt.Fprintf(w, "temperature\t\t\t\t: %d °C (%d K)\n", temp-273, temp)
+	fmt.Fprintf(w, "critical_warning\t\t\t: %s\n", cx(uint64(cw)))
+	if human {
+		fmt.Fprintf(w, "      Available Spare[0]             : %d\n", cw&1)
+		fmt.Fprintf(w, "      Temp. Threshold[1]             : %d\n", cw>>1&1)
+		fmt.Fprintf(w, "      NVM subsystem Reliability[2]   : %d\n", cw>>2&1)
+		fmt.Fprintf(w, "      Read-only[3]                   : %d\n", cw>>3&1)
+		fmt.Fprintf(w, "      Volatile mem. backup failed[4] : %d\n", cw>>4&1)
+		fmt.Fprintf(w, "      Persistent Mem. RO[5]          : %d\n", cw>>5&1)
+	}
+	fmt.Fprintf(w, "temperature\t\t\t\t: %d°C (%d Kelvin)\n", int(temp)-273, temp)
 	fmt.Fprintf(w, "available_spare\t\t\t\t: %d%%\n", b[3])
 	fmt.Fprintf(w, "available_spare_threshold\t\t: %d%%\n", b[4])
 	fmt.Fprintf(w, "percentage_used\t\t\t\t: %d%%\n", b[5])
-	fmt.Fprintf(w, "endurance group critical warning summary: %#x\n", b[6])
-	fmt.Fprintf(w, "data_units_read\t\t\t\t: %s\n", u128String(b[32:48]))
-	fmt.Fprintf(w, "data_units_written\t\t\t: %s\n", u128String(b[48:64]))
-	fmt.Fprintf(w, "host_read_commands\t\t\t: %s\n", u128String(b[64:80]))
-	fmt.Fprintf(w, "host_write_commands\t\t\t: %s\n", u128String(b[80:96]))
-	fmt.Fprintf(w, "controller_busy_time\t\t\t: %s\n", u128String(b[96:112]))
-	fmt.Fprintf(w, "power_cycles\t\t\t\t: %s\n", u128String(b[112:128]))
-	fmt.Fprintf(w, "power_on_hours\t\t\t\t: %s\n", u128String(b[128:144]))
-	fmt.Fprintf(w, "unsafe_shutdowns\t\t\t: %s\n", u128String(b[144:160]))
-	fmt.Fprintf(w, "media_errors\t\t\t\t: %s\n", u128String(b[160:176]))
-	fmt.Fprintf(w, "num_err_log_entries\t\t\t: %s\n", u128String(b[176:192]))
+	fmt.Fprintf(w, "endurance group critical warning summary: %s\n", cx(uint64(b[6])))
+	fmt.Fprintf(w, "Data Units Read\t\t\t\t: %s (%s)\n", u128(b[32:48]), siBytes(b[32:48], 1000*512))
+	fmt.Fprintf(w, "Data Units Written\t\t\t: %s (%s)\n", u128(b[48:64]), siBytes(b[48:64], 1000*512))
+	for _, f := range []struct {
+		name string
+		off  int
+	}{{"host_read_commands\t\t\t", 64}, {"host_write_commands\t\t\t", 80}, {"controller_busy_time\t\t\t", 96},
+		{"power_cycles\t\t\t\t", 112}, {"power_on_hours\t\t\t\t", 128}, {"unsafe_shutdowns\t\t\t", 144},
+		{"media_errors\t\t\t\t", 160}, {"num_err_log_entries\t\t\t", 176}} {
+		fmt.Fprintf(w, "%s: %s\n", f.name, u128(b[f.off:f.off+16]))
+	}
 	fmt.Fprintf(w, "Warning Temperature Time\t\t: %d\n", le32(b, 192))
 	fmt.Fprintf(w, "Critical Composite Temperature Time\t: %d\n", le32(b, 196))
 	for c := 0; c < 8; c++ {
-		if t := int(le16(b, 200+2*c)); t != 0 {
-			fmt.Fprintf(w, "Temperature Sensor %d           : %d °C (%d K)\n", c+1, t-273, t)
+		if t := le16(b, 200+2*c); t != 0 {
+			fmt.Fprintf(w, "Temperature Sensor %d           : %d°C (%d Kelvin)\n", c+1, int(t)-273, t)
 		}
 	}
 	fmt.Fprintf(w, "Thermal Management T1 Trans Count\t: %d\n", le32(b, 216))
 	fmt.Fprintf(w, "Thermal Management T2 Trans Count\t: %d\n", le32(b, 220))
 	fmt.Fprintf(w, "Thermal Management T1 Total Time\t: %d\n", le32(b, 224))
 	fmt.Fprintf(w, "Thermal Management T2 Total Time\t: %d\n", le32(b, 228))
+}
+
+// siBytes is nvme-cli's uint128_t_to_si_string: a 128-bit count of units
+// of unit bytes, as "%.2Lf %sB" with a decimal (SI) prefix.
+func siBytes(b []byte, unit float64) string {
+	v, _ := new(big.Float).SetInt(new(big.Int).SetBytes(reverse(b))).Float64()
+	v *= unit
+	suffix := ""
+	for _, s := range []struct {
+		mag    float64
+		suffix string
+	}{{1e30, "Q"}, {1e27, "R"}, {1e24, "Y"}, {1e21, "Z"}, {1e18, "E"}, {1e15, "P"}, {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}, {1, ""}} {
+		if v >= s.mag {
+			v /= s.mag
+			suffix = s.suffix
+			break
+		}
+	}
+	return fmt.Sprintf("%.2f %sB", v, suffix)
+}
+
+// reverse returns a little-endian field's bytes in big-endian order.
+func reverse(b []byte) []byte {
+	r := make([]byte, len(b))
+	for i := range b {
+		r[i] = b[len(b)-1-i]
+	}
+	return r
 }
 
 func errorLogJSON(b []byte) *jobj {
@@ -407,7 +462,8 @@ func errorLogJSON(b []byte) *jobj {
 	return (&jobj{}).add("errors", errs)
 }
 
-// printErrorLog is nvme-cli's normal error-log output.
+// printErrorLog is nvme-cli 2.3's normal error-log output
+// (nvme_show_error_log).
 func printErrorLog(w io.Writer, b []byte, dev string) {
 	n := len(b) / nvmeof.ErrorLogEntrySize
 	fmt.Fprintf(w, "Error Log Entries for device:%s entries:%d\n", dev, n)
@@ -419,16 +475,16 @@ func printErrorLog(w io.Writer, b []byte, dev string) {
 		fmt.Fprintln(w, ".................")
 		fmt.Fprintf(w, "error_count\t: %d\n", le64(e, 0))
 		fmt.Fprintf(w, "sqid\t\t: %d\n", le16(e, 8))
-		fmt.Fprintf(w, "cmdid\t\t: %#x\n", le16(e, 10))
-		fmt.Fprintf(w, "status_field\t: %#x(%s)\n", sf>>1, nvmeof.StatusFromWire(sf).Name())
-		fmt.Fprintf(w, "phase_tag\t: %#x\n", sf&1)
-		fmt.Fprintf(w, "parm_err_loc\t: %#x\n", le16(e, 14))
-		fmt.Fprintf(w, "lba\t\t: %#x\n", le64(e, 16))
-		fmt.Fprintf(w, "nsid\t\t: %#x\n", le32(e, 24))
+		fmt.Fprintf(w, "cmdid\t\t: %s\n", cx(uint64(le16(e, 10))))
+		fmt.Fprintf(w, "status_field\t: %s(%s)\n", cx(uint64(sf>>1)), statusString(sf>>1))
+		fmt.Fprintf(w, "phase_tag\t: %s\n", cx(uint64(sf&1)))
+		fmt.Fprintf(w, "parm_err_loc\t: %s\n", cx(uint64(le16(e, 14))))
+		fmt.Fprintf(w, "lba\t\t: %s\n", cx(le64(e, 16)))
+		fmt.Fprintf(w, "nsid\t\t: %s\n", cx(uint64(le32(e, 24))))
 		fmt.Fprintf(w, "vs\t\t: %d\n", e[28])
-		fmt.Fprintf(w, "trtype\t\t: %d\n", e[29])
-		fmt.Fprintf(w, "cs\t\t: %#x\n", le64(e, 32))
-		fmt.Fprintf(w, "trtype_spec_info: %#x\n", le16(e, 40))
+		fmt.Fprintf(w, "trtype\t\t: %s\n", trtypeString(e[29]))
+		fmt.Fprintf(w, "cs\t\t: %s\n", cx(le64(e, 32)))
+		fmt.Fprintf(w, "trtype_spec_info: %s\n", cx(uint64(le16(e, 40))))
 		fmt.Fprintln(w, ".................")
 	}
 }
@@ -635,7 +691,9 @@ func cHexWidth(v uint64, w int) string {
 	return fmt.Sprintf("0x%0*x", w-2, v)
 }
 
-// printFeature is nvme-cli's get-feature output.
+// printFeature is nvme-cli 2.3's get-feature output (get_feature_id_print):
+// the value line, then with select 3 the capabilities, else with -H the
+// decoded fields (nvme_feature_show_fields), else the data in hex.
 func printFeature(w io.Writer, fid, sel uint8, result uint32, data []byte, human bool) {
 	name, ok := featureNames[fid]
 	if !ok {
@@ -646,23 +704,111 @@ func printFeature(w io.Writer, fid, sel uint8, result uint32, data []byte, human
 		width = 10
 	}
 	fmt.Fprintf(w, "get-feature:%s (%s), %s value:%s\n", cHexWidth(uint64(fid), 4), name, selectNames[sel&3], cHexWidth(uint64(result), width))
-	if human {
-		switch fid {
-		case 0x07:
-			fmt.Fprintf(w, "\tNumber of IO Completion Queues Allocated (NCQA): %d\n", (result>>16)+1)
-			fmt.Fprintf(w, "\tNumber of IO Submission Queues Allocated (NSQA): %d\n", (result&0xffff)+1)
-		case 0x06:
-			en := "Disabled"
-			if result&1 != 0 {
-				en = "Enabled"
+	switch {
+	case sel == 3:
+		for _, c := range []struct {
+			bit  uint32
+			text string
+		}{{1, "saveable"}, {2, "per-namespace"}, {4, "changeable"}} {
+			if result&c.bit != 0 {
+				fmt.Fprintf(w, "  Feature is %s\n", c.text)
 			}
-			fmt.Fprintf(w, "\tVolatile Write Cache Enable (WCE): %s\n", en)
-		case 0x0f:
-			fmt.Fprintf(w, "\tKeep Alive Timeout (KATO) in milliseconds: %d\n", result)
 		}
-	}
-	if len(data) > 0 {
+	case human:
+		showFeatureFields(w, fid, result, data)
+	case len(data) > 0:
 		hexDump(w, data)
+	}
+}
+
+// showFeatureFields is nvme-cli 2.3's nvme_feature_show_fields for the
+// features whose value is in the result (and the host identifier).
+func showFeatureFields(w io.Writer, fid uint8, r uint32, data []byte) {
+	onOff := func(b uint32, yes, no string) string {
+		if b != 0 {
+			return yes
+		}
+		return no
+	}
+	switch fid {
+	case 0x01:
+		fmt.Fprintf(w, "\tHigh Priority Weight   (HPW): %d\n", r>>24+1)
+		fmt.Fprintf(w, "\tMedium Priority Weight (MPW): %d\n", r>>16&0xff+1)
+		fmt.Fprintf(w, "\tLow Priority Weight    (LPW): %d\n", r>>8&0xff+1)
+		fmt.Fprint(w, "\tArbitration Burst       (AB): ")
+		if r&7 == 7 {
+			fmt.Fprintln(w, "No limit")
+		} else {
+			fmt.Fprintln(w, 1<<(r&7))
+		}
+	case 0x02:
+		wh := r >> 5 & 7
+		hint := "Reserved"
+		switch wh {
+		case 0:
+			hint = "No Workload"
+		case 1:
+			hint = "Extended Idle Period with a Burst of Random Writes"
+		case 2:
+			hint = "Heavy Sequential Writes"
+		}
+		fmt.Fprintf(w, "\tWorkload Hint (WH): %d - %s\n", wh, hint)
+		fmt.Fprintf(w, "\tPower State   (PS): %d\n", r&0x1f)
+	case 0x04:
+		thsel, tmpsel := r>>20&3, r>>16&0xf
+		fmt.Fprintf(w, "\tThreshold Type Select         (THSEL): %d - %s\n", thsel,
+			[...]string{"Over Temperature Threshold", "Under Temperature Threshold", "Reserved", "Reserved"}[thsel])
+		sensor := "Reserved"
+		switch {
+		case tmpsel == 0:
+			sensor = "Composite Temperature"
+		case tmpsel <= 8:
+			sensor = fmt.Sprintf("Temperature Sensor %d", tmpsel)
+		}
+		fmt.Fprintf(w, "\tThreshold Temperature Select (TMPSEL): %d - %s\n", tmpsel, sensor)
+		fmt.Fprintf(w, "\tTemperature Threshold         (TMPTH): %d°C (%d Kelvin)\n", int(r&0xffff)-273, r&0xffff)
+	case 0x05:
+		fmt.Fprintf(w, "\tDeallocated or Unwritten Logical Block Error Enable (DULBE): %s\n", onOff(r>>16&1, "Enabled", "Disabled"))
+		fmt.Fprintf(w, "\tTime Limited Error Recovery                          (TLER): %d ms\n", (r&0xffff)*100)
+	case 0x06:
+		fmt.Fprintf(w, "\tVolatile Write Cache Enable (WCE): %s\n", onOff(r&1, "Enabled", "Disabled"))
+	case 0x07:
+		fmt.Fprintf(w, "\tNumber of IO Completion Queues Allocated (NCQA): %d\n", r>>16+1)
+		fmt.Fprintf(w, "\tNumber of IO Submission Queues Allocated (NSQA): %d\n", r&0xffff+1)
+	case 0x08:
+		fmt.Fprintf(w, "\tAggregation Time     (TIME): %d usec\n", (r>>8&0xff)*100)
+		fmt.Fprintf(w, "\tAggregation Threshold (THR): %d\n", r&0xff+1)
+	case 0x09:
+		fmt.Fprintf(w, "\tCoalescing Disable (CD): %s\n", onOff(r>>16&1, "True", "False"))
+		fmt.Fprintf(w, "\tInterrupt Vector   (IV): %d\n", r&0xffff)
+	case 0x0a:
+		fmt.Fprintf(w, "\tDisable Normal (DN): %s\n", onOff(r&1, "True", "False"))
+	case 0x0b:
+		for _, n := range []struct {
+			text string
+			bits uint32
+		}{
+			{"Discovery Log Page Change Notices                         ", r >> 31 & 1},
+			{"Endurance Group Event Aggregate Log Change Notices        ", r >> 14 & 1},
+			{"LBA Status Information Notices                            ", r >> 13 & 1},
+			{"Predictable Latency Event Aggregate Log Change Notices    ", r >> 12 & 1},
+			{"Asymmetric Namespace Access Change Notices                ", r >> 11 & 1},
+			{"Telemetry Log Notices                                     ", r >> 10 & 1},
+			{"Firmware Activation Notices                               ", r >> 9 & 1},
+			{"Namespace Attribute Notices                               ", r >> 8 & 1},
+			{"SMART / Health Critical Warnings                          ", r & 0xff},
+		} {
+			fmt.Fprintf(w, "\t%s: %s\n", n.text, onOff(n.bits, "Send async event", "Do not send async event"))
+		}
+	case 0x0f:
+		fmt.Fprintf(w, "\tKeep Alive Timeout (KATO) in milliseconds: %d\n", r)
+	case 0x10:
+		fmt.Fprintf(w, "\tThermal Management Temperature 1 (TMT1) : %d Kelvin (%d°C)\n", r>>16, int(r>>16)-273)
+		fmt.Fprintf(w, "\tThermal Management Temperature 2 (TMT2) : %d Kelvin (%d°C)\n", r&0xffff, int(r&0xffff)-273)
+	case 0x81:
+		if len(data) >= 8 {
+			fmt.Fprintf(w, "\tHost Identifier (HOSTID):  %d\n", le64(data, 0))
+		}
 	}
 }
 

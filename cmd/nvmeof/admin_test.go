@@ -49,7 +49,8 @@ func TestAdminCmdValidate(t *testing.T) {
 
 // TestAdminJSONGolden prints logs built with the values of a controller
 // whose nvme-cli 2.3 output (Linux 6.1 guest, kernel-connected to nvmetd)
-// is in testdata/admin, and wants the same text byte for byte.
+// is in testdata/admin, and wants the same text byte for byte (JSON, and
+// smart-log's normal output with and without -H).
 func TestAdminJSONGolden(t *testing.T) {
 	var smart nvmeof.SMARTLog
 	smart[3] = 100
@@ -62,6 +63,20 @@ func TestAdminJSONGolden(t *testing.T) {
 	}
 	if got := smartJSON(&smart, false).String() + "\n"; got != string(want) {
 		t.Errorf("smart-log json:\n%s\nwant:\n%s", got, want)
+	}
+	for _, g := range []struct {
+		file  string
+		human bool
+	}{{"smart-log.nvme-cli-2.3.txt", false}, {"smart-log-H.nvme-cli-2.3.txt", true}} {
+		want, err := os.ReadFile("testdata/admin/" + g.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w strings.Builder
+		printSMART(&w, &smart, "nvme0", 0xffffffff, g.human)
+		if w.String() != string(want) {
+			t.Errorf("%s:\n%q\nwant:\n%q", g.file, w.String(), want)
+		}
 	}
 
 	var ns nvmeof.IdentifyNamespace
@@ -117,7 +132,7 @@ func FuzzAdminPrint(f *testing.F) {
 		printIDNS(&w, n, 1, true)
 		s, _ := nvmeof.ParseSMARTLog(buf)
 		_ = smartJSON(s, true).String()
-		printSMART(&w, s, "nvme0", 1)
+		printSMART(&w, s, "nvme0", 1, true)
 		_ = errorLogJSON(buf).String()
 		printErrorLog(&w, buf, "nvme0")
 		fw, _ := nvmeof.ParseFirmwareSlotLog(buf)
@@ -160,5 +175,27 @@ func TestEffectsGolden(t *testing.T) {
 	printEffects(&w, &l, 0, false)
 	if w.String() != string(want) {
 		t.Errorf("effects-log:\n%q\nwant:\n%q", w.String(), want)
+	}
+}
+
+// TestStatusString: libnvme 1.3's nvme_status_to_string(status, false),
+// as nvme-cli 2.3's error-log prints it.
+func TestStatusString(t *testing.T) {
+	for st, want := range map[uint16]string{
+		0x0000: "Successful Completion: The command completed without error",
+		0x4002: "Invalid Field in Command: A reserved coded value or an unsupported value in a defined field", // DNR set
+		0x0017: "unrecognized",
+		0x0109: "Invalid Log Page: The log page indicated is invalid",
+		0x0123: "Sanitize Prohibited While Persistent Memory Region is Enabled",
+		0x012d: "Identifier Unavailable: The number of Endurance Groups or NVM Sets supported has been exceeded",
+		0x0181: "Invalid Protection Information: The command's Protection Information Field settings are invalid for the namespace's Protection Information format",
+		0x0281: "Unrecovered Read Error: The read data could not be recovered from the media",
+		0x0302: "Asymmetric Access Inaccessible: The controller is in an inaccessible state with the requested namespace",
+		0x0400: "Unknown status",
+		0x07ff: "Vendor Specific Status",
+	} {
+		if got := statusString(st); got != want {
+			t.Errorf("%#x: %q, want %q", st, got, want)
+		}
 	}
 }
