@@ -3,15 +3,20 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
@@ -79,8 +84,8 @@ func bucketOf(cum []uint64, total uint64, q float64) int {
 	return len(cum)
 }
 
-// TestMetricsDuringBench scrapes the target's metrics while a verified
-// bench runs, and checks them against what the bench did: its commands and
+// TestMetricsDuringBench scrapes the target's metrics endpoint while a
+// verified bench runs, and checks them against what the bench did: its commands and
 // bytes exactly, nothing left in flight, and the latency: every command's
 // time at the target lies inside its time at the host, so the target's
 // p50 cannot lie above the bucket of the bench's own p50.
@@ -137,9 +142,17 @@ func TestMetricsDuringBench(t *testing.T) {
 	}
 	bytes := func(dir string) float64 { return value(t, reg, "nvmetd_subsystem_bytes_total", with("direction", dir)) }
 
-	// Scrapes run all along (the race detector checks the collector
-	// against the data path).
-	stop := make(chan struct{})
+	// The endpoint (the daemons' own server) is scraped over HTTP all
+	// along (the race detector checks the collector against the data
+	// path); the checks below read the same registry.
+	srv, err := metricserve.Start(metricserve.Config{Address: "127.0.0.1:0"}, reg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	url := fmt.Sprintf("http://%s/metrics", srv.Addr())
+	stop, first := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	scrapes := 0
 	wg.Go(func() {
@@ -149,14 +162,28 @@ func TestMetricsDuringBench(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := reg.Gather(); err != nil {
-				t.Errorf("gather during the bench: %v", err)
+			resp, err := client.Get(url)
+			if err != nil {
+				t.Errorf("scrape during the bench: %v", err)
 				return
 			}
-			scrapes++
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `nvmetd_subsystem_commands_total{opcode="write"`) {
+				t.Errorf("scrape during the bench: HTTP %d, %v:\n%.2000s", resp.StatusCode, err, body)
+				return
+			}
+			if scrapes++; scrapes == 1 {
+				close(first)
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
+	select { // the benches start once the endpoint answers
+	case <-first:
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatal("no scrape answered")
+	}
 
 	// A verified write bench: writes, then the read-back that checks them.
 	w0, wb0, r0 := cmds("write"), bytes("write"), cmds("read")
