@@ -591,8 +591,9 @@ func printEffects(w io.Writer, l *nvmeof.CommandEffectsLog, csi uint8, human boo
 			fmt.Fprintf(w, "%s%-*d[%-32s] %08x", prefix, width, op, cmdName(names, op), e)
 			if human {
 				fmt.Fprint(w, effectsHuman(e))
+			} else {
+				fmt.Fprintln(w)
 			}
-			fmt.Fprintln(w)
 		}
 		fmt.Fprintln(w)
 	}
@@ -600,17 +601,33 @@ func printEffects(w io.Writer, l *nvmeof.CommandEffectsLog, csi uint8, human boo
 	seg("I/O Commands", "IOCS", 5, ioCmdNames, l.IOCS)
 }
 
+// effectsHuman is nvme-cli 2.3's nvme_show_effects_log_human: each flag
+// with + or -, then the command submission and execution restriction
+// (CSE, bits 17:16 as libnvme masks them), and the line's end.
 func effectsHuman(e uint32) string {
-	var s []string
+	var b strings.Builder
+	b.WriteString("  CSUPP+")
 	for _, f := range []struct {
 		bit  uint32
 		name string
-	}{{1 << 0, "CSUPP"}, {1 << 1, "LBCC"}, {1 << 2, "NCC"}, {1 << 3, "NIC"}, {1 << 4, "CCC"}, {1 << 19, "USS"}} {
+	}{{1 << 1, "LBCC"}, {1 << 2, "NCC"}, {1 << 3, "NIC"}, {1 << 4, "CCC"}, {1 << 19, "USS"}} {
+		sign := "-"
 		if e&f.bit != 0 {
-			s = append(s, f.name)
+			sign = "+"
 		}
+		fmt.Fprintf(&b, "  %s%s", f.name, sign)
 	}
-	return " " + strings.Join(s, " ")
+	switch e >> 16 & 3 {
+	case 0:
+		b.WriteString("  No command restriction\n")
+	case 1:
+		b.WriteString("  No other command for same namespace\n")
+	case 2:
+		b.WriteString("  No other command for any namespace\n")
+	default:
+		b.WriteString("  Reserved CSE\n")
+	}
+	return b.String()
 }
 
 func anaJSON(l nvmeof.ANALog, dev string) *jobj {

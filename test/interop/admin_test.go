@@ -218,6 +218,7 @@ func testAdminCommandsAgainstNvmeCLI(t *testing.T, k kernel) {
 		{name: "fw-log", guest: "fw-log /dev/" + ctrl, host: []string{"fw-log", "-d", "nvme0"}, normal: true},
 		{name: "effects-log json", guest: "effects-log /dev/" + ctrl + " -c 0 -o json", host: []string{"effects-log", "-d", "nvme0", "-c", "0", "-o", "json"}, json: true},
 		{name: "effects-log", guest: "effects-log /dev/" + ctrl + " -c 0", host: []string{"effects-log", "-d", "nvme0", "-c", "0"}, normal: true},
+		{name: "effects-log -H", guest: "effects-log /dev/" + ctrl + " -c 0 -H", host: []string{"effects-log", "-d", "nvme0", "-c", "0", "-H"}, normal: true},
 		{name: "ana-log json", guest: "ana-log /dev/" + ctrl + " -o json", host: []string{"ana-log", "-d", "nvme0", "-o", "json"}, json: true},
 		{name: "ana-log", guest: "ana-log /dev/" + ctrl, host: []string{"ana-log", "-d", "nvme0"}, normal: true},
 		{name: "get-feature 6", guest: "get-feature /dev/" + ctrl + " -f 6", host: []string{"get-feature", "-d", "nvme0", "-f", "6"}, normal: true},
