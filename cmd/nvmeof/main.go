@@ -40,7 +40,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/nvmetd/nvmetd/internal/sysmon"
 	"github.com/nvmetd/nvmetd/internal/version"
 )
 
@@ -79,10 +78,6 @@ func init() {
 }
 
 func main() {
-	// The runtime's sysmon thread kept out of its deep sleep: two thread
-	// wake-ups less per I/O when the process sleeps between I/Os (see
-	// internal/sysmon; NVMETD_SYSMON=sleep turns it off).
-	sysmon.KeepAwake()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -34,15 +34,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/nvmetd/nvmetd/internal/sysmon"
 	"github.com/nvmetd/nvmetd/target"
 )
 
 func main() {
-	// The runtime's sysmon thread kept out of its deep sleep: two thread
-	// wake-ups less per I/O when the process sleeps between I/Os (see
-	// internal/sysmon; NVMETD_SYSMON=sleep turns it off).
-	sysmon.KeepAwake()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
