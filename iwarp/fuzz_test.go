@@ -148,7 +148,7 @@ func FuzzEngine(f *testing.F) {
 		seed := int(ctl[1]) + 1
 		for len(in) > 0 && e.state == QPStateRTS {
 			n := min(len(in), seed%29+1)
-			seed = seed*31 + 7
+			seed = (seed*31 + 7) & 0x7fffffff // non-negative: a long input overflowed it into a negative read size
 			if _, _, err := e.rxConsume(in[:n]); err != nil {
 				break
 			}

@@ -95,10 +95,13 @@ var (
 // scrape (and samples TCP_INFO on every queue's socket). Controllers beyond
 // maxControllers (0: DefaultMetricsMaxControllers), in subsystem and
 // CNTLID order, get no series of their own (nor do their queues).
+// Commands are timed for the latency histograms from the first call on
+// (until then the data path reads no clock).
 func (t *Target) MetricsCollector(maxControllers int) prometheus.Collector {
 	if maxControllers <= 0 {
 		maxControllers = DefaultMetricsMaxControllers
 	}
+	t.s.timed.Store(true)
 	return &collector{s: t.s, maxCtrls: maxControllers}
 }
 

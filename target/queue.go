@@ -52,10 +52,9 @@ type queue struct {
 	// are released once the connection is gone.
 	parked []*rdma.Request
 
-	reads, writes, others, rbytes, wbytes, errs atomic.Uint64
-
-	// met counts commands for the metrics (metrics.go); folded is set,
-	// under metricsState.mu, once they were added to the totals.
+	// met counts commands for the metrics (metrics.go) and the status
+	// (counters); folded is set, under metricsState.mu, once they were
+	// added to the metrics' totals.
 	met    cmdStats
 	folded bool
 }
@@ -72,7 +71,8 @@ type command struct {
 	// reference held until it is executed or dropped.
 	ns *namespace
 	// start is when the capsule arrived (the command's latency runs from
-	// here to its response).
+	// here to its response); zero when commands are not timed
+	// (server.timed).
 	start time.Time
 }
 
@@ -101,11 +101,25 @@ func newQueue(s *server, p *port, req *rdma.QueueRequest) *queue {
 // cmd returns r's entry in the command table.
 func (q *queue) cmd(r *rdma.Request) *command { return &q.cmds[r.Index()] }
 
+// counters are the queue's status counters, derived from its metrics'
+// counts (one set of atomics per command).
 func (q *queue) counters() IOCounters {
-	return IOCounters{
-		ReadCommands: q.reads.Load(), WriteCommands: q.writes.Load(), OtherCommands: q.others.Load(),
-		ReadBytes: q.rbytes.Load(), WriteBytes: q.wbytes.Load(), Errors: q.errs.Load(),
+	m := &q.met
+	c := IOCounters{
+		ReadCommands: m.cmds[opRead][stSuccess].Load(), WriteCommands: m.cmds[opWrite][stSuccess].Load(),
+		ReadBytes: m.rbytes.Load(), WriteBytes: m.wbytes.Load(),
 	}
+	for op := range m.cmds {
+		if o := opClass(op); o != opRead && o != opWrite {
+			c.OtherCommands += m.cmds[op][stSuccess].Load()
+		}
+		for st := range m.cmds[op] {
+			if statusClass(st) != stSuccess {
+				c.Errors += m.cmds[op][st].Load()
+			}
+		}
+	}
+	return c
 }
 
 // close disconnects the queue gracefully.
@@ -131,7 +145,10 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 		q.conn.CompareAndSwap(nil, r.Queue())
 	}
 	c := q.cmd(r)
-	c.r, c.kind, c.ns, c.start = r, cmdOther, nil, time.Now()
+	c.r, c.kind, c.ns, c.start = r, cmdOther, nil, time.Time{}
+	if q.s.timed.Load() {
+		c.start = time.Now()
+	}
 	if h := q.s.hooks; h != nil && !q.hookCommand(h, r) {
 		return
 	}
@@ -222,14 +239,14 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 func (q *queue) respond(r *rdma.Request, st nvmeof.Status) { q.respondAt(r, st, time.Time{}) }
 
 // respondAt is respond with the time the command ended (zero: now), for
-// its latency: a caller that has just read the clock passes it.
+// its latency: a caller that has just read the clock passes it. A command
+// that was not timed (command.start zero) reads no clock.
 func (q *queue) respondAt(r *rdma.Request, st nvmeof.Status, now time.Time) {
 	if h := q.s.hooks; h != nil {
 		st = q.hookResponse(h, r, st)
 	}
 	sqe := r.SQE()
 	if st != nvmeof.StatusSuccess {
-		q.errs.Add(1)
 		if c := q.ctrl.Load(); c != nil {
 			st = c.logError(q.qid, sqe, st)
 			if ce := c.log.Check(zap.DebugLevel, "command failed"); ce != nil {
@@ -237,26 +254,18 @@ func (q *queue) respondAt(r *rdma.Request, st nvmeof.Status, now time.Time) {
 					zap.Uint16("cid", sqe.CID()), zap.Uint32("nsid", sqe.NSID()), zap.Stringer("status", st))
 			}
 		}
-	} else if q.qid != 0 && !sqe.IsFabrics() {
-		switch sqe.Opcode() {
-		case nvmeof.NVMRead:
-			q.reads.Add(1)
-			q.rbytes.Add(uint64(len(r.Data())))
-		case nvmeof.NVMWrite:
-			q.writes.Add(1)
-			q.wbytes.Add(uint64(len(r.Data())))
-		default:
-			q.others.Add(1)
-		}
-	} else {
-		q.others.Add(1)
 	}
 	c := q.cmd(r)
 	c.ns = nil // the reference was put by whoever ran the command
-	if now.IsZero() {
-		now = time.Now()
+	var d time.Duration
+	timed := !c.start.IsZero()
+	if timed {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		d = now.Sub(c.start)
 	}
-	q.met.record(classifyOp(q.qid, sqe), classifyStatus(st), len(r.Data()), now.Sub(c.start), true)
+	q.met.record(classifyOp(q.qid, sqe), classifyStatus(st), len(r.Data()), d, timed)
 	r.Complete(st)
 	q.inflight.Add(-1)
 }
@@ -269,9 +278,6 @@ func (q *queue) hold(*rdma.Request) { q.inflight.Add(-1) }
 func (q *queue) completeHeld(r *rdma.Request, st nvmeof.Status) {
 	if h := q.s.hooks; h != nil {
 		st = q.hookResponse(h, r, st)
-	}
-	if st == nvmeof.StatusSuccess {
-		q.others.Add(1)
 	}
 	q.met.record(classifyOp(q.qid, r.SQE()), classifyStatus(st), 0, 0, false)
 	r.Complete(st)

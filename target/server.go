@@ -58,6 +58,10 @@ type server struct {
 
 	shared   *workerPool
 	stopping atomic.Bool
+	// timed: a metrics collector exists (MetricsCollector), so commands
+	// and backend calls are timed for its latency histograms; without
+	// one the data path reads no clock.
+	timed atomic.Bool
 
 	// adm caps the connections of every port (LimitsConfig); hostUse the
 	// controllers and queues of each host; drains remembers controllers

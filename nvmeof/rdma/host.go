@@ -96,6 +96,7 @@ type hostSlot struct {
 	mr     *iwarp.MR
 	key    uint8
 	usedMR bool
+	stag   uint32 // the STag mr was registered with for the command (usedMR)
 	wr     iwarp.SendWR
 	sge    [2][]byte
 }
@@ -329,7 +330,7 @@ func (q *HostQueue) Submit(r *HostRequest) error {
 			}
 			return err
 		}
-		s.usedMR = true
+		s.usedMR, s.stag = true, stag
 		kind = &q.stats.Keyed
 		sgl.SetKeyed(iova, uint32(len(r.Data)), stag, true)
 	}
@@ -449,7 +450,7 @@ func (q *HostQueue) onWC(wc *iwarp.WC) {
 	q.stats.Completed++
 	if wc.Invalidated {
 		q.stats.RemoteInvalidations++
-		if !s.usedMR || wc.InvalidatedSTag != s.mr.STag() {
+		if !s.usedMR || wc.InvalidatedSTag != s.stag {
 			q.mu.Unlock()
 			// nvme-rdma: "Bogus remote invalidation" → error recovery.
 			q.Abort(fmt.Errorf("nvme-rdma: remote invalidation of STag %#x for command %#x", wc.InvalidatedSTag, cid))
