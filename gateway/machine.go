@@ -219,6 +219,8 @@ type group struct {
 	leaseEnd  time.Time // Owner: the lease ends (our clock) no earlier than this
 	lastRenew time.Time // Owner: the last renewal sent
 	freeSince time.Time // Standby: first seen unlocked (zero: locked)
+	lastRead  time.Time // Standby: the last read sent
+	poke      bool      // Standby: read at the next tick (notified)
 	requested bool      // a handover request was written
 	holder    string
 	fences    int
@@ -292,6 +294,15 @@ func (m *Machine) ConfigChecked(ok bool, diff string) {
 	}
 }
 
+// Notified reports that a group object changed (a watch notification:
+// another gateway acquired, released or asked for a group): standby groups
+// are read at the next tick instead of waiting for their interval.
+func (m *Machine) Notified() {
+	for _, g := range m.groups {
+		g.poke = true
+	}
+}
+
 // Tick advances the machine to now.
 func (m *Machine) Tick(now time.Time) []Action {
 	if m.exited {
@@ -315,8 +326,10 @@ func (m *Machine) Tick(now time.Time) []Action {
 				acts = append(acts, Action{Kind: ActRenew, Group: g.id})
 			}
 		case Standby:
-			if !g.pending {
-				g.pending, g.issued = true, now
+			// A standby gateway reads the group every RenewInterval, and
+			// at once after a notification (Notified).
+			if !g.pending && (g.poke || g.lastRead.IsZero() || !now.Before(g.lastRead.Add(m.cfg.RenewInterval))) {
+				g.pending, g.issued, g.lastRead, g.poke = true, now, now, false
 				acts = append(acts, Action{Kind: ActRead, Group: g.id})
 			}
 		}
@@ -325,7 +338,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 }
 
 func (m *Machine) stepDown(acts []Action, g *group, reason string) []Action {
-	g.role, g.pending, g.freeSince, g.requested = Standby, false, time.Time{}, false
+	g.role, g.pending, g.freeSince, g.requested, g.poke = Standby, false, time.Time{}, false, true
 	return append(acts,
 		Action{Kind: ActSetANA, Group: g.id, Optimized: false},
 		Action{Kind: ActStepDown, Group: g.id, Reason: reason})
@@ -508,7 +521,7 @@ func (m *Machine) ReleaseDone(id uint32, err error) []Action {
 		return nil
 	}
 	g.noteErr(err)
-	g.role, g.freeSince, g.holder = Standby, time.Time{}, ""
+	g.role, g.freeSince, g.holder, g.poke = Standby, time.Time{}, "", true
 	return nil
 }
 
@@ -523,4 +536,23 @@ func (m *Machine) RequestDone(id uint32, err error) []Action {
 	}
 	g.noteErr(err)
 	return nil
+}
+
+// Shutdown ends the machine for a clean stop: each group it owns goes
+// inaccessible and is released to nobody (a survivor takes it without
+// fencing, after one lease unless it is the group's preferred owner). The
+// results of the releases need not be reported.
+func (m *Machine) Shutdown() []Action {
+	if m.exited {
+		return nil
+	}
+	m.exited = true
+	var acts []Action
+	for _, g := range m.groups {
+		if g.role == Owner {
+			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false}, Action{Kind: ActRelease, Group: g.id})
+		}
+		g.role, g.pending = Standby, false
+	}
+	return acts
 }

@@ -29,6 +29,12 @@ func tick(ms int) func(*Machine) []Action {
 	return func(m *Machine) []Action { return m.Tick(at(ms)) }
 }
 
+// poke is a watch notification.
+func poke(m *Machine) []Action {
+	m.Notified()
+	return nil
+}
+
 func read(g uint32, ms int, o Observed, err error) func(*Machine) []Action {
 	return func(m *Machine) []Action { return m.ReadDone(g, at(ms), o, err) }
 }
@@ -156,6 +162,7 @@ func TestMachineTakeover(t *testing.T) {
 	run(t, m, []step{
 		{tick(0), []string{"group 1: read"}},
 		{read(1, 0, heldBy("a"), nil), nil},
+		{poke, nil},
 		{tick(100), []string{"group 1: read"}},
 		{read(1, 100, expiredFrom("a"), nil), []string{"group 1: fence [a-conn a-rbd] (lease of a (session a-s1) expired without release)"}},
 		{tick(200), nil}, // fencing: no other operation
@@ -175,11 +182,13 @@ func TestMachineFenceFailsNoTakeover(t *testing.T) {
 		{tick(0), []string{"group 1: read"}},
 		{read(1, 0, expiredFrom("a"), nil), []string{"group 1: fence [a-conn a-rbd] (lease of a (session a-s1) expired without release)"}},
 		{fenceDone(1, 100, errors.New("osd blocklist add: EACCES")), nil},
+		{poke, nil},
 		{tick(200), []string{"group 1: read"}},
 		{read(1, 200, expiredFrom("a"), nil), []string{"group 1: fence [a-conn a-rbd] (lease of a (session a-s1) expired without release)"}},
 		{fenceDone(1, 300, nil), []string{"group 1: acquire"}},
 		// Another survivor was faster: stay standby.
 		{acquired(1, ErrLockBusy), nil},
+		{poke, nil},
 		{tick(400), []string{"group 1: read"}},
 	})
 	if st := m.Status()[0]; st.Role != Standby || !strings.Contains(st.LastError, "held by another") {
@@ -195,8 +204,10 @@ func TestMachineNonPreferredWaits(t *testing.T) {
 	run(t, m, []step{
 		{tick(0), []string{"group 1: read"}},
 		{read(1, 0, free, nil), nil},
+		{tick(1000), nil}, // standby reads every RenewInterval
 		{tick(9999), []string{"group 1: read"}},
 		{read(1, 9999, free, nil), nil},
+		{poke, nil},
 		{tick(10000), []string{"group 1: read"}},
 		{read(1, 10000, free, nil), []string{"group 1: acquire"}},
 	})
@@ -225,9 +236,11 @@ func TestMachineFailback(t *testing.T) {
 		{read(1, 11000, held, nil), nil}, // up for 0 s
 		{tick(15999), []string{"group 1: read"}},
 		{read(1, 15999, held, nil), nil},
+		{poke, nil},
 		{tick(16000), []string{"group 1: read"}},
 		{read(1, 16000, held, nil), []string{"group 1: request-handover"}},
 		{requested(1, nil), nil},
+		{poke, nil},
 		{tick(16100), []string{"group 1: read"}},
 	})
 	held.HandoverRequest = "a"
@@ -241,6 +254,7 @@ func TestMachineFailback(t *testing.T) {
 	})
 	rel := Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-addr"}, Released: true, HandoverTo: "a"}}
 	run(t, a, []step{
+		{poke, nil},
 		{tick(16500), []string{"group 1: read"}},
 		{read(1, 16500, rel, nil), []string{"group 1: acquire"}}, // no fence
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
@@ -326,6 +340,7 @@ func TestMachineOwnLockAgain(t *testing.T) {
 		{tick(0), []string{"group 1: read"}},
 		{read(1, 0, own, nil), []string{"group 1: acquire"}},
 		{acquired(1, errors.New("timeout")), nil},
+		{poke, nil},
 		{tick(100), []string{"group 1: read"}},
 		{read(1, 100, mine, nil), []string{"group 1: acquire"}},
 	})
@@ -348,4 +363,12 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: valid", c)
 		}
 	}
+}
+
+func TestMachineShutdownReleases(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{func(m *Machine) []Action { return m.Shutdown() }, []string{"group 1: set-ana inaccessible", "group 1: release to "}},
+		step{tick(1000), nil},
+	))
 }
