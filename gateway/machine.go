@@ -240,6 +240,7 @@ type Machine struct {
 	configOK bool
 	degraded string
 	exited   bool
+	fenceErr error
 }
 
 // NewMachine returns a machine for cfg (which must be valid). The groups
@@ -265,6 +266,10 @@ func (m *Machine) group(id uint32) *group {
 	}
 	return nil
 }
+
+// FenceErr returns the error that showed this gateway fenced (it matches
+// ErrFenced), nil if none did.
+func (m *Machine) FenceErr() error { return m.fenceErr }
 
 // Exited reports that the machine emitted ActExitFenced.
 func (m *Machine) Exited() bool { return m.exited }
@@ -349,7 +354,7 @@ func (m *Machine) fenced(err error) ([]Action, bool) {
 	if !errors.Is(err, ErrFenced) {
 		return nil, false
 	}
-	m.exited = true
+	m.exited, m.fenceErr = true, err
 	var acts []Action
 	for _, g := range m.groups {
 		if g.role == Owner || g.role == Releasing {

@@ -21,10 +21,16 @@ type RADOSOptions struct {
 	GroupName string
 	Groups    []uint32      // the ANA groups (an object each)
 	Lease     time.Duration // the lock's duration
-	// OpTimeout bounds each cluster operation (whole seconds, at least 1):
+	// OpTimeout bounds each OSD operation (rados_osd_op_timeout, whole
+	// seconds, at least 1; default 5s):
 	// keep it below Lease - Margin so that a renewal that hangs does not
 	// outlive the lease unnoticed (the machine steps down anyway).
 	OpTimeout time.Duration
+	// MonOpTimeout bounds each monitor command (rados_mon_op_timeout):
+	// the blocklisting of a fence, which waits for a Paxos commit and may
+	// take seconds on a loaded cluster; default 30s. A fence that times
+	// out is retried (a survivor is not racing a lease).
+	MonOpTimeout time.Duration
 	// ConnectTimeout bounds connecting (client_mount_timeout).
 	ConnectTimeout time.Duration
 }

@@ -81,7 +81,7 @@ func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 	}
 	settings := [][2]string{
 		{"rados_osd_op_timeout", secs(o.OpTimeout, 5*time.Second)},
-		{"rados_mon_op_timeout", secs(o.OpTimeout, 5*time.Second)},
+		{"rados_mon_op_timeout", secs(o.MonOpTimeout, 30*time.Second)},
 		{"client_mount_timeout", secs(o.ConnectTimeout, 10*time.Second)},
 	}
 	if o.Keyring != "" {

@@ -218,8 +218,11 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 				err := op()
 				r.results <- func() []Action {
 					r.event(a, err)
-					if err != nil && a.Kind != ActRead {
+					switch {
+					case err != nil && a.Kind != ActRead:
 						r.log.Warn("gateway: "+a.String()+" failed", zap.Error(err))
+					case err == nil && a.Kind != ActRead && a.Kind != ActRenew:
+						r.log.Info("gateway: " + a.String() + ": done")
 					}
 					return done(err)
 				}
@@ -241,6 +244,9 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 			r.event(a, nil)
 			r.log.Error("gateway: this gateway was fenced by another: it stops serving and exits", zap.String("reason", a.Reason))
 			r.publish()
+			if err := r.m.FenceErr(); err != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("%w: %s", ErrFenced, a.Reason)
 		case ActRead:
 			var o Observed
