@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/gateway"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -194,6 +195,9 @@ starting:
 		if err := d.startGateway(cfg); err != nil {
 			d.log.Error("gateway: cannot join the group", zap.Error(err))
 			d.stopTarget(5 * time.Second)
+			if errors.Is(err, gateway.ErrRADOSNotBuilt) {
+				return exitConfig // a restart would not help
+			}
 			return exitFailure
 		}
 		defer d.stopGateway()

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,4 +100,30 @@ ports:
 		}
 	}
 	_ = target.MaxANAGroup
+}
+
+// TestBinaryGatewayNotBuilt: the default (static) build refuses a gateway
+// section at start with EX_CONFIG, saying what to build, after starting
+// nothing it would keep.
+func TestBinaryGatewayNotBuilt(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "gw.yaml", fmt.Sprintf(`daemon: {control_socket: %s}
+gateway: {name: a, cluster: {pool: rbd}, ana_groups: [{id: 1, preferred: a}]}
+subsystems:
+  - nqn: nqn.2024-01.com.example:gw
+    allow_any_host: true
+    namespaces: [{nsid: 1, backend: {kind: memory, size: 1MiB}}]
+ports:
+  - {id: 1, address: 127.0.0.1, service_id: 0, subsystems: [nqn.2024-01.com.example:gw]}
+`, filepath.Join(dir, "ctl.sock")))
+	cmd := exec.Command(bin, "--config", cfg, "--log-format", "console")
+	cmd.Env = binEnv(dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitConfig || !strings.Contains(stderr.String(), "needs the Ceph client libraries") {
+		t.Fatalf("nvmetd with a gateway section in the default build: %v, want exit %d; stderr:\n%s", err, exitConfig, stderr.String())
+	}
 }
