@@ -8,9 +8,11 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -512,6 +514,13 @@ func TestGatewayProcesses(t *testing.T) {
 	if strings.Contains(a.stderr.String(), "fencing") {
 		t.Errorf("gw-a fenced on failback:\n%s", a.stderr.String())
 	}
+	// nvmetd status shows the ownership and the fence.
+	if st := a.readStatus(); st.Gateway == nil || len(st.Gateway.Groups) != 1 || !st.Gateway.Groups[0].Owned || st.Gateway.Health != "ok" {
+		t.Errorf("gw-a status: %+v", st.Gateway)
+	}
+	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Groups[0].Owned || st.Gateway.Groups[0].Holder != "gw-a" || st.Gateway.Fences != 1 {
+		t.Errorf("gw-b status: %+v", st.Gateway)
+	}
 
 	// (3) Freeze the owner: gw-b fences it and takes over; thawed, it
 	// finds itself fenced and exits 75.
@@ -553,7 +562,44 @@ func TestGatewayProcesses(t *testing.T) {
 	w.finish()
 	finished = true
 	w.check(t)
+	// gw-b fenced twice (SIGKILL, SIGSTOP), never on a failback.
+	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Fences != 2 {
+		t.Errorf("gw-b status at the end: %+v, want 2 fences", st.Gateway)
+	}
 	t.Logf("%d verified I/Os, %d failovers, 0 errors", w.ops.Load(), h.Failovers())
+}
+
+// procStatus is the part of `nvmetd status -o json` the test reads.
+type procStatus struct {
+	Gateway *struct {
+		Health string `json:"health"`
+		Fences int    `json:"fences"`
+		Groups []struct {
+			ID     uint32 `json:"id"`
+			Owned  bool   `json:"owned"`
+			Holder string `json:"holder"`
+			Role   string `json:"role"`
+		} `json:"ana_groups"`
+	} `json:"gateway"`
+}
+
+// status reads the process's status through its control socket.
+func (p *gwProc) readStatus() procStatus {
+	p.t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(p.dir, "ctl.sock"))
+	}}}
+	resp, err := c.Get("http://nvmetd/v1/status")
+	if err != nil {
+		p.t.Fatalf("%s status: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	var st procStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		p.t.Fatalf("%s status: %v", p.name, err)
+	}
+	return st
 }
 
 func grepLines(s, re string) string {

@@ -233,32 +233,48 @@ func (r *RADOS) notify(oid string) {
 	r.wg.Go(func() { _, _, _ = r.ioctx.NotifyWithTimeout(oid, nil, time.Second) })
 }
 
-// Read returns the group's lock holder and record.
+// Read returns the group's lock holder and record. The lockers and the
+// record are separate reads, so the record is read before and after the
+// lockers and the answer stands only if it did not change in between: a
+// holder locks before it writes its record and writes its released record
+// before it unlocks, so "unlocked, and a record not released" then means
+// that the holder's lease expired (never a holder that was taking the lock,
+// or releasing it, between the reads).
 func (r *RADOS) Read(g uint32) (Observed, error) {
 	oid := r.oid(g)
 	var o Observed
-	// cls_lock's get_info drops expired lockers (by the OSD's clock).
-	li, err := r.ioctx.ListLockers(oid, LockName)
-	switch {
-	case errnoOf(err) == syscall.ENOENT:
-		return o, nil
-	case err != nil:
-		return o, fmt.Errorf("list the lockers of %s: %w", oid, classify(err))
-	}
-	if li.NumLockers > 0 && len(li.Cookies) > 0 {
-		o.Locked, o.LockerSession = true, li.Cookies[0]
-	}
-	vals, err := r.ioctx.GetOmapValues(oid, "", "", 16)
-	if err != nil {
-		return o, fmt.Errorf("read the record of %s: %w", oid, classify(err))
-	}
-	if b, ok := vals[keyHolder]; ok {
-		if err := json.Unmarshal(b, &o.Record); err != nil {
-			return o, fmt.Errorf("record of %s: %w", oid, err)
+	for try := 0; ; try++ {
+		before, err := r.ioctx.GetOmapValues(oid, "", "", 16)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return o, fmt.Errorf("read the record of %s: %w", oid, classify(err))
 		}
+		// cls_lock's get_info drops expired lockers (by the OSD's clock).
+		li, err := r.ioctx.ListLockers(oid, LockName)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return o, fmt.Errorf("list the lockers of %s: %w", oid, classify(err))
+		}
+		vals, err := r.ioctx.GetOmapValues(oid, "", "", 16)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return o, fmt.Errorf("read the record of %s: %w", oid, classify(err))
+		}
+		if string(before[keyHolder]) != string(vals[keyHolder]) {
+			if try < 3 {
+				continue
+			}
+			return o, fmt.Errorf("read %s: the record changed during each of %d reads", oid, try+1)
+		}
+		o = Observed{}
+		if li != nil && li.NumLockers > 0 && len(li.Cookies) > 0 {
+			o.Locked, o.LockerSession = true, li.Cookies[0]
+		}
+		if b, ok := vals[keyHolder]; ok {
+			if err := json.Unmarshal(b, &o.Record); err != nil {
+				return o, fmt.Errorf("record of %s: %w", oid, err)
+			}
+		}
+		o.HandoverRequest = string(vals[keyRequest])
+		return o, nil
 	}
-	o.HandoverRequest = string(vals[keyRequest])
-	return o, nil
 }
 
 func (r *RADOS) lock(g uint32, rec Record, flags byte) error {
