@@ -172,6 +172,9 @@ func (f *fixture) start(t *testing.T, name, session string, wrap func(gateway.Cl
 		case <-time.After(hang):
 			t.Errorf("%s: runner did not stop", g.name)
 		}
+		if !g.r.Quiesce(hang) {
+			t.Errorf("%s: cluster operations still running", g.name)
+		}
 	})
 	return g
 }

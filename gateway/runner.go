@@ -88,6 +88,7 @@ type Runner struct {
 	fences int
 
 	results chan func() []Action
+	ops     sync.WaitGroup // cluster operations on their goroutines
 }
 
 // NewRunner returns a runner; canonical is this gateway's group
@@ -134,7 +135,9 @@ func (r *Runner) Run(ctx context.Context, release time.Duration) error {
 		if !checked && !checking {
 			checking = true
 			pending++
+			r.ops.Add(1)
 			go func() {
+				defer r.ops.Done()
 				ok, diff, err := r.cl.CheckConfig(r.canonical)
 				r.results <- func() []Action {
 					checking = false
@@ -214,7 +217,9 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 		g := a.Group
 		async := func(op func() error, done func(error) []Action) {
 			*pending++
+			r.ops.Add(1)
 			go func() {
+				defer r.ops.Done()
 				err := op()
 				r.results <- func() []Action {
 					r.event(a, err)
@@ -290,6 +295,23 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 	return nil, nil
 }
 
+// Quiesce waits up to d for the cluster operations still running after Run
+// returned (a fence can take the monitor's timeout) and reports whether
+// none is left: only then may the Cluster be closed.
+func (r *Runner) Quiesce(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		r.ops.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // shutdown waits for the operations out, then releases what this gateway
 // owns (inaccessible, flush, release to nobody), within d.
 func (r *Runner) shutdown(d time.Duration, pending int) error {
@@ -314,7 +336,9 @@ func (r *Runner) shutdown(d time.Duration, pending int) error {
 			rec := r.record()
 			rec.Released = true
 			done := make(chan error, 1)
+			r.ops.Add(1)
 			go func() {
+				defer r.ops.Done()
 				if err := r.ap.Flush(a.Group); err != nil {
 					done <- err
 					return

@@ -336,6 +336,13 @@ func (d *daemon) stopGateway() {
 		}
 	case <-time.After(gs.cfg.Lease + 5*time.Second):
 		d.log.Warn("gateway: did not stop within a lease")
+		return
+	}
+	// A cluster operation still running would use the client after
+	// Close: then leave it to the process's exit.
+	if !r.Quiesce(5 * time.Second) {
+		d.log.Warn("gateway: cluster operations still running at exit; not closing the RADOS client")
+		return
 	}
 	gs.cl.Close()
 }
