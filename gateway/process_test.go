@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -74,6 +75,7 @@ func (p *gwProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
 
 func (p *gwProc) writeConfig(c *cephtest.Cluster, image, group string, cmin int) {
 	y := fmt.Sprintf(`daemon: {control_socket: %s, shutdown_timeout: 5s, log_level: info, log_format: console}
+metrics: {socket: %s}
 gateway:
   name: %s
   group: %s
@@ -95,7 +97,7 @@ subsystems:
         nguid: %s
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s, op_timeout: 5s}
-`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.port, gwSubNQN,
+`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.port, gwSubNQN,
 		gwSubNQN, cmin, cmin+99, gwNGUID, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
 	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -521,6 +523,18 @@ func TestGatewayProcesses(t *testing.T) {
 	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Groups[0].Owned || st.Gateway.Groups[0].Holder != "gw-a" || st.Gateway.Fences != 1 {
 		t.Errorf("gw-b status: %+v", st.Gateway)
 	}
+	// And the metrics.
+	for p, want := range map[*gwProc][]string{
+		a: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 1`, `nvmetd_gateway_fences_total 0`, `nvmetd_gateway_degraded 0`},
+		b: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 0`, `nvmetd_gateway_fences_total 1`},
+	} {
+		m := p.get("metrics.sock", "/metrics")
+		for _, w := range want {
+			if !strings.Contains(m, w+"\n") {
+				t.Errorf("%s metrics lack %q:\n%s", p.name, w, grepLines(m, "nvmetd_gateway"))
+			}
+		}
+	}
 
 	// (3) Freeze the owner: gw-b fences it and takes over; thawed, it
 	// finds itself fenced and exits 75.
@@ -583,20 +597,30 @@ type procStatus struct {
 	} `json:"gateway"`
 }
 
-// status reads the process's status through its control socket.
-func (p *gwProc) readStatus() procStatus {
+// get GETs path through the process's unix socket sock.
+func (p *gwProc) get(sock, path string) string {
 	p.t.Helper()
 	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", filepath.Join(p.dir, "ctl.sock"))
+		return d.DialContext(ctx, "unix", filepath.Join(p.dir, sock))
 	}}}
-	resp, err := c.Get("http://nvmetd/v1/status")
+	resp, err := c.Get("http://nvmetd" + path)
 	if err != nil {
-		p.t.Fatalf("%s status: %v", p.name, err)
+		p.t.Fatalf("%s %s: %v", p.name, path, err)
 	}
 	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", p.name, path, err)
+	}
+	return string(b)
+}
+
+// readStatus reads the process's status through its control socket.
+func (p *gwProc) readStatus() procStatus {
+	p.t.Helper()
 	var st procStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	if err := json.Unmarshal([]byte(p.get("ctl.sock", "/v1/status")), &st); err != nil {
 		p.t.Fatalf("%s status: %v", p.name, err)
 	}
 	return st
