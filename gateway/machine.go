@@ -421,11 +421,14 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 	r := o.Record
 	switch {
 	case r.Session == "" || r.Released:
-		// Never held, or handed over cleanly: no fence. The preferred
-		// owner (or the one it was handed to) takes it at once, another
-		// gateway after one lease, so that a handover is not raced.
-		if r.HandoverTo == m.cfg.Name || (r.HandoverTo == "" && g.preferred == m.cfg.Name) ||
-			!now.Before(g.freeSince.Add(m.cfg.Lease)) {
+		// Never held, or released cleanly: no fence. A group released
+		// to nobody (its holder stopped) goes to whoever is first; one
+		// handed over goes to its recipient at once, and one never held
+		// to its preferred owner at once; any other gateway waits one
+		// lease for them, so that a handover or a cold start is not
+		// raced.
+		if r.HandoverTo == m.cfg.Name || (r.Released && r.HandoverTo == "") ||
+			(r.Session == "" && g.preferred == m.cfg.Name) || !now.Before(g.freeSince.Add(m.cfg.Lease)) {
 			return m.acquire(g, now)
 		}
 		return nil
@@ -544,8 +547,8 @@ func (m *Machine) RequestDone(id uint32, err error) []Action {
 }
 
 // Shutdown ends the machine for a clean stop: each group it owns goes
-// inaccessible and is released to nobody (a survivor takes it without
-// fencing, after one lease unless it is the group's preferred owner). The
+// inaccessible and is released to nobody (the first survivor to see it
+// takes it, without fencing). The
 // results of the releases need not be reported.
 func (m *Machine) Shutdown() []Action {
 	if m.exited {

@@ -372,3 +372,16 @@ func TestMachineShutdownReleases(t *testing.T) {
 		step{tick(1000), nil},
 	))
 }
+
+// TestMachineReleasedToNobody: a group its holder released at a clean stop
+// is taken at once, without fencing, by a gateway that is not its
+// preferred owner.
+func TestMachineReleasedToNobody(t *testing.T) {
+	m := oneGroup("b")
+	rel := Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-addr"}, Released: true}}
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, rel, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	})
+}

@@ -410,8 +410,10 @@ func blocklisted(t *testing.T, c *cephtest.Cluster, log string) []string {
 // takes the group back (failback: gw-b hands over, nobody is fenced);
 // (3) gw-a is frozen (SIGSTOP): gw-b fences it and takes over; after
 // SIGCONT gw-a's cluster operations are refused (it was blocklisted) and it
-// exits 75 (EX_TEMPFAIL); (4) it is restarted: failback again. Zero I/O
-// and verification errors; failover times printed.
+// exits 75 (EX_TEMPFAIL); (4) it is restarted: failback again; (5) it is
+// stopped cleanly (SIGTERM): it releases the group and gw-b takes it
+// without fencing. Zero I/O and verification errors; failover times
+// printed.
 func TestGatewayProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
@@ -573,12 +575,28 @@ func TestGatewayProcesses(t *testing.T) {
 	a.start()
 	waitOptimized(t, pa)
 	w.waitOn(t, pa, at, 100)
+
+	// (5) A clean stop (SIGTERM) of the owner: it releases the group, and
+	// gw-b takes it at once (the release notifies), without fencing.
+	at = time.Now()
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(); code != 0 {
+		t.Fatalf("gw-a exited %d on SIGTERM:\n%s", code, tail(a.stderr.String(), 4000))
+	}
+	if !strings.Contains(a.stderr.String(), "released group at shutdown") {
+		t.Errorf("gw-a did not release its group on SIGTERM:\n%s", tail(a.stderr.String(), 4000))
+	}
+	w.waitOn(t, pb, at, 100)
+	if d, err := w.failover(pa, at); err == nil {
+		t.Logf("failover on SIGTERM of the owner (released, no fence): %v", d)
+	}
 	w.finish()
 	finished = true
 	w.check(t)
-	// gw-b fenced twice (SIGKILL, SIGSTOP), never on a failback.
-	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Fences != 2 {
-		t.Errorf("gw-b status at the end: %+v, want 2 fences", st.Gateway)
+	// gw-b fenced twice (SIGKILL, SIGSTOP), never on a failback or a clean
+	// stop.
+	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Fences != 2 || !st.Gateway.Groups[0].Owned {
+		t.Errorf("gw-b status at the end: %+v, want the owner with 2 fences", st.Gateway)
 	}
 	t.Logf("%d verified I/Os, %d failovers, 0 errors", w.ops.Load(), h.Failovers())
 }
