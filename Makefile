@@ -32,7 +32,7 @@ CEPH_RELEASE ?= $(shell awk '/define LIBRBD_VER_MINOR/ { m = $$3 } END { if (m =
 RBD_TAGS      = rbd$(if $(CEPH_RELEASE),$(comma)$(CEPH_RELEASE))
 comma        := ,
 # Packages tested with -tags rbd (those with rbd files, and the cluster helper).
-RBD_PKGS     := ./backend/ ./test/ceph/...
+RBD_PKGS     := ./backend/ ./gateway/ ./test/ceph/...
 
 .PHONY: help build build-rbd rbd-tags deps alloc test test-rbd test-rbd-run bench-rbd vet fmt-check fuzz-smoke bench interop lab install deb deb-test clean
 

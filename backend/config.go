@@ -298,7 +298,9 @@ func Open(cfg Config) (Backend, error) {
 			b = d
 		}
 	case KindRBD:
-		b, err = openRBD(cfg.rbdOptions())
+		if b, err = openRBD(cfg.rbdOptions()); err == nil {
+			noteCephClient(b)
+		}
 	case KindNull:
 		var n *Null
 		if n, err = OpenNull(NullOptions{Size: cfg.Size, BlockSize: cfg.BlockSize, ReadOnly: cfg.ReadOnly, Pattern: cfg.Pattern, NoFill: cfg.NoFill}); err == nil {

@@ -55,8 +55,11 @@ type daemonStatus struct {
 	// progress.
 	Pending int `json:"pending_changes,omitempty"`
 	// Warnings are the configuration's warnings.
-	Warnings      []string       `json:"warnings,omitempty"`
-	Target        target.Status  `json:"target"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Target   target.Status `json:"target"`
+	// Gateway is the gateway group membership (nil for a stand-alone
+	// nvmetd).
+	Gateway       *gatewayStatus `json:"gateway,omitempty"`
 	HealthReports []healthReport `json:"health_reports,omitempty"`
 }
 

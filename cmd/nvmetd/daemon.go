@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/gateway"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -66,6 +68,9 @@ type daemon struct {
 
 	t        targetService
 	stopping atomic.Bool
+	// gw is the gateway (nil without a gateway section); set before the
+	// target is created, never changed.
+	gw *gatewayState
 
 	// changeMu serializes reloads (SIGHUP) and the management API's
 	// changes: each works from the configuration the previous one left.
@@ -127,7 +132,12 @@ func (d *daemon) run() int {
 	for _, w := range cfg.Warnings {
 		d.log.Warn("configuration: " + w)
 	}
-	t, err := newTargetService(cfg.Target.Clone(), d.log.Named("target"))
+	if cfg.Gateway != nil {
+		// The target starts with every gateway group inaccessible; the
+		// gateway makes the groups it takes optimized.
+		d.gw = &gatewayState{cfg: cfg.Gateway, owned: map[uint32]bool{}, done: make(chan error, 1)}
+	}
+	t, err := newTargetService(d.targetConfig(cfg.Target), d.log.Named("target"))
 	if err != nil {
 		d.log.Error("cannot create the target", zap.Error(err))
 		return exitFailure
@@ -181,6 +191,18 @@ starting:
 		}
 	}
 
+	if d.gw != nil {
+		if err := d.startGateway(cfg); err != nil {
+			d.log.Error("gateway: cannot join the group", zap.Error(err))
+			d.stopTarget(5 * time.Second)
+			if errors.Is(err, gateway.ErrRADOSNotBuilt) {
+				return exitConfig // a restart would not help
+			}
+			return exitFailure
+		}
+		defer d.stopGateway()
+	}
+
 	d.mu.Lock()
 	d.startedAt = time.Now()
 	d.state = stateRunning
@@ -202,15 +224,53 @@ starting:
 	if reloadPending {
 		d.reload()
 	}
-	for s := range d.signals {
-		switch s {
-		case syscall.SIGHUP:
-			d.reload()
-		case syscall.SIGTERM, syscall.SIGINT:
-			return d.shutdown(s)
+	var gwDone <-chan error
+	if d.gw != nil {
+		gwDone = d.gw.done
+	}
+	for {
+		select {
+		case s, ok := <-d.signals:
+			if !ok {
+				return exitOK
+			}
+			switch s {
+			case syscall.SIGHUP:
+				d.reload()
+			case syscall.SIGTERM, syscall.SIGINT:
+				d.stopGateway()
+				return d.shutdown(s)
+			}
+		case err := <-gwDone:
+			// Fenced by another gateway: every RADOS client of this
+			// process is blocklisted. Stop serving and exit so that the
+			// supervisor restarts it with fresh clients.
+			d.log.Error("gateway: fenced; stopping the target and exiting for a restart with new RADOS clients", zap.Error(err))
+			d.stopping.Store(true)
+			d.setState(stateStopping)
+			d.gw.mu.Lock()
+			d.gw.runner = nil
+			d.gw.mu.Unlock()
+			d.stopTarget(5 * time.Second)
+			return exitFenced
 		}
 	}
-	return exitOK
+}
+
+// stopTarget shuts the target down within d (no drain beyond it).
+func (d *daemon) stopTarget(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.t.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			d.log.Warn("target shutdown", zap.Error(err))
+		}
+	case <-time.After(timeout + 5*time.Second):
+		d.log.Error("the target did not stop in time")
+	}
 }
 
 // config returns the configuration in effect.
@@ -328,8 +388,12 @@ func (d *daemon) reload() {
 	for _, c := range info.Changes {
 		d.log.Info("reload: " + c)
 	}
-	err = d.t.Reload(nc.Target.Clone())
+	err = d.t.Reload(d.targetConfig(nc.Target))
 	if !errors.Is(err, target.ErrReloadRefused) {
+		if !reflect.DeepEqual(old.Gateway, nc.Gateway) {
+			d.log.Warn("reload: the gateway section changed; it takes effect at the next restart")
+			nc.Gateway = old.Gateway
+		}
 		d.applyDaemonChanges(&old.Daemon, &nc.Daemon)
 		d.reloadMetrics(old.Target.Metrics, nc.Target.Metrics)
 	}
@@ -573,6 +637,9 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 		st.HealthError = err.Error()
 	}
 	st.Problems = degradation(&st.Target, st.HealthError)
+	if st.Gateway = d.gw.status(); st.Gateway != nil && st.Gateway.Degraded != "" {
+		st.Problems = append(st.Problems, "gateway: "+st.Gateway.Degraded)
+	}
 	st.Health = healthOK
 	if len(st.Problems) > 0 {
 		st.Health = healthDegraded

@@ -21,7 +21,10 @@ const (
 	// exitDegraded is `nvmetd status` of a daemon that runs degraded: a
 	// namespace failed to open, a port does not listen.
 	exitDegraded = 3
-	exitConfig   = 78 // EX_CONFIG: the daemon's configuration is invalid (the unit does not restart on it)
+	// exitFenced: another gateway of the group fenced this one (its RADOS
+	// clients are blocklisted); restarted, it gets new ones.
+	exitFenced = 75 // EX_TEMPFAIL
+	exitConfig = 78 // EX_CONFIG: the daemon's configuration is invalid (the unit does not restart on it)
 )
 
 // Default paths.

@@ -47,7 +47,9 @@ type daemonConfig struct {
 // fileConfig is the whole configuration file: the target's configuration
 // at the top level and the daemon section.
 type fileConfig struct {
-	Daemon        daemonConfig `mapstructure:"daemon"`
+	Daemon daemonConfig `mapstructure:"daemon"`
+	// Gateway makes this nvmetd a gateway of a group (nil: stand-alone).
+	Gateway       *gatewayConfig `mapstructure:"gateway"`
 	target.Config `mapstructure:",squash"`
 }
 
@@ -59,6 +61,8 @@ type loadedConfig struct {
 	// management API does not persist over edits made since.
 	FileSum [32]byte
 	Daemon  daemonConfig
+	// Gateway is the gateway section, defaults applied (nil: none).
+	Gateway *gatewayConfig
 	// Target has defaults applied and is valid.
 	Target *target.Config
 	// Warnings are target.Config.Warnings.
@@ -216,6 +220,13 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%s:\n%w", where, err)
+	}
+	if fc.Gateway != nil {
+		fc.Gateway.applyDefaults()
+		if err := fc.Gateway.validate(&cfg); err != nil {
+			return nil, fmt.Errorf("%s:\n%w", where, err)
+		}
+		lc.Gateway = fc.Gateway
 	}
 	lc.Target = &cfg
 	lc.Warnings = append(cfg.Warnings(), unknownEnv(os.Environ())...)

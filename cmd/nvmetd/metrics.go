@@ -27,7 +27,11 @@ func (d *daemon) startMetrics(mc target.MetricsConfig) (*metricserve.Server, err
 	if !ok {
 		return nil, fmt.Errorf("metrics: the target has no collector")
 	}
-	reg, err := metricserve.NewRegistry("nvmetd", programVersion(), src.MetricsCollector(mc.MaxControllers))
+	cs := []prometheus.Collector{src.MetricsCollector(mc.MaxControllers)}
+	if d.gw != nil {
+		cs = append(cs, gatewayCollector{d.gw})
+	}
+	reg, err := metricserve.NewRegistry("nvmetd", programVersion(), cs...)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}

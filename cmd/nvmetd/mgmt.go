@@ -205,7 +205,7 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 	if !diff.Empty() {
 		info := &reloadInfo{At: time.Now(), Changes: res.Changes}
 		d.log.Info("management API: "+what, zap.Strings("changes", res.Changes))
-		err := d.t.Reload(nc.Clone())
+		err := d.t.Reload(d.targetConfig(nc))
 		var ve *target.ValidationError
 		if errors.Is(err, target.ErrReloadRefused) || errors.As(err, &ve) {
 			// Refused before anything changed (storage that does not

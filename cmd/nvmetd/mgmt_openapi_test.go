@@ -89,6 +89,10 @@ func TestOpenAPIInSync(t *testing.T) {
 		{"Queue", target.QueueStatus{}, "json"},
 		{"ChangeResult", changeResult{}, "json"},
 		{"Error", apiError{}, "json"},
+		{"Gateway", gatewayConfig{}, "mapstructure"},
+		{"GatewayCluster", gatewayClusterConfig{}, "mapstructure"},
+		{"GatewayANAGroup", gatewayGroupConfig{}, "mapstructure"},
+		{"GatewayStatus", gatewayStatus{}, "json"},
 	}
 	for _, s := range schemas {
 		var keys []string

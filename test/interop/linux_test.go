@@ -58,6 +58,8 @@ var suite = []struct {
 	// whose siw issue could leave nvmet unusable).
 	{"Auth", testAuth},
 	{"LinuxHostMultipath", testLinuxHostMultipath},
+	// The Ceph RBD gateway group (issue 16): needs the test cluster.
+	{"LinuxHostGateway", testLinuxHostGateway},
 	{"AdminCommands", testAdminCommandsAgainstNvmeCLI},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.

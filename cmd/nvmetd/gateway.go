@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/target"
+)
+
+// gatewayConfig is the gateway: section: this nvmetd is one gateway of a
+// group that serves the same subsystems and RBD namespaces, each ANA group
+// owned by one gateway at a time (package gateway, docs/rbd.md "Gateway
+// group"). Without the section nvmetd is a stand-alone target.
+type gatewayConfig struct {
+	// Name is this gateway's name, unique in the group.
+	Name string `mapstructure:"name"`
+	// Group names the gateway group (its RADOS objects); default "default".
+	Group string `mapstructure:"group"`
+	// Cluster is where ownership is kept.
+	Cluster gatewayClusterConfig `mapstructure:"cluster"`
+	// Lease is the ownership lock's duration (default 10s).
+	Lease time.Duration `mapstructure:"lease"`
+	// RenewInterval is how often the owner renews (default lease/4).
+	RenewInterval time.Duration `mapstructure:"renew_interval"`
+	// StepDownMargin: an owner that could not renew goes inaccessible this
+	// long before its lease can end on the cluster (default lease/4).
+	StepDownMargin time.Duration `mapstructure:"step_down_margin"`
+	// FailbackDelay is how long a preferred owner is up before it asks
+	// for its groups back (default 30s).
+	FailbackDelay time.Duration `mapstructure:"failback_delay"`
+	// ANAGroups are the groups and their preferred owners.
+	ANAGroups []gatewayGroupConfig `mapstructure:"ana_groups"`
+}
+
+// gatewayClusterConfig is gateway.cluster: the RADOS client of the
+// group's objects.
+type gatewayClusterConfig struct {
+	CephConf       string `mapstructure:"ceph_conf"`
+	ClientID       string `mapstructure:"client_id"`
+	Keyring        string `mapstructure:"keyring"`
+	Pool           string `mapstructure:"pool"`
+	RADOSNamespace string `mapstructure:"rados_namespace"`
+}
+
+// gatewayGroupConfig is one of gateway.ana_groups.
+type gatewayGroupConfig struct {
+	ID        uint32 `mapstructure:"id"`
+	Preferred string `mapstructure:"preferred"`
+}
+
+// Defaults of the gateway section.
+const (
+	defaultGatewayLease    = 10 * time.Second
+	defaultGatewayFailback = 30 * time.Second
+)
+
+// applyDefaults fills in what is not set.
+func (g *gatewayConfig) applyDefaults() {
+	if g.Group == "" {
+		g.Group = "default"
+	}
+	if g.Lease == 0 {
+		g.Lease = defaultGatewayLease
+	}
+	if g.RenewInterval == 0 {
+		g.RenewInterval = g.Lease / 4
+	}
+	if g.StepDownMargin == 0 {
+		g.StepDownMargin = g.Lease / 4
+	}
+	if g.FailbackDelay == 0 {
+		g.FailbackDelay = defaultGatewayFailback
+	}
+	if g.Cluster.CephConf == "" {
+		g.Cluster.CephConf = backend.DefaultCephConf
+	}
+	if g.Cluster.ClientID == "" {
+		g.Cluster.ClientID = backend.DefaultCephClientID
+	}
+}
+
+// validate checks the section against the target's configuration; each
+// problem names its key.
+func (g *gatewayConfig) validate(cfg *target.Config) error {
+	var p []string
+	add := func(key, format string, args ...any) { p = append(p, "gateway."+key+": "+fmt.Sprintf(format, args...)) }
+	if g.Name == "" {
+		add("name", "required: this gateway's name in the group")
+	}
+	if strings.ContainsAny(g.Group, " /\n") {
+		add("group", "%q: no spaces or slashes (it names RADOS objects)", g.Group)
+	}
+	if g.Cluster.Pool == "" {
+		add("cluster.pool", "required: the pool of the group's objects")
+	}
+	if g.Lease < time.Second || g.Lease > time.Hour {
+		add("lease", "%s is out of range (1s..1h)", g.Lease)
+	}
+	if g.StepDownMargin <= 0 || g.StepDownMargin >= g.Lease {
+		add("step_down_margin", "%s must be positive and below the lease (%s)", g.StepDownMargin, g.Lease)
+	} else if g.RenewInterval <= 0 || g.RenewInterval >= g.Lease-g.StepDownMargin {
+		add("renew_interval", "%s must be positive and below lease - step_down_margin (%s)", g.RenewInterval, g.Lease-g.StepDownMargin)
+	}
+	if g.FailbackDelay < 0 {
+		add("failback_delay", "%s is negative", g.FailbackDelay)
+	}
+	if len(g.ANAGroups) == 0 {
+		add("ana_groups", "at least one ANA group (id, preferred) is required")
+	}
+	seen := map[uint32]bool{}
+	for i, a := range g.ANAGroups {
+		key := fmt.Sprintf("ana_groups[%d]", i)
+		switch {
+		case a.ID < 1 || a.ID > target.MaxANAGroup:
+			add(key+".id", "%d is out of range (1..%d)", a.ID, target.MaxANAGroup)
+		case seen[a.ID]:
+			add(key+".id", "ANA group %d is listed twice", a.ID)
+		}
+		seen[a.ID] = true
+		if a.Preferred == "" {
+			add(key+".preferred", "required: the gateway that owns the group when it is up")
+		}
+	}
+	// A namespace outside every gateway group would be served optimized
+	// by every gateway at once.
+	for _, s := range cfg.Subsystems {
+		for _, n := range s.Namespaces {
+			if !seen[n.ANAGroup] {
+				add("ana_groups", "subsystem %s namespace %d is in ANA group %d, which no gateway group entry lists", s.NQN, n.NSID, n.ANAGroup)
+			}
+		}
+	}
+	if len(p) > 0 {
+		return errors.New(strings.Join(p, "\n"))
+	}
+	return nil
+}
+
+// machineConfig is the gateway.Config of the section.
+func (g *gatewayConfig) machineConfig(session string) gateway.Config {
+	groups := map[uint32]string{}
+	for _, a := range g.ANAGroups {
+		groups[a.ID] = a.Preferred
+	}
+	return gateway.Config{Name: g.Name, Session: session, Lease: g.Lease, RenewInterval: g.RenewInterval,
+		Margin: g.StepDownMargin, FailbackDelay: g.FailbackDelay, Groups: groups}
+}
+
+// canonicalGroupConfig is what every gateway of the group must agree on,
+// one fact a line, sorted: the lease, the ANA groups and their preferred
+// owners, and each namespace's subsystem, NSID, group and storage.
+func canonicalGroupConfig(g *gatewayConfig, cfg *target.Config) string {
+	lines := []string{fmt.Sprintf("lease %s", g.Lease)}
+	for _, a := range g.ANAGroups {
+		lines = append(lines, fmt.Sprintf("ana_group %d preferred %s", a.ID, a.Preferred))
+	}
+	for _, s := range cfg.Subsystems {
+		for _, n := range s.Namespaces {
+			store := n.Backend.Kind
+			if n.Backend.Kind == string(backend.KindRBD) {
+				store += " " + n.Backend.Pool + "/" + n.Backend.RADOSNamespace + "/" + n.Backend.Image
+			}
+			lines = append(lines, fmt.Sprintf("namespace %s %d ana_group %d %s", s.NQN, n.NSID, n.ANAGroup, store))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// gatewayState is the daemon's gateway: the runner and the groups it owns.
+type gatewayState struct {
+	cfg    *gatewayConfig
+	runner *gateway.Runner
+	cl     *gateway.RADOS
+	cancel context.CancelFunc
+	done   chan error // the runner's result
+
+	mu    sync.Mutex
+	owned map[uint32]bool
+}
+
+// overlay sets the gateway groups' ANA states on every port of cfg:
+// optimized where this gateway owns the group, inaccessible elsewhere
+// (whatever the file says for those groups). Linux treats an inaccessible
+// path as one to fail over from and retries there once it is optimized.
+func (gs *gatewayState) overlay(cfg *target.Config) *target.Config {
+	if gs == nil {
+		return cfg
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	for i := range cfg.Ports {
+		p := &cfg.Ports[i]
+		for _, a := range gs.cfg.ANAGroups {
+			st := "inaccessible"
+			if gs.owned[a.ID] {
+				st = "optimized"
+			}
+			j := slices.IndexFunc(p.ANAGroups, func(x target.ANAGroupConfig) bool { return x.ID == a.ID })
+			if j < 0 {
+				p.ANAGroups = append(p.ANAGroups, target.ANAGroupConfig{ID: a.ID, State: st})
+			} else {
+				p.ANAGroups[j].State = st
+			}
+		}
+	}
+	return cfg
+}
+
+// targetConfig is the configuration the target gets for cfg: cfg with
+// the gateway's ANA states.
+func (d *daemon) targetConfig(cfg *target.Config) *target.Config {
+	return d.gw.overlay(cfg.Clone())
+}
+
+// daemonApplier applies ownership to the daemon's target.
+type daemonApplier struct{ d *daemon }
+
+// SetANA reloads the target with the group's new state (ANA change
+// events to the hosts), serialised with SIGHUP and the management API.
+func (a daemonApplier) SetANA(group uint32, optimized bool) error {
+	d := a.d
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
+	d.gw.mu.Lock()
+	d.gw.owned[group] = optimized
+	d.gw.mu.Unlock()
+	return d.t.Reload(d.targetConfig(d.config().Target))
+}
+
+// drainTimeout bounds Flush's wait for the commands in flight.
+const drainTimeout = 30 * time.Second
+
+// Flush waits until the commands in flight when it was called have
+// completed (after SetANA inaccessible no new I/O is accepted on the
+// group): an rbd write completes only once it is on the OSDs (no librbd
+// cache), so nothing acknowledged then remains in this gateway.
+func (a daemonApplier) Flush(group uint32) error {
+	deadline := time.Now().Add(drainTimeout)
+	for {
+		var n int64
+		for _, q := range a.d.t.Queues() {
+			if q.QID > 0 {
+				n += q.InFlight
+			}
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d commands still in flight after %s", n, drainTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Addrs are the RADOS clients of every rbd backend this process opened.
+func (a daemonApplier) Addrs() []string {
+	var out []string
+	for _, c := range backend.CephClients() {
+		out = append(out, c.Addrs)
+	}
+	return out
+}
+
+// newSession returns a lock cookie unique to this run.
+func newSession(name string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return name + "-" + hex.EncodeToString(b[:])
+}
+
+// startGateway connects to the cluster and starts the runner. The target
+// was started with every gateway group inaccessible.
+func (d *daemon) startGateway(cfg *loadedConfig) error {
+	g := cfg.Gateway
+	ids := make([]uint32, 0, len(g.ANAGroups))
+	for _, a := range g.ANAGroups {
+		ids = append(ids, a.ID)
+	}
+	// Each cluster operation gives up well before the lease can end.
+	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
+	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
+		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
+		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	session := newSession(g.Name)
+	r, err := gateway.NewRunner(g.machineConfig(session), canonicalGroupConfig(g, cfg.Target), cl, daemonApplier{d}, d.log.Named("gateway"))
+	if err != nil {
+		cl.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.gw.mu.Lock()
+	d.gw.runner, d.gw.cl, d.gw.cancel = r, cl, cancel
+	d.gw.mu.Unlock()
+	d.log.Info("gateway: member of the group", zap.String("name", g.Name), zap.String("group", g.Group),
+		zap.String("session", session), zap.String("client", cl.Addrs()), zap.Duration("lease", g.Lease))
+	go func() { d.gw.done <- r.Run(ctx, g.Lease/2) }()
+	return nil
+}
+
+// stopGateway releases the groups this gateway owns (bounded) and closes
+// its cluster client.
+func (d *daemon) stopGateway() {
+	gs := d.gw
+	if gs == nil {
+		return
+	}
+	gs.mu.Lock()
+	r := gs.runner
+	gs.runner = nil
+	gs.mu.Unlock()
+	if r == nil {
+		return
+	}
+	gs.cancel()
+	select {
+	case err := <-gs.done:
+		if err != nil {
+			d.log.Warn("gateway: stopped", zap.Error(err))
+		}
+	case <-time.After(gs.cfg.Lease + 5*time.Second):
+		d.log.Warn("gateway: did not stop within a lease")
+		return
+	}
+	// A cluster operation still running would use the client after
+	// Close: then leave it to the process's exit.
+	if !r.Quiesce(5 * time.Second) {
+		d.log.Warn("gateway: cluster operations still running at exit; not closing the RADOS client")
+		return
+	}
+	gs.cl.Close()
+}
+
+// gatewayStatus is the gateway section of `nvmetd status`.
+type gatewayStatus struct {
+	Name   string `json:"name"`
+	Group  string `json:"group"`
+	Health string `json:"health"`
+	// Degraded says why this gateway takes no ownership.
+	Degraded string               `json:"degraded,omitempty"`
+	Fences   int                  `json:"fences"`
+	Groups   []gatewayGroupStatus `json:"ana_groups"`
+}
+
+type gatewayGroupStatus struct {
+	ID        uint32 `json:"id"`
+	Role      string `json:"role"`
+	Owned     bool   `json:"owned"`
+	Preferred string `json:"preferred"`
+	Holder    string `json:"holder,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// status returns the gateway's status (nil without a gateway).
+func (gs *gatewayState) status() *gatewayStatus {
+	if gs == nil {
+		return nil
+	}
+	gs.mu.Lock()
+	r := gs.runner
+	gs.mu.Unlock()
+	if r == nil {
+		return &gatewayStatus{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthDegraded, Degraded: "not connected to the cluster"}
+	}
+	groups, degr := r.Status()
+	st := &gatewayStatus{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
+	if degr != "" {
+		st.Health = healthDegraded
+	}
+	for _, g := range groups {
+		st.Groups = append(st.Groups, gatewayGroupStatus{ID: g.Group, Role: g.Role.String(), Owned: g.Role == gateway.Owner,
+			Preferred: g.Preferred, Holder: g.Holder, LastError: g.LastError})
+	}
+	return st
+}
+
+// gatewayCollector exports the gateway's ownership to Prometheus.
+type gatewayCollector struct{ gs *gatewayState }
+
+var (
+	gatewayOwnedDesc = prometheus.NewDesc("nvmetd_gateway_ana_group_owned",
+		"1 if this gateway owns the ANA group (optimized here), else 0.", []string{"ana_group"}, nil)
+	gatewayFencesDesc = prometheus.NewDesc("nvmetd_gateway_fences_total",
+		"Gateways this gateway fenced (blocklisted) before taking their groups.", nil, nil)
+	gatewayDegradedDesc = prometheus.NewDesc("nvmetd_gateway_degraded",
+		"1 if this gateway takes no ownership (its group configuration differs from the cluster's).", nil, nil)
+)
+
+func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- gatewayOwnedDesc
+	ch <- gatewayFencesDesc
+	ch <- gatewayDegradedDesc
+}
+
+func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.gs.status()
+	if st == nil {
+		return
+	}
+	for _, g := range st.Groups {
+		v := 0.0
+		if g.Owned {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(gatewayOwnedDesc, prometheus.GaugeValue, v, fmt.Sprint(g.ID))
+	}
+	ch <- prometheus.MustNewConstMetric(gatewayFencesDesc, prometheus.CounterValue, float64(st.Fences))
+	deg := 0.0
+	if st.Degraded != "" {
+		deg = 1
+	}
+	ch <- prometheus.MustNewConstMetric(gatewayDegradedDesc, prometheus.GaugeValue, deg)
+}

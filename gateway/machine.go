@@ -1,0 +1,566 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Errors a [Cluster] returns that the machine acts on. A cluster error
+// that matches none of them is transient: the operation is retried at a
+// later tick.
+var (
+	// ErrFenced: this gateway's RADOS client is blocklisted (EBLOCKLISTED,
+	// which is ESHUTDOWN). Another gateway fenced it: it must stop serving
+	// and exit, so that its supervisor restarts it with fresh clients.
+	ErrFenced = errors.New("gateway: this gateway was fenced (its RADOS client is blocklisted)")
+	// ErrLockBusy: the group's lock is held by another gateway (EBUSY), or
+	// (renewing) no longer held by this one (ENOENT: it expired).
+	ErrLockBusy = errors.New("gateway: the group's lock is held by another gateway")
+)
+
+// ActionKind is what an [Action] asks the driver to do.
+type ActionKind int
+
+// The actions. Cluster operations (Acquire, Renew, Read, Fence, Release,
+// RequestHandover) are at most one at a time per group: the machine emits
+// the next only after the driver reported the result of the previous.
+const (
+	// ActRead reads the group's lock holders and its record (Observed).
+	ActRead ActionKind = iota + 1
+	// ActAcquire takes the group's exclusive lock for one lease and writes
+	// this gateway's record (name, session, Addrs) on the group object;
+	// success only if both were done.
+	ActAcquire
+	// ActRenew renews the lock for one lease (must-renew: fails with
+	// ErrLockBusy if the lock is no longer this session's) and reads the
+	// handover request on the group object.
+	ActRenew
+	// ActFence blocklists every address in Addrs (the previous holder's
+	// RADOS clients); success only if all were blocklisted.
+	ActFence
+	// ActSetANA sets the group's ANA state on every port of this gateway:
+	// optimized when Optimized, else inaccessible. Local; no result.
+	ActSetANA
+	// ActRelease is the graceful end of ownership (failback): the group is
+	// already inaccessible here (an ActSetANA came first); the driver
+	// flushes the group's namespaces, marks the record released with
+	// HandoverTo = To, and unlocks.
+	ActRelease
+	// ActRequestHandover writes this gateway's name as the group's
+	// handover request (the preferred owner asks the holder to release).
+	ActRequestHandover
+	// ActStepDown reports that ownership ended without a release (renewals
+	// failed or the lock was lost): Reason says why. Local; no result. It
+	// follows an ActSetANA inaccessible.
+	ActStepDown
+	// ActExitFenced: this gateway was fenced; the driver stops serving and
+	// exits non-zero. Nothing follows it.
+	ActExitFenced
+)
+
+var actionNames = map[ActionKind]string{
+	ActRead: "read", ActAcquire: "acquire", ActRenew: "renew", ActFence: "fence", ActSetANA: "set-ana",
+	ActRelease: "release", ActRequestHandover: "request-handover", ActStepDown: "step-down", ActExitFenced: "exit-fenced",
+}
+
+func (k ActionKind) String() string {
+	if s, ok := actionNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("action(%d)", int(k))
+}
+
+// Action is one step for the driver.
+type Action struct {
+	Kind      ActionKind
+	Group     uint32   // ANAGRPID (0 for ActExitFenced)
+	Addrs     []string // ActFence: the addresses to blocklist
+	Optimized bool     // ActSetANA: optimized (true) or inaccessible
+	To        string   // ActRelease: the gateway the group is handed to
+	Reason    string   // ActStepDown, ActFence, ActExitFenced: why
+}
+
+func (a Action) String() string {
+	switch a.Kind {
+	case ActSetANA:
+		st := "inaccessible"
+		if a.Optimized {
+			st = "optimized"
+		}
+		return fmt.Sprintf("group %d: set-ana %s", a.Group, st)
+	case ActFence:
+		return fmt.Sprintf("group %d: fence %v (%s)", a.Group, a.Addrs, a.Reason)
+	case ActRelease:
+		return fmt.Sprintf("group %d: release to %s", a.Group, a.To)
+	case ActStepDown:
+		return fmt.Sprintf("group %d: step-down (%s)", a.Group, a.Reason)
+	case ActExitFenced:
+		return "exit-fenced (" + a.Reason + ")"
+	}
+	return fmt.Sprintf("group %d: %s", a.Group, a.Kind)
+}
+
+// Record is what a holder writes on its group's object when it takes the
+// lock: who it is and every RADOS client address through which it can
+// write (its own connection and each rbd backend's), so that a survivor
+// can fence all of them.
+type Record struct {
+	Name    string   // the gateway's name
+	Session string   // the lock cookie: unique to one run of the gateway
+	Addrs   []string // RADOS client addresses to blocklist to fence it
+	// Released is set by a graceful release (failback): the holder
+	// stopped serving and flushed before it unlocked; nobody fences it.
+	Released bool
+	// HandoverTo is the gateway a released group was handed to.
+	HandoverTo string
+}
+
+// Observed is what ActRead found on the group object.
+type Observed struct {
+	// Locked: an unexpired lock is held (cls_lock drops expired lockers
+	// by the OSD's clock).
+	Locked bool
+	// LockerSession is the holder's cookie when Locked.
+	LockerSession string
+	// Record is the last holder's record (zero if the group was never
+	// held).
+	Record Record
+	// HandoverRequest is the gateway that asked for the group ("" none).
+	HandoverRequest string
+}
+
+// Config configures a [Machine].
+type Config struct {
+	// Name is this gateway's name (unique in the group).
+	Name string
+	// Session is the lock cookie of this run (unique per process start).
+	Session string
+	// Lease is the lock's duration on the cluster.
+	Lease time.Duration
+	// RenewInterval is how often the owner renews (< Lease - Margin).
+	RenewInterval time.Duration
+	// Margin: the owner steps down (inaccessible) when Lease - Margin has
+	// passed since it sent its last successful renewal, so that it stops
+	// serving before the lease can end on the cluster's clock: the OSD
+	// starts the lease when it handles the request, after it was sent.
+	// Margin covers a clock rate difference and the time to apply the ANA
+	// change.
+	Margin time.Duration
+	// FailbackDelay is how long the preferred owner of a group waits,
+	// from its start, before asking the holder to hand the group back.
+	FailbackDelay time.Duration
+	// Groups maps each ANA group to its preferred owner's name.
+	Groups map[uint32]string
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("gateway: name is empty")
+	case c.Session == "":
+		return errors.New("gateway: session is empty")
+	case c.Lease <= 0:
+		return errors.New("gateway: lease must be positive")
+	case c.Margin <= 0 || c.Margin >= c.Lease:
+		return fmt.Errorf("gateway: margin %s must be positive and below the lease %s", c.Margin, c.Lease)
+	case c.RenewInterval <= 0 || c.RenewInterval >= c.Lease-c.Margin:
+		return fmt.Errorf("gateway: renew interval %s must be positive and below lease - margin (%s)", c.RenewInterval, c.Lease-c.Margin)
+	case c.FailbackDelay < 0:
+		return errors.New("gateway: failback delay is negative")
+	case len(c.Groups) == 0:
+		return errors.New("gateway: no groups")
+	}
+	return nil
+}
+
+// Role is a group's state in a [Machine].
+type Role int
+
+// The roles.
+const (
+	// Standby: another gateway holds the group, or nobody does yet; the
+	// group is inaccessible here.
+	Standby Role = iota
+	// Fencing: the previous holder's lease expired without a release; its
+	// clients are being blocklisted.
+	Fencing
+	// Acquiring: the lock is being taken.
+	Acquiring
+	// Owner: this gateway holds the lock; the group is optimized here.
+	Owner
+	// Releasing: handing the group over (inaccessible here already).
+	Releasing
+)
+
+func (r Role) String() string {
+	return [...]string{"standby", "fencing", "acquiring", "owner", "releasing"}[r]
+}
+
+// GroupStatus is a group's state, for status and metrics.
+type GroupStatus struct {
+	Group     uint32
+	Role      Role
+	Preferred string // the preferred owner
+	Holder    string // the holder last seen ("" none)
+	Fences    int    // fences this gateway performed for the group
+	LastError string // the last cluster error on the group
+}
+
+type group struct {
+	id        uint32
+	preferred string
+	role      Role
+	pending   bool      // a cluster operation is out
+	issued    time.Time // when the pending operation was sent
+	leaseEnd  time.Time // Owner: the lease ends (our clock) no earlier than this
+	lastRenew time.Time // Owner: the last renewal sent
+	freeSince time.Time // Standby: first seen unlocked (zero: locked)
+	lastRead  time.Time // Standby: the last read sent
+	poke      bool      // Standby: read at the next tick (notified)
+	requested bool      // a handover request was written
+	holder    string
+	fences    int
+	lastErr   string
+	fenceSess string // Fencing/Acquiring: the session being fenced
+}
+
+// Machine is the group-ownership logic of one gateway: a pure state
+// machine. The driver calls Tick with the time and the methods that report
+// results, and carries out the actions they return, in order. It reads no
+// clock and does no I/O.
+type Machine struct {
+	cfg      Config
+	groups   []*group // by id
+	start    time.Time
+	started  bool
+	configOK bool
+	degraded string
+	exited   bool
+	fenceErr error
+}
+
+// NewMachine returns a machine for cfg (which must be valid). The groups
+// start in Standby, and nothing is acquired until [Machine.ConfigChecked]
+// reported that the group configuration agrees with the cluster's.
+func NewMachine(cfg Config) *Machine {
+	m := &Machine{cfg: cfg, degraded: "group configuration not checked yet"}
+	ids := make([]uint32, 0, len(cfg.Groups))
+	for id := range cfg.Groups {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		m.groups = append(m.groups, &group{id: id, preferred: cfg.Groups[id]})
+	}
+	return m
+}
+
+func (m *Machine) group(id uint32) *group {
+	i := sort.Search(len(m.groups), func(i int) bool { return m.groups[i].id >= id })
+	if i < len(m.groups) && m.groups[i].id == id {
+		return m.groups[i]
+	}
+	return nil
+}
+
+// FenceErr returns the error that showed this gateway fenced (it matches
+// ErrFenced), nil if none did.
+func (m *Machine) FenceErr() error { return m.fenceErr }
+
+// Exited reports that the machine emitted ActExitFenced.
+func (m *Machine) Exited() bool { return m.exited }
+
+// Degraded returns why this gateway does not take ownership ("" if it
+// may).
+func (m *Machine) Degraded() string { return m.degraded }
+
+// Status returns the groups' states.
+func (m *Machine) Status() []GroupStatus {
+	out := make([]GroupStatus, 0, len(m.groups))
+	for _, g := range m.groups {
+		out = append(out, GroupStatus{Group: g.id, Role: g.role, Preferred: g.preferred, Holder: g.holder, Fences: g.fences, LastError: g.lastErr})
+	}
+	return out
+}
+
+// ConfigChecked reports the comparison of this gateway's group
+// configuration with the one stored in the cluster: ok, or diff names the
+// difference. A gateway that disagrees never takes ownership.
+func (m *Machine) ConfigChecked(ok bool, diff string) {
+	m.configOK = ok
+	if ok {
+		m.degraded = ""
+	} else {
+		m.degraded = "group configuration differs from the cluster's: " + diff
+	}
+}
+
+// Notified reports that a group object changed (a watch notification:
+// another gateway acquired, released or asked for a group): standby groups
+// are read at the next tick instead of waiting for their interval.
+func (m *Machine) Notified() {
+	for _, g := range m.groups {
+		g.poke = true
+	}
+}
+
+// Tick advances the machine to now.
+func (m *Machine) Tick(now time.Time) []Action {
+	if m.exited {
+		return nil
+	}
+	if !m.started {
+		m.started, m.start = true, now
+	}
+	var acts []Action
+	for _, g := range m.groups {
+		switch g.role {
+		case Owner:
+			// §: stop serving before the cluster can end the lease.
+			if !now.Before(g.leaseEnd.Add(-m.cfg.Margin)) {
+				acts = m.stepDown(acts, g, fmt.Sprintf("no successful renewal for %s (lease %s, margin %s)",
+					now.Sub(g.leaseEnd.Add(-m.cfg.Lease)), m.cfg.Lease, m.cfg.Margin))
+				continue
+			}
+			if !g.pending && !now.Before(g.lastRenew.Add(m.cfg.RenewInterval)) {
+				g.pending, g.issued, g.lastRenew = true, now, now
+				acts = append(acts, Action{Kind: ActRenew, Group: g.id})
+			}
+		case Standby:
+			// A standby gateway reads the group every RenewInterval, and
+			// at once after a notification (Notified).
+			if !g.pending && (g.poke || g.lastRead.IsZero() || !now.Before(g.lastRead.Add(m.cfg.RenewInterval))) {
+				g.pending, g.issued, g.lastRead, g.poke = true, now, now, false
+				acts = append(acts, Action{Kind: ActRead, Group: g.id})
+			}
+		}
+	}
+	return acts
+}
+
+func (m *Machine) stepDown(acts []Action, g *group, reason string) []Action {
+	g.role, g.pending, g.freeSince, g.requested, g.poke = Standby, false, time.Time{}, false, true
+	return append(acts,
+		Action{Kind: ActSetANA, Group: g.id, Optimized: false},
+		Action{Kind: ActStepDown, Group: g.id, Reason: reason})
+}
+
+// fenced handles err if it says this gateway was fenced.
+func (m *Machine) fenced(err error) ([]Action, bool) {
+	if !errors.Is(err, ErrFenced) {
+		return nil, false
+	}
+	m.exited, m.fenceErr = true, err
+	var acts []Action
+	for _, g := range m.groups {
+		if g.role == Owner || g.role == Releasing {
+			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false})
+		}
+		g.role, g.pending = Standby, false
+	}
+	return append(acts, Action{Kind: ActExitFenced, Reason: err.Error()}), true
+}
+
+// result is common to every result: it finds the group and clears its
+// pending operation; nil if the result is not expected.
+func (m *Machine) result(id uint32, want Role) *group {
+	g := m.group(id)
+	if m.exited || g == nil || !g.pending || g.role != want {
+		return nil
+	}
+	g.pending = false
+	return g
+}
+
+func (g *group) noteErr(err error) {
+	if err != nil {
+		g.lastErr = err.Error()
+	}
+}
+
+// ReadDone reports the result of ActRead at time now.
+func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Action {
+	if acts, ok := m.fenced(err); ok {
+		return acts
+	}
+	g := m.result(id, Standby)
+	if g == nil {
+		return nil
+	}
+	g.noteErr(err)
+	if err != nil {
+		return nil
+	}
+	if o.Locked {
+		g.freeSince = time.Time{}
+		if o.LockerSession == m.cfg.Session {
+			// Our own lock (we stepped down while the cluster still had
+			// it): take it again; no fence, it is us.
+			return m.acquire(g, now)
+		}
+		g.holder = o.Record.Name
+		// Failback: the preferred owner asks for its group back once it
+		// has been up for FailbackDelay.
+		if g.preferred == m.cfg.Name && m.configOK && o.HandoverRequest != m.cfg.Name &&
+			!now.Before(m.start.Add(m.cfg.FailbackDelay)) {
+			g.pending, g.issued, g.requested = true, now, true
+			return []Action{{Kind: ActRequestHandover, Group: g.id}}
+		}
+		return nil
+	}
+	if !m.configOK {
+		return nil
+	}
+	if g.freeSince.IsZero() {
+		g.freeSince = now
+	}
+	r := o.Record
+	switch {
+	case r.Session == "" || r.Released:
+		// Never held, or released cleanly: no fence. A group released
+		// to nobody (its holder stopped) goes to whoever is first; one
+		// handed over goes to its recipient at once, and one never held
+		// to its preferred owner at once; any other gateway waits one
+		// lease for them, so that a handover or a cold start is not
+		// raced.
+		if r.HandoverTo == m.cfg.Name || (r.Released && r.HandoverTo == "") ||
+			(r.Session == "" && g.preferred == m.cfg.Name) || !now.Before(g.freeSince.Add(m.cfg.Lease)) {
+			return m.acquire(g, now)
+		}
+		return nil
+	case r.Session == m.cfg.Session:
+		return m.acquire(g, now)
+	}
+	// The holder's lease expired without a release: fence every client
+	// through which it can write, then take the group.
+	g.role, g.pending, g.issued, g.fenceSess = Fencing, true, now, r.Session
+	return []Action{{Kind: ActFence, Group: g.id, Addrs: slices.Clone(r.Addrs),
+		Reason: fmt.Sprintf("lease of %s (session %s) expired without release", r.Name, r.Session)}}
+}
+
+func (m *Machine) acquire(g *group, now time.Time) []Action {
+	g.role, g.pending, g.issued = Acquiring, true, now
+	return []Action{{Kind: ActAcquire, Group: g.id}}
+}
+
+// FenceDone reports the result of ActFence at time now. On failure the
+// group is not taken: the next tick reads it again.
+func (m *Machine) FenceDone(id uint32, now time.Time, err error) []Action {
+	if acts, ok := m.fenced(err); ok {
+		return acts
+	}
+	g := m.result(id, Fencing)
+	if g == nil {
+		return nil
+	}
+	if err != nil {
+		g.noteErr(err)
+		g.role = Standby
+		return nil
+	}
+	g.fences++
+	return m.acquire(g, now)
+}
+
+// AcquireDone reports the result of ActAcquire, which was sent at the
+// time of the call that emitted it.
+func (m *Machine) AcquireDone(id uint32, err error) []Action {
+	if acts, ok := m.fenced(err); ok {
+		return acts
+	}
+	g := m.result(id, Acquiring)
+	if g == nil {
+		return nil
+	}
+	if err != nil {
+		g.noteErr(err)
+		g.role = Standby
+		return nil
+	}
+	// The lease runs from no earlier than when the request was sent.
+	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
+	return []Action{{Kind: ActSetANA, Group: g.id, Optimized: true}}
+}
+
+// RenewDone reports the result of ActRenew, with the handover request
+// found on the group object.
+func (m *Machine) RenewDone(id uint32, handoverRequest string, err error) []Action {
+	if acts, ok := m.fenced(err); ok {
+		return acts
+	}
+	g := m.result(id, Owner)
+	if g == nil {
+		return nil
+	}
+	if errors.Is(err, ErrLockBusy) {
+		g.noteErr(err)
+		return m.stepDown(nil, g, "the lock is no longer ours: "+err.Error())
+	}
+	if err != nil {
+		g.noteErr(err) // retried at the next tick; the margin decides
+		return nil
+	}
+	g.leaseEnd = g.issued.Add(m.cfg.Lease)
+	if handoverRequest != "" && handoverRequest != m.cfg.Name && handoverRequest == g.preferred {
+		// Failback, gracefully: inaccessible here first (ANA change to
+		// the hosts), then flush, mark released and unlock.
+		g.role, g.pending = Releasing, true
+		return []Action{
+			{Kind: ActSetANA, Group: g.id, Optimized: false},
+			{Kind: ActRelease, Group: g.id, To: handoverRequest},
+		}
+	}
+	return nil
+}
+
+// ReleaseDone reports the result of ActRelease. Failed or not, the group
+// is no longer served here; if the release failed, the lock expires and
+// the new owner fences this gateway.
+func (m *Machine) ReleaseDone(id uint32, err error) []Action {
+	if acts, ok := m.fenced(err); ok {
+		return acts
+	}
+	g := m.result(id, Releasing)
+	if g == nil {
+		return nil
+	}
+	g.noteErr(err)
+	g.role, g.freeSince, g.holder, g.poke = Standby, time.Time{}, "", true
+	return nil
+}
+
+// RequestDone reports the result of ActRequestHandover.
+func (m *Machine) RequestDone(id uint32, err error) []Action {
+	if acts, ok := m.fenced(err); ok {
+		return acts
+	}
+	g := m.result(id, Standby)
+	if g == nil {
+		return nil
+	}
+	g.noteErr(err)
+	return nil
+}
+
+// Shutdown ends the machine for a clean stop: each group it owns goes
+// inaccessible and is released to nobody (the first survivor to see it
+// takes it, without fencing). The
+// results of the releases need not be reported.
+func (m *Machine) Shutdown() []Action {
+	if m.exited {
+		return nil
+	}
+	m.exited = true
+	var acts []Action
+	for _, g := range m.groups {
+		if g.role == Owner {
+			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false}, Action{Kind: ActRelease, Group: g.id})
+		}
+		g.role, g.pending = Standby, false
+	}
+	return acts
+}

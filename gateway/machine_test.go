@@ -1,0 +1,387 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+// testConfig: lease 10 s, renew every 3 s, margin 2 s, failback 5 s; group
+// 1 preferred by a, group 2 by b.
+func testConfig(name string) Config {
+	return Config{Name: name, Session: name + "-s1", Lease: 10 * time.Second, RenewInterval: 3 * time.Second,
+		Margin: 2 * time.Second, FailbackDelay: 5 * time.Second, Groups: map[uint32]string{1: "a", 2: "b"}}
+}
+
+// step is one input and the actions it must produce (as Action.String).
+type step struct {
+	in   func(m *Machine) []Action
+	want []string
+}
+
+func tick(ms int) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.Tick(at(ms)) }
+}
+
+// poke is a watch notification.
+func poke(m *Machine) []Action {
+	m.Notified()
+	return nil
+}
+
+func read(g uint32, ms int, o Observed, err error) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.ReadDone(g, at(ms), o, err) }
+}
+
+func acquired(g uint32, err error) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.AcquireDone(g, err) }
+}
+
+func renewed(g uint32, req string, err error) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.RenewDone(g, req, err) }
+}
+
+func fenceDone(g uint32, ms int, err error) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.FenceDone(g, at(ms), err) }
+}
+
+func released(g uint32, err error) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.ReleaseDone(g, err) }
+}
+
+func requested(g uint32, err error) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.RequestDone(g, err) }
+}
+
+func run(t *testing.T, m *Machine, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		got := []string{}
+		for _, a := range s.in(m) {
+			got = append(got, a.String())
+		}
+		want := s.want
+		if want == nil {
+			want = []string{}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("step %d: actions\n  %s\nwant\n  %s", i, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+	}
+}
+
+// oneGroup is a machine with only group 1 (preferred by a).
+func oneGroup(name string) *Machine {
+	c := testConfig(name)
+	c.Groups = map[uint32]string{1: "a"}
+	m := NewMachine(c)
+	m.ConfigChecked(true, "")
+	return m
+}
+
+var free = Observed{}
+
+func heldBy(name string) Observed {
+	return Observed{Locked: true, LockerSession: name + "-s1", Record: Record{Name: name, Session: name + "-s1", Addrs: []string{name + "-addr"}}}
+}
+
+func expiredFrom(name string) Observed {
+	return Observed{Record: Record{Name: name, Session: name + "-s1", Addrs: []string{name + "-conn", name + "-rbd"}}}
+}
+
+// ownedSteps brings a (preferred) to owner of group 1 at time 0.
+var ownedSteps = []step{
+	{tick(0), []string{"group 1: read"}},
+	{read(1, 0, free, nil), []string{"group 1: acquire"}},
+	{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+}
+
+func TestMachineOwnerRenews(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{tick(2999), nil},
+		step{tick(3000), []string{"group 1: renew"}},
+		step{tick(4000), nil}, // one operation at a time
+		step{renewed(1, "", nil), nil},
+		step{tick(5999), nil},
+		step{tick(6000), []string{"group 1: renew"}},
+		step{renewed(1, "", nil), nil},
+		// The lease now runs to 16 s: no step-down at 13.9 s.
+		step{tick(9000), []string{"group 1: renew"}},
+		step{renewed(1, "", nil), nil},
+	))
+	if st := m.Status()[0]; st.Role != Owner || st.Holder != "a" {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestMachineRenewFailsStepsDown: renewals fail (the cluster is out of
+// reach); the owner goes inaccessible at lease - margin after the last
+// renewal it sent that succeeded, before the lease can end on the
+// cluster's clock (which started it later).
+func TestMachineRenewFailsStepsDown(t *testing.T) {
+	m := oneGroup("a")
+	timeout := errors.New("renew: connection timed out")
+	run(t, m, append(ownedSteps,
+		step{tick(3000), []string{"group 1: renew"}},
+		step{renewed(1, "", nil), nil}, // lease to 13 s (sent at 3 s)
+		step{tick(6000), []string{"group 1: renew"}},
+		step{renewed(1, "", timeout), nil},
+		step{tick(9000), []string{"group 1: renew"}},
+		// A renewal still out when the deadline comes does not save it.
+		step{tick(10999), nil},
+		step{tick(11000), []string{"group 1: set-ana inaccessible", "group 1: step-down (no successful renewal for 8s (lease 10s, margin 2s))"}},
+		// Its late answer is ignored.
+		step{renewed(1, "", nil), nil},
+		step{tick(11001), []string{"group 1: read"}},
+	))
+	if st := m.Status()[0]; st.Role != Standby || st.LastError == "" {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func TestMachineLockLostStepsDown(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{tick(3000), []string{"group 1: renew"}},
+		step{renewed(1, "", fmt.Errorf("renew: %w", ErrLockBusy)), []string{"group 1: set-ana inaccessible",
+			"group 1: step-down (the lock is no longer ours: renew: gateway: the group's lock is held by another gateway)"}},
+	))
+}
+
+// TestMachineTakeover: b sees a's lease expired: it fences every address
+// of a's record, and only then acquires and goes optimized.
+func TestMachineTakeover(t *testing.T) {
+	m := oneGroup("b")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, heldBy("a"), nil), nil},
+		{poke, nil},
+		{tick(100), []string{"group 1: read"}},
+		{read(1, 100, expiredFrom("a"), nil), []string{"group 1: fence [a-conn a-rbd] (lease of a (session a-s1) expired without release)"}},
+		{tick(200), nil}, // fencing: no other operation
+		{fenceDone(1, 300, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	})
+	if st := m.Status()[0]; st.Role != Owner || st.Fences != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestMachineFenceFailsNoTakeover: a failed blocklist never leads to an
+// acquisition; the next tick starts over from a read.
+func TestMachineFenceFailsNoTakeover(t *testing.T) {
+	m := oneGroup("b")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, expiredFrom("a"), nil), []string{"group 1: fence [a-conn a-rbd] (lease of a (session a-s1) expired without release)"}},
+		{fenceDone(1, 100, errors.New("osd blocklist add: EACCES")), nil},
+		{poke, nil},
+		{tick(200), []string{"group 1: read"}},
+		{read(1, 200, expiredFrom("a"), nil), []string{"group 1: fence [a-conn a-rbd] (lease of a (session a-s1) expired without release)"}},
+		{fenceDone(1, 300, nil), []string{"group 1: acquire"}},
+		// Another survivor was faster: stay standby.
+		{acquired(1, ErrLockBusy), nil},
+		{poke, nil},
+		{tick(400), []string{"group 1: read"}},
+	})
+	if st := m.Status()[0]; st.Role != Standby || !strings.Contains(st.LastError, "held by another") {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestMachineNonPreferredWaits: a free group that was never held (or was
+// released with no recipient) goes to its preferred owner at once, to
+// another gateway only after a lease.
+func TestMachineNonPreferredWaits(t *testing.T) {
+	m := oneGroup("b")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, free, nil), nil},
+		{tick(1000), nil}, // standby reads every RenewInterval
+		{tick(9999), []string{"group 1: read"}},
+		{read(1, 9999, free, nil), nil},
+		{poke, nil},
+		{tick(10000), []string{"group 1: read"}},
+		{read(1, 10000, free, nil), []string{"group 1: acquire"}},
+	})
+}
+
+// TestMachineFailback: b holds group 1 (preferred a); a, once up for the
+// failback delay, asks for it; b goes inaccessible, releases to a; a takes
+// it without fencing.
+func TestMachineFailback(t *testing.T) {
+	a, b := oneGroup("a"), oneGroup("b")
+	// b owns the group (a was down: b waited a lease, then took it).
+	run(t, b, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, free, nil), nil},
+		{tick(10000), []string{"group 1: read"}},
+		{read(1, 10000, free, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	})
+	held := heldBy("b")
+	run(t, b, []step{
+		{tick(13000), []string{"group 1: renew"}},
+		{renewed(1, "", nil), nil},
+	})
+	run(t, a, []step{
+		{tick(11000), []string{"group 1: read"}},
+		{read(1, 11000, held, nil), nil}, // up for 0 s
+		{tick(15999), []string{"group 1: read"}},
+		{read(1, 15999, held, nil), nil},
+		{poke, nil},
+		{tick(16000), []string{"group 1: read"}},
+		{read(1, 16000, held, nil), []string{"group 1: request-handover"}},
+		{requested(1, nil), nil},
+		{poke, nil},
+		{tick(16100), []string{"group 1: read"}},
+	})
+	held.HandoverRequest = "a"
+	run(t, a, []step{{read(1, 16100, held, nil), nil}}) // asked already
+	run(t, b, []step{
+		{tick(16200), []string{"group 1: renew"}},
+		{renewed(1, "a", nil), []string{"group 1: set-ana inaccessible", "group 1: release to a"}},
+		{tick(16300), nil},
+		{released(1, nil), nil},
+		{tick(16400), []string{"group 1: read"}},
+	})
+	rel := Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-addr"}, Released: true, HandoverTo: "a"}}
+	run(t, a, []step{
+		{poke, nil},
+		{tick(16500), []string{"group 1: read"}},
+		{read(1, 16500, rel, nil), []string{"group 1: acquire"}}, // no fence
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	})
+	// b, seeing the group released to a, does not race it.
+	run(t, b, []step{{read(1, 16600, rel, nil), nil}})
+	if st := a.Status()[0]; st.Fences != 0 || st.Role != Owner {
+		t.Fatalf("a: %+v", st)
+	}
+}
+
+// TestMachineHandoverOnlyToPreferred: a request from a gateway that is not
+// the group's preferred owner is ignored.
+func TestMachineHandoverOnlyToPreferred(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{tick(3000), []string{"group 1: renew"}},
+		step{renewed(1, "c", nil), nil},
+	))
+}
+
+// TestMachineFencedExits: an operation that finds this gateway fenced
+// (ESHUTDOWN) makes it go inaccessible on what it owns and exit.
+func TestMachineFencedExits(t *testing.T) {
+	c := testConfig("a")
+	m := NewMachine(c)
+	m.ConfigChecked(true, "")
+	fenced := fmt.Errorf("renew: %w", ErrFenced)
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read", "group 2: read"}},
+		{read(1, 0, free, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+		{read(2, 0, heldBy("b"), nil), nil},
+		{tick(3000), []string{"group 1: renew", "group 2: read"}},
+		{renewed(1, "", fenced), []string{"group 1: set-ana inaccessible",
+			"exit-fenced (renew: gateway: this gateway was fenced (its RADOS client is blocklisted))"}},
+		{read(2, 3000, free, nil), nil},
+		{tick(4000), nil},
+	})
+	if !m.Exited() {
+		t.Fatal("not exited")
+	}
+}
+
+// TestMachineFrozenOwner: the owner was frozen (SIGSTOP) past its lease;
+// when it runs again its first tick steps down before anything else, and
+// the renewal it then sends finds it fenced.
+func TestMachineFrozenOwner(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{tick(60000), []string{"group 1: set-ana inaccessible", "group 1: step-down (no successful renewal for 1m0s (lease 10s, margin 2s))"}},
+		step{tick(60001), []string{"group 1: read"}},
+		step{read(1, 60001, heldBy("b"), fmt.Errorf("read: %w", ErrFenced)), []string{"exit-fenced (read: gateway: this gateway was fenced (its RADOS client is blocklisted))"}},
+	))
+}
+
+// TestMachineConfigMismatch: a gateway whose group configuration differs
+// from the cluster's never takes a group, even a free one.
+func TestMachineConfigMismatch(t *testing.T) {
+	c := testConfig("a")
+	c.Groups = map[uint32]string{1: "a"}
+	m := NewMachine(c)
+	m.ConfigChecked(false, "group 1 preferred: a here, b in the cluster")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, free, nil), nil},
+		{tick(60000), []string{"group 1: read"}},
+		{read(1, 60000, expiredFrom("b"), nil), nil},
+	})
+	if !strings.Contains(m.Degraded(), "b in the cluster") {
+		t.Fatalf("degraded %q", m.Degraded())
+	}
+}
+
+// TestMachineOwnLockAgain: after stepping down, a gateway that finds its
+// own session still holding the lock takes it again without fencing
+// itself; an expired record of its own session likewise.
+func TestMachineOwnLockAgain(t *testing.T) {
+	m := oneGroup("b")
+	own := heldBy("b")
+	mine := expiredFrom("b")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, own, nil), []string{"group 1: acquire"}},
+		{acquired(1, errors.New("timeout")), nil},
+		{poke, nil},
+		{tick(100), []string{"group 1: read"}},
+		{read(1, 100, mine, nil), []string{"group 1: acquire"}},
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := testConfig("a")
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []func(*Config){
+		func(c *Config) { c.Name = "" },
+		func(c *Config) { c.Margin = c.Lease },
+		func(c *Config) { c.RenewInterval = 8 * time.Second },
+		func(c *Config) { c.Groups = nil },
+	} {
+		c := testConfig("a")
+		f(&c)
+		if c.Validate() == nil {
+			t.Errorf("%+v: valid", c)
+		}
+	}
+}
+
+func TestMachineShutdownReleases(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{func(m *Machine) []Action { return m.Shutdown() }, []string{"group 1: set-ana inaccessible", "group 1: release to "}},
+		step{tick(1000), nil},
+	))
+}
+
+// TestMachineReleasedToNobody: a group its holder released at a clean stop
+// is taken at once, without fencing, by a gateway that is not its
+// preferred owner.
+func TestMachineReleasedToNobody(t *testing.T) {
+	m := oneGroup("b")
+	rel := Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-addr"}, Released: true}}
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, rel, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	})
+}

@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// RADOSOptions configures [DialRADOS].
+type RADOSOptions struct {
+	CephConf       string // ceph.conf (monitors)
+	ClientID       string // cephx user without "client." (caps: mon "profile rbd", osd "profile rbd pool=<Pool>")
+	Keyring        string // keyring of ClientID; empty: the one ceph.conf names
+	Pool           string // pool of the group objects
+	RADOSNamespace string // RADOS namespace of the group objects ("" default)
+	// GroupName names the gateway group: its objects are
+	// nvmetd_gateway.<GroupName>.ana.<ANAGRPID> and
+	// nvmetd_gateway.<GroupName>.config.
+	GroupName string
+	Groups    []uint32      // the ANA groups (an object each)
+	Lease     time.Duration // the lock's duration
+	// OpTimeout bounds each OSD operation (rados_osd_op_timeout, whole
+	// seconds, at least 1; default 5s):
+	// keep it below Lease - Margin so that a renewal that hangs does not
+	// outlive the lease unnoticed (the machine steps down anyway).
+	OpTimeout time.Duration
+	// MonOpTimeout bounds each monitor command (rados_mon_op_timeout):
+	// the blocklisting of a fence, which waits for a Paxos commit and may
+	// take seconds on a loaded cluster; default 30s. A fence that times
+	// out is retried (a survivor is not racing a lease).
+	MonOpTimeout time.Duration
+	// ConnectTimeout bounds connecting (client_mount_timeout).
+	ConnectTimeout time.Duration
+}
+
+// ErrRADOSNotBuilt is DialRADOS's error in a build without the rbd tag.
+var ErrRADOSNotBuilt = errors.New("gateway: the gateway group needs the Ceph client libraries: " +
+	"build nvmetd with cgo and -tags rbd (make build-rbd)")
+
+// ObjectName is the RADOS object of ANA group id in group name.
+func ObjectName(name string, id uint32) string {
+	return fmt.Sprintf("nvmetd_gateway.%s.ana.%d", name, id)
+}
+
+// ConfigObjectName is the RADOS object holding the group configuration.
+func ConfigObjectName(name string) string {
+	return "nvmetd_gateway." + name + ".config"
+}
+
+// LockName is the cls_lock name on the group objects.
+const LockName = "nvmetd-gateway"
+
+// SplitAddrs returns the addresses inside rados_getaddrs's address vector
+// ("[v2:127.0.0.1:0/1,v1:127.0.0.1:0/1]" or a bare address).
+func SplitAddrs(vec string) []string {
+	vec = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(vec), "["), "]")
+	var out []string
+	for _, a := range strings.Split(vec, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// ConfigDiff returns the lines of a canonical group configuration found
+// only in here and only in there, as one line each ("" if none).
+func ConfigDiff(here, there string) string {
+	h, t := strings.Split(here, "\n"), strings.Split(there, "\n")
+	var out []string
+	for _, l := range h {
+		if l != "" && !slices.Contains(t, l) {
+			out = append(out, "here only: "+l)
+		}
+	}
+	for _, l := range t {
+		if l != "" && !slices.Contains(h, l) {
+			out = append(out, "cluster only: "+l)
+		}
+	}
+	return strings.Join(out, "; ")
+}

@@ -1,0 +1,656 @@
+//go:build rbd
+
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+)
+
+// The subsystem the two gateways serve, and the host.
+const (
+	gwSubNQN  = "nqn.2024-01.io.nvmetd:gateway-test"
+	gwHostNQN = "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4757-8000-000000000001"
+	gwNGUID   = "6e766d65-7464-4757-8000-0000000000aa"
+)
+
+// syncBuffer is a process's stderr.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// gwProc is one nvmetd-rbd gateway process.
+type gwProc struct {
+	t      *testing.T
+	name   string
+	bin    string
+	dir    string
+	cfg    string
+	port   int
+	cmd    *exec.Cmd
+	exited chan struct{}
+	status int // exit status once exited
+	stderr *syncBuffer
+	// logs keeps the stderr of the process's earlier runs.
+	logs []string
+}
+
+func (p *gwProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
+
+func (p *gwProc) writeConfig(c *cephtest.Cluster, image, group string, cmin int) {
+	y := fmt.Sprintf(`daemon: {control_socket: %s, shutdown_timeout: 5s, log_level: info, log_format: console}
+metrics: {socket: %s}
+gateway:
+  name: %s
+  group: %s
+  cluster: {ceph_conf: %s, client_id: %s, keyring: %s, pool: %s}
+  lease: 3s
+  renew_interval: 500ms
+  step_down_margin: 1s
+  failback_delay: 2s
+  ana_groups: [{id: 1, preferred: gw-a}]
+ports:
+  - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
+subsystems:
+  - nqn: %s
+    allow_any_host: true
+    cntlid_min: %d
+    cntlid_max: %d
+    namespaces:
+      - nsid: 1
+        nguid: %s
+        ana_group: 1
+        backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s, op_timeout: 5s}
+`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.port, gwSubNQN,
+		gwSubNQN, cmin, cmin+99, gwNGUID, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
+	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *gwProc) start() {
+	t := p.t
+	t.Helper()
+	if p.stderr != nil {
+		p.logs = append(p.logs, p.stderr.String())
+	}
+	p.stderr = &syncBuffer{}
+	p.cmd = exec.Command(p.bin, "--config", p.cfg)
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
+	p.cmd.Stderr = p.stderr
+	p.cmd.Stdout = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	cmd := p.cmd
+	go func() {
+		_ = cmd.Wait()
+		p.status = cmd.ProcessState.ExitCode()
+		close(p.exited)
+	}()
+	deadline := time.Now().Add(hang)
+	for {
+		c, err := net.DialTimeout("tcp", p.addr(), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited: %s", p.name, p.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not listening within %v: %s", p.name, hang, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *gwProc) signal(sig syscall.Signal) {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("%s: signal %v: %v", p.name, sig, err)
+	}
+}
+
+// wait waits for the process to exit.
+func (p *gwProc) wait() int {
+	select {
+	case <-p.exited:
+	case <-time.After(hang):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		p.t.Fatalf("%s did not exit within %s:\n%s", p.name, hang, tail(p.stderr.String(), 4000))
+	}
+	return p.status
+}
+
+// waitLog waits until the process's log matches re (from byte from on) and
+// returns the end of the match.
+func (p *gwProc) waitLog(re string, from int) int {
+	p.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(hang)
+	for {
+		s := p.stderr.String()
+		if from <= len(s) {
+			if loc := rx.FindStringIndex(s[from:]); loc != nil {
+				return from + loc[1]
+			}
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: no log matching %q within %s:\n%s", p.name, re, hang, tail(s, 6000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func buildGateway(t *testing.T) string {
+	t.Helper()
+	tags, err := exec.Command("make", "-s", "-C", "..", "rbd-tags").Output()
+	if err != nil {
+		t.Fatalf("make rbd-tags: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "nvmetd-rbd")
+	cmd := exec.Command("go", "build", "-tags", strings.TrimSpace(string(tags)), "-o", bin, "../cmd/nvmetd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build nvmetd-rbd: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// completion is one I/O completion: when, and through which path.
+type completion struct {
+	at   time.Time
+	path *initiator.Path
+}
+
+// workload writes and verifies blocks through the multipath head (as
+// initiator's multipath tests): each worker owns its blocks; every write
+// carries (block, sequence) in every 16 bytes and is read back and
+// compared before the next.
+type workload struct {
+	h       *initiator.Head
+	blocks  int
+	workers int
+
+	ioErrs, verifyErrs atomic.Int64
+	ops                atomic.Int64
+	firstErr           atomic.Pointer[error]
+
+	mu   sync.Mutex
+	log  []completion
+	cond chan struct{}
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startWorkload(h *initiator.Head, workers, blocks int) *workload {
+	w := &workload{h: h, blocks: blocks, workers: workers, cond: make(chan struct{}, 1), stop: make(chan struct{})}
+	for i := range workers {
+		w.wg.Go(func() { w.run(i) })
+	}
+	return w
+}
+
+func (w *workload) fail(c *atomic.Int64, err error) {
+	c.Add(1)
+	w.firstErr.CompareAndSwap(nil, &err)
+}
+
+func (w *workload) run(id int) {
+	wbuf, rbuf := make([]byte, 4096), make([]byte, 4096)
+	ch := make(chan struct{}, 1)
+	r := &initiator.Request{Done: func(*initiator.Request) { ch <- struct{}{} }}
+	do := func(op initiator.Op, buf []byte, off int64) error {
+		r.Op, r.Data, r.Offset = op, buf, off
+		if err := w.h.Submit(context.Background(), r); err != nil {
+			return err
+		}
+		<-ch
+		if r.Err == nil {
+			w.mu.Lock()
+			w.log = append(w.log, completion{time.Now(), r.Path()})
+			w.mu.Unlock()
+			select {
+			case w.cond <- struct{}{}:
+			default:
+			}
+			w.ops.Add(1)
+		}
+		return r.Err
+	}
+	for seq := uint64(1); ; seq++ {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		blk := uint64(id + w.workers*int(seq%uint64(w.blocks/w.workers)))
+		off := int64(blk) * 4096
+		for i := 0; i < len(wbuf); i += 16 {
+			binary.LittleEndian.PutUint64(wbuf[i:], blk)
+			binary.LittleEndian.PutUint64(wbuf[i+8:], seq)
+		}
+		if err := do(initiator.OpWrite, wbuf, off); err != nil {
+			w.fail(&w.ioErrs, fmt.Errorf("write block %d: %w", blk, err))
+			continue
+		}
+		if err := do(initiator.OpRead, rbuf, off); err != nil {
+			w.fail(&w.ioErrs, fmt.Errorf("read block %d: %w", blk, err))
+			continue
+		}
+		for i := 0; i < len(rbuf); i += 16 {
+			if b, s := binary.LittleEndian.Uint64(rbuf[i:]), binary.LittleEndian.Uint64(rbuf[i+8:]); b != blk || s != seq {
+				w.fail(&w.verifyErrs, fmt.Errorf("block %d byte %d: read (block %d, seq %d), wrote seq %d", blk, i, b, s, seq))
+				break
+			}
+		}
+	}
+}
+
+func (w *workload) finish() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// waitOn waits until n completions came through p after since.
+func (w *workload) waitOn(t *testing.T, p *initiator.Path, since time.Time, n int) {
+	t.Helper()
+	deadline := time.NewTimer(hang)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		k := 0
+		for _, c := range w.log {
+			if c.path == p && !c.at.Before(since) {
+				k++
+			}
+		}
+		w.mu.Unlock()
+		if k >= n {
+			return
+		}
+		select {
+		case <-w.cond:
+		case <-deadline.C:
+			t.Fatalf("no %d completions on path %s within %v (errors: %d I/O, %d verify)", n, p.Address(), hang, w.ioErrs.Load(), w.verifyErrs.Load())
+		}
+	}
+}
+
+// failover is the time from the last completion on from before since to
+// the first completion on another path after since.
+func (w *workload) failover(from *initiator.Path, since time.Time) (time.Duration, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	first := -1
+	for i, c := range w.log {
+		if c.path != from && !c.at.Before(since) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return 0, errors.New("no completion on another path")
+	}
+	for i := first - 1; i >= 0; i-- {
+		if w.log[i].path == from {
+			return w.log[first].at.Sub(w.log[i].at), nil
+		}
+	}
+	return 0, errors.New("no completion on the first path before")
+}
+
+func (w *workload) check(t *testing.T) {
+	t.Helper()
+	if n, v := w.ioErrs.Load(), w.verifyErrs.Load(); n != 0 || v != 0 {
+		t.Fatalf("%d I/O errors, %d verification errors (first: %v)", n, v, *w.firstErr.Load())
+	}
+}
+
+// waitOptimized waits until path p reports group 1 optimized.
+func waitOptimized(t *testing.T, p *initiator.Path) {
+	t.Helper()
+	deadline := time.Now().Add(hang)
+	for p.Controller().State() != initiator.StateLive || p.ANAState(1) != nvmeof.ANAOptimized {
+		if time.Now().After(deadline) {
+			t.Fatalf("path %s not live and optimized within %v: %v %v", p.Address(), hang, p.Controller().State(), p.ANAState(1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// blocklisted checks that every address the survivor's log says it fenced
+// is in the cluster's blocklist.
+func blocklisted(t *testing.T, c *cephtest.Cluster, log string) []string {
+	t.Helper()
+	m := regexp.MustCompile(`fencing the previous holder[^\n]*"addrs": \[([^\]]*)\]`).FindAllStringSubmatch(log, -1)
+	if len(m) == 0 {
+		t.Fatalf("no fence in the log:\n%s", tail(log, 4000))
+	}
+	var addrs []string
+	for _, a := range strings.Split(m[len(m)-1][1], ",") {
+		addrs = append(addrs, strings.Trim(strings.TrimSpace(a), `"`))
+	}
+	out, err := c.Ceph("osd", "blocklist", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if !strings.Contains(out, a) {
+			t.Errorf("%s fenced but not in the blocklist:\n%s", a, out)
+		}
+	}
+	return addrs
+}
+
+// TestGatewayProcesses is the acceptance test of the gateway group with
+// real processes: two nvmetd-rbd gateways serve one subsystem with one RBD
+// image namespace (ANA group 1, preferred owner gw-a; distinct CNTLID
+// ranges); the host is connected to both (multipath) and runs a verified
+// write/read workload while (1) gw-a is SIGKILLed: gw-b fences every
+// RADOS client of gw-a (checked in the cluster's blocklist) before it goes
+// optimized, and the I/O continues through it; (2) gw-a is restarted: it
+// takes the group back (failback: gw-b hands over, nobody is fenced);
+// (3) gw-a is frozen (SIGSTOP): gw-b fences it and takes over; after
+// SIGCONT gw-a's cluster operations are refused (it was blocklisted) and it
+// exits 75 (EX_TEMPFAIL); (4) it is restarted: failback again; (5) it is
+// stopped cleanly (SIGTERM): it releases the group and gw-b takes it
+// without fencing. Zero I/O and verification errors; failover times
+// printed.
+func TestGatewayProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
+	}
+	c := cephtest.Shared(t)
+	image := c.CreateImage(t, 64<<20)
+	bin := buildGateway(t)
+	var rb [4]byte
+	rand.Read(rb[:])
+	group := "p" + hex.EncodeToString(rb[:])
+	dir := t.TempDir()
+	var procs [2]*gwProc
+	for i, name := range []string{"gw-a", "gw-b"} {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, cfg: filepath.Join(d, "nvmetd.yaml"), port: freePort(t)}
+		procs[i].writeConfig(c, image, group, 1+100*i)
+	}
+	a, b := procs[0], procs[1]
+	a.start()
+	a.waitLog(`group 1: set-ana optimized`, 0)
+	b.start()
+	t.Cleanup(func() {
+		for _, p := range procs {
+			if p.cmd != nil && p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Signal(syscall.SIGCONT)
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				p.wait()
+			}
+			if t.Failed() {
+				t.Logf("%s log (end):\n%s", p.name, tail(p.stderr.String(), 6000))
+			}
+		}
+	})
+
+	s := initiator.NewSubsystem(gwSubNQN, initiator.MultipathConfig{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	for _, p := range procs {
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		_, err := s.AddPath(ctx, initiator.Config{Address: p.addr(), SubNQN: gwSubNQN, HostNQN: gwHostNQN,
+			NrIOQueues: 2, QueueSize: 32, ReconnectDelay: 100 * time.Millisecond, KeepAliveTimeout: 2 * time.Second})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	paths := s.Paths()
+	pa, pb := paths[0], paths[1]
+	if len(s.Namespaces()) != 1 {
+		t.Fatalf("%d namespaces, want one through both paths", len(s.Namespaces()))
+	}
+	waitOptimized(t, pa)
+	if st := pb.ANAState(1); st != nvmeof.ANAInaccessible {
+		t.Fatalf("gw-b reports group 1 %v, want inaccessible while gw-a owns it", st)
+	}
+	h := s.Namespace(1)
+	w := startWorkload(h, 8, 256)
+	finished := false
+	defer func() {
+		if !finished {
+			w.finish()
+		}
+	}()
+	w.waitOn(t, pa, time.Time{}, 100)
+
+	// (1) SIGKILL the owner.
+	bmark := len(b.stderr.String())
+	at := time.Now()
+	a.signal(syscall.SIGKILL)
+	a.wait()
+	w.waitOn(t, pb, at, 100)
+	d, err := w.failover(pa, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover on SIGKILL of the owner (lease 3s): %v (last completion through gw-a to the first through gw-b)", d)
+	blog := b.stderr.String()[bmark:]
+	iFence := strings.Index(blog, "fencing the previous holder")
+	iOpt := strings.Index(blog, "group 1: set-ana optimized")
+	if iFence < 0 || iOpt < 0 || iFence > iOpt {
+		t.Fatalf("gw-b's log: fence at %d, optimized at %d: the fence must come first:\n%s", iFence, iOpt, blog)
+	}
+	fenced := blocklisted(t, c, blog)
+	t.Logf("gw-b fenced gw-a's RADOS clients %v before going optimized", fenced)
+
+	// (2) Restart gw-a: failback.
+	bmark = len(b.stderr.String())
+	at = time.Now()
+	a.start()
+	waitOptimized(t, pa)
+	w.waitOn(t, pa, at, 100)
+	if d, err := w.failover(pb, at); err == nil {
+		t.Logf("failback after the restart of gw-a (failback delay 2s): %v between the last completion through gw-b and the first through gw-a", d)
+	}
+	b.waitLog(`group 1: release to gw-a: done`, bmark)
+	if strings.Contains(a.stderr.String(), "fencing") {
+		t.Errorf("gw-a fenced on failback:\n%s", a.stderr.String())
+	}
+	// nvmetd status shows the ownership and the fence.
+	if st := a.readStatus(); st.Gateway == nil || len(st.Gateway.Groups) != 1 || !st.Gateway.Groups[0].Owned || st.Gateway.Health != "ok" {
+		t.Errorf("gw-a status: %+v", st.Gateway)
+	}
+	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Groups[0].Owned || st.Gateway.Groups[0].Holder != "gw-a" || st.Gateway.Fences != 1 {
+		t.Errorf("gw-b status: %+v", st.Gateway)
+	}
+	// And the metrics.
+	for p, want := range map[*gwProc][]string{
+		a: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 1`, `nvmetd_gateway_fences_total 0`, `nvmetd_gateway_degraded 0`},
+		b: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 0`, `nvmetd_gateway_fences_total 1`},
+	} {
+		m := p.get("metrics.sock", "/metrics")
+		for _, w := range want {
+			if !strings.Contains(m, w+"\n") {
+				t.Errorf("%s metrics lack %q:\n%s", p.name, w, grepLines(m, "nvmetd_gateway"))
+			}
+		}
+	}
+
+	// (3) Freeze the owner: gw-b fences it and takes over; thawed, it
+	// finds itself fenced and exits 75.
+	bmark = len(b.stderr.String())
+	at = time.Now()
+	a.signal(syscall.SIGSTOP)
+	w.waitOn(t, pb, at, 100)
+	d, err = w.failover(pa, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover on SIGSTOP of the owner (lease 3s, host keep-alive 2s): %v", d)
+	b.waitLog(`group 1: set-ana optimized`, bmark)
+	blog = b.stderr.String()[bmark:]
+	if i, j := strings.Index(blog, "fencing the previous holder"), strings.Index(blog, "group 1: set-ana optimized"); i < 0 || i > j {
+		t.Fatalf("gw-b's log: fence at %d, optimized at %d:\n%s", i, j, blog)
+	}
+	blocklisted(t, c, blog)
+	a.signal(syscall.SIGCONT)
+	if code := a.wait(); code != 75 {
+		t.Fatalf("gw-a exited %d after it was fenced, want 75:\n%s", code, tail(a.stderr.String(), 4000))
+	}
+	alog := a.stderr.String()
+	if !strings.Contains(alog, "fenced") {
+		t.Errorf("gw-a's log does not say it was fenced:\n%s", tail(alog, 4000))
+	}
+	// Its next rbd operation (a write, or the flush of the shutdown) is
+	// refused by the cluster.
+	if !regexp.MustCompile(`backend rbd [^\n]*cannot send after transport endpoint shutdown`).MatchString(alog) {
+		t.Errorf("gw-a's log shows no rbd operation refused (ESHUTDOWN) after the fence:\n%s", tail(alog, 4000))
+	}
+	t.Logf("gw-a after SIGCONT:\n%s", grepLines(alog, "fenced|step|ESHUTDOWN|shutdown"))
+
+	// (4) Restart it: failback again.
+	at = time.Now()
+	a.start()
+	waitOptimized(t, pa)
+	w.waitOn(t, pa, at, 100)
+
+	// (5) A clean stop (SIGTERM) of the owner: it releases the group, and
+	// gw-b takes it at once (the release notifies), without fencing.
+	at = time.Now()
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(); code != 0 {
+		t.Fatalf("gw-a exited %d on SIGTERM:\n%s", code, tail(a.stderr.String(), 4000))
+	}
+	if !strings.Contains(a.stderr.String(), "released group at shutdown") {
+		t.Errorf("gw-a did not release its group on SIGTERM:\n%s", tail(a.stderr.String(), 4000))
+	}
+	w.waitOn(t, pb, at, 100)
+	if d, err := w.failover(pa, at); err == nil {
+		t.Logf("failover on SIGTERM of the owner (released, no fence): %v", d)
+	}
+	w.finish()
+	finished = true
+	w.check(t)
+	// gw-b fenced twice (SIGKILL, SIGSTOP), never on a failback or a clean
+	// stop.
+	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Fences != 2 || !st.Gateway.Groups[0].Owned {
+		t.Errorf("gw-b status at the end: %+v, want the owner with 2 fences", st.Gateway)
+	}
+	t.Logf("%d verified I/Os, %d failovers, 0 errors", w.ops.Load(), h.Failovers())
+}
+
+// procStatus is the part of `nvmetd status -o json` the test reads.
+type procStatus struct {
+	Gateway *struct {
+		Health string `json:"health"`
+		Fences int    `json:"fences"`
+		Groups []struct {
+			ID     uint32 `json:"id"`
+			Owned  bool   `json:"owned"`
+			Holder string `json:"holder"`
+			Role   string `json:"role"`
+		} `json:"ana_groups"`
+	} `json:"gateway"`
+}
+
+// get GETs path through the process's unix socket sock.
+func (p *gwProc) get(sock, path string) string {
+	p.t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(p.dir, sock))
+	}}}
+	resp, err := c.Get("http://nvmetd" + path)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", p.name, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", p.name, path, err)
+	}
+	return string(b)
+}
+
+// readStatus reads the process's status through its control socket.
+func (p *gwProc) readStatus() procStatus {
+	p.t.Helper()
+	var st procStatus
+	if err := json.Unmarshal([]byte(p.get("ctl.sock", "/v1/status")), &st); err != nil {
+		p.t.Fatalf("%s status: %v", p.name, err)
+	}
+	return st
+}
+
+func grepLines(s, re string) string {
+	rx := regexp.MustCompile(re)
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if rx.MatchString(l) {
+			out = append(out, "  "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,412 @@
+//go:build rbd
+
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+)
+
+// librados.h LIBRADOS_LOCK_FLAG_MAY_RENEW and LIBRADOS_LOCK_FLAG_MUST_RENEW.
+const (
+	lockMayRenew  byte = 1 << 0
+	lockMustRenew byte = 1 << 1
+)
+
+// omap keys on a group object.
+const (
+	keyHolder  = "holder"           // the Record (JSON)
+	keyRequest = "handover_request" // the gateway asking for the group
+	keyConfig  = "config"           // on the config object: the canonical configuration
+)
+
+// RADOS is the [Cluster] on Ceph: one object per ANA group in the pool,
+// each with an exclusive cls_lock (cookie: the gateway's session) whose
+// duration is the lease, the holder's [Record] and the handover request in
+// its omap, and a watch so that a change notified by another gateway is
+// seen at once. Fencing is `osd blocklist add` through the monitor (the
+// caps "profile rbd" allow it).
+type RADOS struct {
+	o       RADOSOptions
+	conn    *rados.Conn
+	ioctx   *rados.IOContext
+	addrs   string
+	changed chan struct{}
+	stop    chan struct{} // closed by Close: ends the watch readers
+	watches []*rados.Watcher
+	wg      sync.WaitGroup // watch readers and notifies
+
+	mu      sync.Mutex
+	written map[uint32]string // the record JSON last written per group
+	closed  bool
+}
+
+var _ Cluster = (*RADOS)(nil)
+
+// DialRADOS connects the gateway's own RADOS client, creates the group
+// objects if missing and watches them.
+func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
+	if o.Pool == "" || o.GroupName == "" || o.Lease <= 0 {
+		return nil, errors.New("gateway: RADOS options need a pool, a group name and a lease")
+	}
+	conn, err := rados.NewConnWithUser(o.ClientID)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: create the RADOS client: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			conn.Shutdown()
+		}
+	}()
+	if o.CephConf != "" {
+		if err := conn.ReadConfigFile(o.CephConf); err != nil {
+			return nil, fmt.Errorf("gateway: read %s: %w", o.CephConf, err)
+		}
+	} else if err := conn.ReadDefaultConfigFile(); err != nil {
+		return nil, fmt.Errorf("gateway: read the default ceph.conf: %w", err)
+	}
+	secs := func(d, def time.Duration) string {
+		if d <= 0 {
+			d = def
+		}
+		return strconv.FormatInt(max(1, int64(math.Ceil(d.Seconds()))), 10)
+	}
+	settings := [][2]string{
+		{"rados_osd_op_timeout", secs(o.OpTimeout, 5*time.Second)},
+		{"rados_mon_op_timeout", secs(o.MonOpTimeout, 30*time.Second)},
+		{"client_mount_timeout", secs(o.ConnectTimeout, 10*time.Second)},
+	}
+	if o.Keyring != "" {
+		settings = append(settings, [2]string{"keyring", o.Keyring})
+	}
+	for _, kv := range settings {
+		if err := conn.SetConfigOption(kv[0], kv[1]); err != nil {
+			return nil, fmt.Errorf("gateway: set %s=%s: %w", kv[0], kv[1], err)
+		}
+	}
+	if err := conn.Connect(); err != nil {
+		return nil, fmt.Errorf("gateway: connect to the cluster as client.%s: %w", o.ClientID, classify(err))
+	}
+	ioctx, err := conn.OpenIOContext(o.Pool)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: pool %s: %w", o.Pool, classify(err))
+	}
+	ioctx.SetNamespace(o.RADOSNamespace)
+	addrs, err := conn.GetAddrs()
+	if err != nil {
+		ioctx.Destroy()
+		return nil, fmt.Errorf("gateway: client address: %w", err)
+	}
+	r := &RADOS{o: o, conn: conn, ioctx: ioctx, addrs: addrs, changed: make(chan struct{}, 1), stop: make(chan struct{}), written: map[uint32]string{}}
+	defer func() {
+		if err != nil {
+			close(r.stop)
+			r.closeWatches()
+			r.wg.Wait()
+			ioctx.Destroy()
+		}
+	}()
+	for _, g := range o.Groups {
+		oid := ObjectName(o.GroupName, g)
+		if err := ioctx.Create(oid, rados.CreateIdempotent); err != nil {
+			return nil, fmt.Errorf("gateway: create %s: %w", oid, classify(err))
+		}
+		w, err := ioctx.Watch(oid)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: watch %s: %w", oid, classify(err))
+		}
+		r.watches = append(r.watches, w)
+		r.wg.Go(func() { r.readWatch(w) })
+	}
+	return r, nil
+}
+
+// readWatch acknowledges the notifications of one watch and signals
+// Changed; it ends when the watch is deleted.
+func (r *RADOS) readWatch(w *rados.Watcher) {
+	ev, errs := w.Events(), w.Errors()
+	for ev != nil || errs != nil {
+		select {
+		case <-r.stop:
+			// Delete may fail (a fenced client cannot unwatch) and
+			// then leaves the channels open.
+			return
+		case e, ok := <-ev:
+			if !ok {
+				ev = nil
+				continue
+			}
+			_ = e.Ack(nil)
+			select {
+			case r.changed <- struct{}{}:
+			default:
+			}
+		case _, ok := <-errs:
+			// A watch error (the client lost the OSD, or was
+			// blocklisted): the next operation says which.
+			if !ok {
+				errs = nil
+			}
+		}
+	}
+}
+
+func (r *RADOS) closeWatches() {
+	for _, w := range r.watches {
+		_ = w.Delete()
+	}
+	r.watches = nil
+}
+
+// Close unwatches and shuts the client down.
+func (r *RADOS) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.mu.Unlock()
+	close(r.stop)
+	r.closeWatches()
+	r.wg.Wait()
+	r.ioctx.Destroy()
+	r.conn.Shutdown()
+}
+
+// Changed is signalled after a group object was notified.
+func (r *RADOS) Changed() <-chan struct{} { return r.changed }
+
+// Addrs is the address vector of the gateway's own client.
+func (r *RADOS) Addrs() string { return r.addrs }
+
+// InstanceID is the gateway client's global id (client.<id>).
+func (r *RADOS) InstanceID() uint64 { return r.conn.GetInstanceID() }
+
+func errnoOf(err error) syscall.Errno {
+	var ce interface{ ErrorCode() int }
+	if errors.As(err, &ce) {
+		if c := ce.ErrorCode(); c < 0 {
+			return syscall.Errno(-c)
+		} else if c > 0 {
+			return syscall.Errno(c)
+		}
+	}
+	return 0
+}
+
+// classify maps EBLOCKLISTED (ESHUTDOWN) to ErrFenced and keeps the
+// errno in the chain.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	e := errnoOf(err)
+	switch {
+	case e == syscall.ESHUTDOWN:
+		return fmt.Errorf("%w: %w (%w)", ErrFenced, err, e)
+	case e != 0:
+		return fmt.Errorf("%w (%w)", err, e)
+	}
+	return err
+}
+
+func (r *RADOS) oid(g uint32) string { return ObjectName(r.o.GroupName, g) }
+
+// notify tells the other gateways' watches that oid changed, in the
+// background (a frozen gateway's watch would hold a notify until its
+// timeout).
+func (r *RADOS) notify(oid string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.wg.Go(func() { _, _, _ = r.ioctx.NotifyWithTimeout(oid, nil, time.Second) })
+}
+
+// Read returns the group's lock holder and record. The lockers and the
+// record are separate reads, so the record is read before and after the
+// lockers and the answer stands only if it did not change in between: a
+// holder locks before it writes its record and writes its released record
+// before it unlocks, so "unlocked, and a record not released" then means
+// that the holder's lease expired (never a holder that was taking the lock,
+// or releasing it, between the reads).
+func (r *RADOS) Read(g uint32) (Observed, error) {
+	oid := r.oid(g)
+	var o Observed
+	for try := 0; ; try++ {
+		before, err := r.ioctx.GetOmapValues(oid, "", "", 16)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return o, fmt.Errorf("read the record of %s: %w", oid, classify(err))
+		}
+		// cls_lock's get_info drops expired lockers (by the OSD's clock).
+		li, err := r.ioctx.ListLockers(oid, LockName)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return o, fmt.Errorf("list the lockers of %s: %w", oid, classify(err))
+		}
+		vals, err := r.ioctx.GetOmapValues(oid, "", "", 16)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return o, fmt.Errorf("read the record of %s: %w", oid, classify(err))
+		}
+		if string(before[keyHolder]) != string(vals[keyHolder]) {
+			if try < 3 {
+				continue
+			}
+			return o, fmt.Errorf("read %s: the record changed during each of %d reads", oid, try+1)
+		}
+		o = Observed{}
+		if li != nil && li.NumLockers > 0 && len(li.Cookies) > 0 {
+			o.Locked, o.LockerSession = true, li.Cookies[0]
+		}
+		if b, ok := vals[keyHolder]; ok {
+			if err := json.Unmarshal(b, &o.Record); err != nil {
+				return o, fmt.Errorf("record of %s: %w", oid, err)
+			}
+		}
+		o.HandoverRequest = string(vals[keyRequest])
+		return o, nil
+	}
+}
+
+func (r *RADOS) lock(g uint32, rec Record, flags byte) error {
+	oid := r.oid(g)
+	ret, err := r.ioctx.LockExclusive(oid, LockName, rec.Session, rec.Name, r.o.Lease, &flags)
+	switch {
+	case err != nil && errnoOf(err) == syscall.ENOENT:
+		return fmt.Errorf("renew the lock of %s: %w (it expired)", oid, ErrLockBusy)
+	case err != nil:
+		return fmt.Errorf("lock %s: %w", oid, classify(err))
+	case ret == -int(syscall.EBUSY):
+		return fmt.Errorf("lock %s: %w", oid, ErrLockBusy)
+	}
+	return nil
+}
+
+func (r *RADOS) writeRecord(g uint32, rec Record, clearRequest bool) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	op := rados.CreateWriteOp()
+	defer op.Release()
+	op.SetOmap(map[string][]byte{keyHolder: b})
+	if clearRequest {
+		op.RmOmapKeys([]string{keyRequest})
+	}
+	if err := op.Operate(r.ioctx, r.oid(g), rados.OperationNoFlag); err != nil {
+		return fmt.Errorf("write the record of %s: %w", r.oid(g), classify(err))
+	}
+	r.mu.Lock()
+	r.written[g] = string(b)
+	r.mu.Unlock()
+	return nil
+}
+
+// Acquire takes the lock (may-renew: a lock this session still holds is
+// renewed) and writes rec, clearing the handover request. If the record
+// cannot be written the lock is given back.
+func (r *RADOS) Acquire(g uint32, rec Record) error {
+	if err := r.lock(g, rec, lockMayRenew); err != nil {
+		return err
+	}
+	if err := r.writeRecord(g, rec, true); err != nil {
+		_, _ = r.ioctx.Unlock(r.oid(g), LockName, rec.Session)
+		return err
+	}
+	r.notify(r.oid(g))
+	return nil
+}
+
+// Renew renews the lock (must-renew: ErrLockBusy if it is no longer this
+// session's), rewrites the record if the addresses changed, and returns
+// the handover request.
+func (r *RADOS) Renew(g uint32, rec Record) (string, error) {
+	if err := r.lock(g, rec, lockMustRenew); err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(rec)
+	r.mu.Lock()
+	same := r.written[g] == string(b)
+	r.mu.Unlock()
+	if !same {
+		if err := r.writeRecord(g, rec, false); err != nil {
+			return "", err
+		}
+	}
+	vals, err := r.ioctx.GetOmapValues(r.oid(g), "", keyRequest, 1)
+	if err != nil {
+		return "", fmt.Errorf("read the handover request of %s: %w", r.oid(g), classify(err))
+	}
+	return string(vals[keyRequest]), nil
+}
+
+// Fence blocklists every address of every vector, then waits until this
+// client has the OSD map with the entries (as librbd does when it breaks a
+// lock).
+func (r *RADOS) Fence(vecs []string) error {
+	for _, v := range vecs {
+		for _, a := range SplitAddrs(v) {
+			cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "add", "addr": a})
+			if _, status, err := r.conn.MonCommand(cmd); err != nil {
+				return fmt.Errorf("osd blocklist add %s: %w (%s)", a, classify(err), status)
+			}
+		}
+	}
+	if err := r.conn.WaitForLatestOSDMap(); err != nil {
+		return fmt.Errorf("wait for the OSD map with the blocklist: %w", classify(err))
+	}
+	return nil
+}
+
+// Release writes rec (released) and unlocks.
+func (r *RADOS) Release(g uint32, rec Record) error {
+	if err := r.writeRecord(g, rec, false); err != nil {
+		return err
+	}
+	if _, err := r.ioctx.Unlock(r.oid(g), LockName, rec.Session); err != nil {
+		return fmt.Errorf("unlock %s: %w", r.oid(g), classify(err))
+	}
+	r.notify(r.oid(g))
+	return nil
+}
+
+// RequestHandover writes name as the handover request and notifies.
+func (r *RADOS) RequestHandover(g uint32, name string) error {
+	if err := r.ioctx.SetOmap(r.oid(g), map[string][]byte{keyRequest: []byte(name)}); err != nil {
+		return fmt.Errorf("write the handover request on %s: %w", r.oid(g), classify(err))
+	}
+	r.notify(r.oid(g))
+	return nil
+}
+
+// CheckConfig stores canonical on the config object if it has none (an
+// exclusive create: the first gateway's wins), then compares.
+func (r *RADOS) CheckConfig(canonical string) (bool, string, error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	op := rados.CreateWriteOp()
+	op.Create(rados.CreateExclusive)
+	op.SetOmap(map[string][]byte{keyConfig: []byte(canonical)})
+	err := op.Operate(r.ioctx, oid, rados.OperationNoFlag)
+	op.Release()
+	if err != nil && errnoOf(err) != syscall.EEXIST {
+		return false, "", fmt.Errorf("store the group configuration in %s: %w", oid, classify(err))
+	}
+	vals, err := r.ioctx.GetOmapValues(oid, "", keyConfig, 1)
+	if err != nil {
+		return false, "", fmt.Errorf("read the group configuration in %s: %w", oid, classify(err))
+	}
+	stored := string(vals[keyConfig])
+	if stored == canonical {
+		return true, "", nil
+	}
+	return false, ConfigDiff(canonical, stored) + " (object " + oid + " in pool " + r.o.Pool + ")", nil
+}

@@ -1,0 +1,382 @@
+//go:build rbd
+
+package gateway_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+)
+
+// hang bounds every wait of these tests (a guard, not a timing: the
+// events come within a lease or two).
+const hang = 3 * time.Minute
+
+// gw is one in-process gateway: its own RADOS client for the group, an rbd
+// backend of its own on the shared image, and a runner.
+type gw struct {
+	t      *testing.T
+	name   string
+	cl     *gateway.RADOS
+	be     *backend.RBD
+	r      *gateway.Runner
+	cancel context.CancelFunc
+	done   chan error
+
+	mu     sync.Mutex
+	events []gateway.Event
+	ana    map[uint32]bool
+	wake   chan struct{}
+	// onOptimized, if set, runs when SetANA(optimized) is applied.
+	onOptimized func()
+}
+
+func (g *gw) SetANA(group uint32, optimized bool) error {
+	if optimized && g.onOptimized != nil {
+		g.onOptimized()
+	}
+	g.mu.Lock()
+	g.ana[group] = optimized
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *gw) Flush(group uint32) error { return g.be.Flush() }
+
+func (g *gw) Addrs() []string { return []string{g.be.CephClient().Addrs} }
+
+func (g *gw) onEvent(e gateway.Event) {
+	g.mu.Lock()
+	g.events = append(g.events, e)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitEvent waits for an event matching f among those from index from on,
+// and returns its index.
+func (g *gw) waitEvent(what string, from int, f func(gateway.Event) bool) int {
+	g.t.Helper()
+	deadline := time.After(hang)
+	for {
+		g.mu.Lock()
+		for i := from; i < len(g.events); i++ {
+			if f(g.events[i]) {
+				g.mu.Unlock()
+				return i
+			}
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.wake:
+		case err := <-g.done:
+			g.t.Fatalf("%s: runner ended (%v) before %s", g.name, err, what)
+		case <-deadline:
+			g.t.Fatalf("%s: no %s within %s; events:\n%s", g.name, what, hang, g.dump())
+		}
+	}
+}
+
+func (g *gw) nEvents() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.events)
+}
+
+func (g *gw) dump() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var b strings.Builder
+	for _, e := range g.events {
+		fmt.Fprintf(&b, "  %s %s err=%v\n", e.At.Format("15:04:05.000"), e.Action, e.Err)
+	}
+	return b.String()
+}
+
+func isAct(k gateway.ActionKind, ok bool) func(gateway.Event) bool {
+	return func(e gateway.Event) bool { return e.Action.Kind == k && (e.Err == nil) == ok }
+}
+
+func isANA(optimized bool) func(gateway.Event) bool {
+	return func(e gateway.Event) bool {
+		return e.Action.Kind == gateway.ActSetANA && e.Action.Optimized == optimized && e.Err == nil
+	}
+}
+
+type fixture struct {
+	c     *cephtest.Cluster
+	image string
+	group string
+}
+
+func newFixture(t *testing.T) *fixture {
+	c := cephtest.Shared(t)
+	var b [4]byte
+	rand.Read(b[:])
+	return &fixture{c: c, image: c.CreateImage(t, 8<<20), group: "t" + hex.EncodeToString(b[:])}
+}
+
+func (f *fixture) config(name, session string) gateway.Config {
+	return gateway.Config{Name: name, Session: session, Lease: 4 * time.Second, RenewInterval: 500 * time.Millisecond,
+		Margin: 1500 * time.Millisecond, FailbackDelay: time.Second, Groups: map[uint32]string{1: "a"}}
+}
+
+// start starts gateway name (session distinguishes its runs).
+func (f *fixture) start(t *testing.T, name, session string, wrap func(gateway.Cluster) gateway.Cluster) *gw {
+	cfg := f.config(name, session)
+	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: cfg.Lease, OpTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	be, err := backend.OpenRBD(backend.RBDOptions{Pool: f.c.Pool, Image: f.image, CephConf: f.c.Conf, ClientID: f.c.ClientID,
+		Keyring: f.c.Keyring, OpTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	g := &gw{t: t, name: name + "/" + session, cl: cl, be: be, ana: map[uint32]bool{}, wake: make(chan struct{}, 1), done: make(chan error, 1)}
+	var c gateway.Cluster = cl
+	if wrap != nil {
+		c = wrap(cl)
+	}
+	g.r, err = gateway.NewRunner(cfg, "group 1 preferred a\n", c, g, zaptest.NewLogger(t).Named(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.r.OnEvent = g.onEvent
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	go func() { g.done <- g.r.Run(ctx, 0) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-g.done:
+		case <-time.After(hang):
+			t.Errorf("%s: runner did not stop", g.name)
+		}
+		if !g.r.Quiesce(hang) {
+			t.Errorf("%s: cluster operations still running", g.name)
+		}
+	})
+	return g
+}
+
+// stop stops renewing without releasing (a crash, as far as the cluster
+// can tell: the gateway's clients stay connected).
+func (g *gw) stop() {
+	g.cancel()
+	select {
+	case err := <-g.done:
+		if err != nil {
+			g.t.Fatalf("%s: %v", g.name, err)
+		}
+		g.done <- nil // for the cleanup
+	case <-time.After(hang):
+		g.t.Fatalf("%s: runner did not stop", g.name)
+	}
+}
+
+func block(s string) []byte {
+	p := make([]byte, 4096)
+	copy(p, s)
+	return p
+}
+
+// TestTakeoverFencesThenFailback: a owns group 1 (it is preferred) and
+// stops renewing; b fences every RADOS client of a (its group client and
+// its rbd backend) before it goes optimized: a write by a's backend at
+// that moment is refused (ESHUTDOWN); b serves the image. a comes back
+// (new clients): after the failback delay b hands the group over
+// (inaccessible, flush, release) and a takes it without fencing.
+func TestTakeoverFencesThenFailback(t *testing.T) {
+	f := newFixture(t)
+	a := f.start(t, "a", "a-1", nil)
+	a.waitEvent("a optimized", 0, isANA(true))
+	if err := a.be.WriteAt(block("written by a"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	var fencedWrite error
+	b := &gw{}
+	b = f.start(t, "b", "b-1", nil)
+	b.onOptimized = func() { fencedWrite = a.be.WriteAt(block("a after the fence"), 0, false) }
+	// b sees a holding the group.
+	b.waitEvent("b read", 0, isAct(gateway.ActRead, true))
+	st, _ := b.r.Status()
+	if st[0].Role != gateway.Standby {
+		t.Fatalf("b: %+v while a owns the group", st[0])
+	}
+
+	begin := time.Now()
+	a.stop()
+	iFence := b.waitEvent("b fence", 0, isAct(gateway.ActFence, true))
+	iOpt := b.waitEvent("b optimized", iFence, isANA(true))
+	t.Logf("takeover %s after a stopped renewing (lease 4s): fence at event %d, optimized at %d\n%s",
+		time.Since(begin).Round(time.Millisecond), iFence, iOpt, b.dump())
+	b.mu.Lock()
+	fence := b.events[iFence].Action
+	b.mu.Unlock()
+	for _, want := range []string{a.cl.Addrs(), a.be.CephClient().Addrs} {
+		if !slices.Contains(fence.Addrs, want) {
+			t.Errorf("fence %v lacks a's client %s", fence.Addrs, want)
+		}
+	}
+	if !errors.Is(fencedWrite, backend.ErrUnavailable) || !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
+		t.Fatalf("a's write when b went optimized: %v, want ErrUnavailable (ESHUTDOWN): a was not fenced first", fencedWrite)
+	}
+	if _, err := a.cl.Read(1); !errors.Is(err, gateway.ErrFenced) {
+		t.Errorf("a's group client after the fence: %v, want ErrFenced", err)
+	}
+	// b serves the image: a's data from before the fence is there.
+	p := make([]byte, 4096)
+	if err := b.be.ReadAt(p, 0); err != nil || !strings.HasPrefix(string(p), "written by a") {
+		t.Fatalf("b reads %q, %v", p[:16], err)
+	}
+	if err := b.be.WriteAt(block("written by b"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if b.r.Fences() != 1 {
+		t.Errorf("b fences: %d", b.r.Fences())
+	}
+
+	// Failback: a again, with new clients.
+	mark := b.nEvents()
+	begin = time.Now()
+	a2 := f.start(t, "a", "a-2", nil)
+	iIna := b.waitEvent("b inaccessible", mark, isANA(false))
+	iRel := b.waitEvent("b release", iIna, isAct(gateway.ActRelease, true))
+	a2.waitEvent("a optimized again", 0, isANA(true))
+	t.Logf("failback %s after a restarted (failback delay 1s); b: inaccessible at event %d, released at %d",
+		time.Since(begin).Round(time.Millisecond), iIna, iRel)
+	a2.mu.Lock()
+	for _, e := range a2.events {
+		if e.Action.Kind == gateway.ActFence {
+			t.Errorf("a fenced on failback: %s", e.Action)
+		}
+	}
+	a2.mu.Unlock()
+	if err := a2.be.ReadAt(p, 0); err != nil || !strings.HasPrefix(string(p), "written by b") {
+		t.Fatalf("a reads %q, %v", p[:16], err)
+	}
+	if err := a2.be.WriteAt(block("written by a again"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	// b is still a member, and not fenced: it can read the group.
+	if _, err := b.cl.Read(1); err != nil {
+		t.Errorf("b after the failback: %v", err)
+	}
+	st, _ = b.r.Status()
+	if st[0].Role != gateway.Standby || st[0].Holder != "a" {
+		t.Errorf("b after the failback: %+v", st[0])
+	}
+}
+
+// gate is a Cluster whose operations wait while it is closed: a frozen
+// gateway (as SIGSTOP), whose clients stay connected.
+type gate struct {
+	gateway.Cluster
+	mu   sync.Mutex
+	open chan struct{}
+}
+
+func (g *gate) wait() {
+	g.mu.Lock()
+	c := g.open
+	g.mu.Unlock()
+	<-c
+}
+
+func (g *gate) freeze() {
+	g.mu.Lock()
+	g.open = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gate) thaw() {
+	g.mu.Lock()
+	close(g.open)
+	g.mu.Unlock()
+}
+
+func (g *gate) Read(n uint32) (gateway.Observed, error) { g.wait(); return g.Cluster.Read(n) }
+func (g *gate) Acquire(n uint32, r gateway.Record) error {
+	g.wait()
+	return g.Cluster.Acquire(n, r)
+}
+func (g *gate) Renew(n uint32, r gateway.Record) (string, error) {
+	g.wait()
+	return g.Cluster.Renew(n, r)
+}
+
+// TestFrozenOwnerExits: the owner's cluster operations stall (frozen); it
+// steps down by itself before its lease can end, b fences it and takes
+// over; when the owner runs again, its next operation finds it fenced and
+// its runner ends with ErrFenced (the daemon exits non-zero), and its
+// backend's write is refused.
+func TestFrozenOwnerExits(t *testing.T) {
+	f := newFixture(t)
+	var ga *gate
+	a := f.start(t, "a", "a-1", func(c gateway.Cluster) gateway.Cluster {
+		ga = &gate{Cluster: c, open: make(chan struct{})}
+		close(ga.open)
+		return ga
+	})
+	a.waitEvent("a optimized", 0, isANA(true))
+	b := f.start(t, "b", "b-1", nil)
+	b.waitEvent("b read", 0, isAct(gateway.ActRead, true))
+	ga.freeze()
+	iDown := a.waitEvent("a steps down", 0, func(e gateway.Event) bool { return e.Action.Kind == gateway.ActStepDown })
+	iFence := b.waitEvent("b fence", 0, isAct(gateway.ActFence, true))
+	b.waitEvent("b optimized", iFence, isANA(true))
+	t.Logf("a stepped down (event %d): %s", iDown, a.dump())
+	ga.thaw()
+	select {
+	case err := <-a.done:
+		if !errors.Is(err, gateway.ErrFenced) {
+			t.Fatalf("a's runner: %v, want ErrFenced", err)
+		}
+		t.Logf("a's runner ended: %v", err)
+		a.done <- nil
+	case <-time.After(hang):
+		t.Fatalf("a's runner still runs after it was fenced:\n%s", a.dump())
+	}
+	if err := a.be.WriteAt(block("a after the fence"), 0, false); !errors.Is(err, syscall.ESHUTDOWN) {
+		t.Fatalf("a's write after the fence: %v, want ESHUTDOWN", err)
+	}
+}
+
+// TestConfigMismatch: a gateway whose group configuration differs from the
+// one stored in the cluster takes no group, and says why.
+func TestConfigMismatch(t *testing.T) {
+	f := newFixture(t)
+	a := f.start(t, "a", "a-1", nil)
+	a.waitEvent("a optimized", 0, isANA(true))
+	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ok, diff, err := cl.CheckConfig("group 1 preferred c\n")
+	if err != nil || ok || !strings.Contains(diff, "here only: group 1 preferred c") || !strings.Contains(diff, "cluster only: group 1 preferred a") {
+		t.Fatalf("CheckConfig: %v %q %v", ok, diff, err)
+	}
+	t.Logf("difference: %s", diff)
+}

@@ -1,0 +1,363 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Cluster is where the group's state lives: one RADOS object per ANA
+// group with an exclusive lock and the holder's record (see [DialRADOS]).
+// Each method is bounded by the cluster's operation timeout. Errors match
+// [ErrFenced] when this gateway's client is blocklisted, [ErrLockBusy]
+// when the lock is another's.
+type Cluster interface {
+	// Read returns the group's lock holder and record.
+	Read(group uint32) (Observed, error)
+	// Acquire locks the group for one lease and writes rec as its record
+	// (clearing the handover request).
+	Acquire(group uint32, rec Record) error
+	// Renew renews the lock for one lease, rewrites the record if rec
+	// differs from the one written, and returns the handover request.
+	Renew(group uint32, rec Record) (string, error)
+	// Fence blocklists every address (address vectors as rados_getaddrs
+	// gives them: each address inside is blocklisted).
+	Fence(addrs []string) error
+	// Release writes rec (Released, HandoverTo) and unlocks.
+	Release(group uint32, rec Record) error
+	// RequestHandover writes name as the group's handover request and
+	// notifies the holder.
+	RequestHandover(group uint32, name string) error
+	// CheckConfig compares canonical, this gateway's group configuration,
+	// with the one stored in the cluster (storing it if there is none):
+	// ok, or the differences.
+	CheckConfig(canonical string) (ok bool, diff string, err error)
+	// Addrs returns the address vector of the Cluster's own RADOS client.
+	Addrs() string
+	// Changed is signalled when a group object is notified (watch), so
+	// that the runner looks at once rather than at its next tick; nil if
+	// there is no watch.
+	Changed() <-chan struct{}
+}
+
+// Applier applies ownership to the gateway's target.
+type Applier interface {
+	// SetANA sets the group optimized or inaccessible on every port (an
+	// ANA change to the hosts) and returns once applied.
+	SetANA(group uint32, optimized bool) error
+	// Flush flushes the group's namespaces (after SetANA inaccessible, so
+	// that no new write comes in).
+	Flush(group uint32) error
+	// Addrs returns the address vectors of every RADOS client through
+	// which the gateway may write (the rbd backends'; see
+	// backend.CephClients).
+	Addrs() []string
+}
+
+// Event is an action the runner carried out, with its outcome, for
+// tests, logs and metrics.
+type Event struct {
+	At     time.Time
+	Action Action
+	Err    error // the operation's result (cluster actions) or SetANA's
+}
+
+// Runner drives a [Machine] with a [Cluster] and an [Applier].
+type Runner struct {
+	cfg       Config
+	canonical string
+	cl        Cluster
+	ap        Applier
+	log       *zap.Logger
+	// Tick is how often the machine is ticked: RenewInterval/4, at most
+	// 250 ms.
+	tick time.Duration
+	// OnEvent, if set, is called (on the runner's goroutine) after each
+	// action; it must not block.
+	OnEvent func(Event)
+
+	mu     sync.Mutex
+	m      *Machine
+	status []GroupStatus
+	degr   string
+	fences int
+
+	results chan func() []Action
+	ops     sync.WaitGroup // cluster operations on their goroutines
+}
+
+// NewRunner returns a runner; canonical is this gateway's group
+// configuration in canonical form (checked against the cluster's).
+func NewRunner(cfg Config, canonical string, cl Cluster, ap Applier, log *zap.Logger) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := NewMachine(cfg)
+	r := &Runner{cfg: cfg, canonical: canonical, cl: cl, ap: ap, log: log, m: m,
+		tick:    min(cfg.RenewInterval/4, 250*time.Millisecond),
+		results: make(chan func() []Action, len(cfg.Groups)+1),
+		status:  m.Status(), degr: m.Degraded()}
+	return r, nil
+}
+
+// Status returns the groups' states and why the gateway does not take
+// ownership ("" if it may).
+func (r *Runner) Status() ([]GroupStatus, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.status), r.degr
+}
+
+// Fences returns the number of fences this runner performed.
+func (r *Runner) Fences() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fences
+}
+
+// Run runs until ctx ends (it then releases the groups it owns, bounded by
+// release, and returns nil; with release <= 0 it abandons them: their
+// leases expire and the next owner fences this gateway) or the gateway is fenced (it returns an error
+// matching ErrFenced: the caller exits non-zero).
+func (r *Runner) Run(ctx context.Context, release time.Duration) error {
+	t := time.NewTicker(r.tick)
+	defer t.Stop()
+	checked, checking := false, false
+	pending := 0
+	for {
+		now := time.Now()
+		var acts []Action
+		if !checked && !checking {
+			checking = true
+			pending++
+			r.ops.Add(1)
+			go func() {
+				defer r.ops.Done()
+				ok, diff, err := r.cl.CheckConfig(r.canonical)
+				r.results <- func() []Action {
+					checking = false
+					if err != nil {
+						r.log.Warn("gateway: cannot check the group configuration against the cluster's", zap.Error(err))
+						if errors.Is(err, ErrFenced) {
+							return []Action{{Kind: ActExitFenced, Reason: err.Error()}}
+						}
+						return nil
+					}
+					checked = true
+					if !ok {
+						r.log.Error("gateway: this gateway's group configuration differs from the one stored in the cluster: "+
+							"it will not take ownership of any group (degraded)", zap.String("difference", diff))
+					}
+					r.m.ConfigChecked(ok, diff)
+					return nil
+				}
+			}()
+		}
+		acts = append(acts, r.m.Tick(now)...)
+		for len(acts) > 0 {
+			var err error
+			acts, err = r.do(acts, &pending)
+			if err != nil {
+				return err
+			}
+		}
+		r.publish()
+		select {
+		case <-ctx.Done():
+			return r.shutdown(release, pending)
+		case <-t.C:
+		case <-r.cl.Changed():
+			r.m.Notified()
+		case f := <-r.results:
+			pending--
+			acts = f()
+			for len(acts) > 0 {
+				var err error
+				if acts, err = r.do(acts, &pending); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func (r *Runner) publish() {
+	st, d := r.m.Status(), r.m.Degraded()
+	r.mu.Lock()
+	r.status, r.degr = st, d
+	r.mu.Unlock()
+}
+
+func (r *Runner) record() Record {
+	addrs := []string{r.cl.Addrs()}
+	for _, a := range r.ap.Addrs() {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs}
+}
+
+func (r *Runner) event(a Action, err error) {
+	if r.OnEvent != nil {
+		r.OnEvent(Event{At: time.Now(), Action: a, Err: err})
+	}
+}
+
+// do carries out acts: local ones now, cluster ones on a goroutine whose
+// result comes back through r.results. It returns the actions that local
+// ones produced (none today) or ErrFenced.
+func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
+	for _, a := range acts {
+		g := a.Group
+		async := func(op func() error, done func(error) []Action) {
+			*pending++
+			r.ops.Add(1)
+			go func() {
+				defer r.ops.Done()
+				err := op()
+				r.results <- func() []Action {
+					r.event(a, err)
+					switch {
+					case err != nil && a.Kind != ActRead:
+						r.log.Warn("gateway: "+a.String()+" failed", zap.Error(err))
+					case err == nil && a.Kind != ActRead && a.Kind != ActRenew:
+						r.log.Info("gateway: " + a.String() + ": done")
+					}
+					return done(err)
+				}
+			}()
+		}
+		switch a.Kind {
+		case ActSetANA:
+			err := r.ap.SetANA(g, a.Optimized)
+			r.event(a, err)
+			if err != nil {
+				r.log.Error("gateway: "+a.String()+" failed", zap.Error(err))
+			} else {
+				r.log.Info("gateway: " + a.String())
+			}
+		case ActStepDown:
+			r.event(a, nil)
+			r.log.Warn("gateway: stepped down from group", zap.Uint32("group", g), zap.String("reason", a.Reason))
+		case ActExitFenced:
+			r.event(a, nil)
+			r.log.Error("gateway: this gateway was fenced by another: it stops serving and exits", zap.String("reason", a.Reason))
+			r.publish()
+			if err := r.m.FenceErr(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %s", ErrFenced, a.Reason)
+		case ActRead:
+			var o Observed
+			async(func() (err error) { o, err = r.cl.Read(g); return err },
+				func(err error) []Action { return r.m.ReadDone(g, time.Now(), o, err) })
+		case ActAcquire:
+			rec := r.record()
+			async(func() error { return r.cl.Acquire(g, rec) },
+				func(err error) []Action { return r.m.AcquireDone(g, err) })
+		case ActRenew:
+			rec := r.record()
+			var req string
+			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
+				func(err error) []Action { return r.m.RenewDone(g, req, err) })
+		case ActFence:
+			r.log.Warn("gateway: fencing the previous holder before taking the group", zap.Uint32("group", g),
+				zap.Strings("addrs", a.Addrs), zap.String("reason", a.Reason))
+			async(func() error { return r.cl.Fence(a.Addrs) },
+				func(err error) []Action {
+					if err == nil {
+						r.mu.Lock()
+						r.fences++
+						r.mu.Unlock()
+					}
+					return r.m.FenceDone(g, time.Now(), err)
+				})
+		case ActRelease:
+			rec := r.record()
+			rec.Released, rec.HandoverTo = true, a.To
+			async(func() error {
+				if err := r.ap.Flush(g); err != nil {
+					return fmt.Errorf("flush before the release: %w", err)
+				}
+				return r.cl.Release(g, rec)
+			}, func(err error) []Action { return r.m.ReleaseDone(g, err) })
+		case ActRequestHandover:
+			async(func() error { return r.cl.RequestHandover(g, r.cfg.Name) },
+				func(err error) []Action { return r.m.RequestDone(g, err) })
+		}
+	}
+	return nil, nil
+}
+
+// Quiesce waits up to d for the cluster operations still running after Run
+// returned (a fence can take the monitor's timeout) and reports whether
+// none is left: only then may the Cluster be closed.
+func (r *Runner) Quiesce(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		r.ops.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// shutdown waits for the operations out, then releases what this gateway
+// owns (inaccessible, flush, release to nobody), within d.
+func (r *Runner) shutdown(d time.Duration, pending int) error {
+	if d <= 0 {
+		return nil
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for ; pending > 0; pending-- {
+		select {
+		case f := <-r.results:
+			f() // results are applied, actions dropped
+		case <-deadline.C:
+			return nil
+		}
+	}
+	for _, a := range r.m.Shutdown() {
+		switch a.Kind {
+		case ActSetANA:
+			r.event(a, r.ap.SetANA(a.Group, false))
+		case ActRelease:
+			rec := r.record()
+			rec.Released = true
+			done := make(chan error, 1)
+			r.ops.Add(1)
+			go func() {
+				defer r.ops.Done()
+				if err := r.ap.Flush(a.Group); err != nil {
+					done <- err
+					return
+				}
+				done <- r.cl.Release(a.Group, rec)
+			}()
+			select {
+			case err := <-done:
+				r.event(a, err)
+				if err != nil {
+					r.log.Warn("gateway: release at shutdown failed: the next owner fences this gateway", zap.Uint32("group", a.Group), zap.Error(err))
+				} else {
+					r.log.Info("gateway: released group at shutdown", zap.Uint32("group", a.Group))
+				}
+			case <-deadline.C:
+				return nil
+			}
+		}
+	}
+	r.publish()
+	return nil
+}
