@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -118,7 +119,7 @@ ports:
   - {id: 1, address: 127.0.0.1, service_id: 0, subsystems: [nqn.2024-01.com.example:gw]}
 `, filepath.Join(dir, "ctl.sock")))
 	cmd := exec.Command(bin, "--config", cfg, "--log-format", "console")
-	cmd.Env = binEnv(dir)
+	cmd.Env = testnode.Env(dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
