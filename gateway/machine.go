@@ -226,6 +226,10 @@ type group struct {
 	fences    int
 	lastErr   string
 	fenceSess string // Fencing/Acquiring: the session being fenced
+	// serveAfter: the group could not be served here (the target refused
+	// to make it optimized, [Machine.ServeFailed]); it is not acquired
+	// again before this time, so that a survivor takes it meanwhile.
+	serveAfter time.Time
 }
 
 // Machine is the group-ownership logic of one gateway: a pure state
@@ -399,7 +403,12 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		g.freeSince = time.Time{}
 		if o.LockerSession == m.cfg.Session {
 			// Our own lock (we stepped down while the cluster still had
-			// it): take it again; no fence, it is us.
+			// it): take it again; no fence, it is us. Not while the
+			// group cannot be served here: the lock then runs out and
+			// a survivor fences this gateway's clients and takes it.
+			if now.Before(g.serveAfter) {
+				return nil
+			}
 			return m.acquire(g, now)
 		}
 		g.holder = o.Record.Name
@@ -412,7 +421,7 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		}
 		return nil
 	}
-	if !m.configOK {
+	if !m.configOK || now.Before(g.serveAfter) {
 		return nil
 	}
 	if g.freeSince.IsZero() {
@@ -515,6 +524,24 @@ func (m *Machine) RenewDone(id uint32, handoverRequest string, err error) []Acti
 		}
 	}
 	return nil
+}
+
+// ServeFailed reports that the group, just acquired, could not be made
+// optimized here (the target refused the change). Holding the lock without
+// serving would keep the group down on every gateway, so it is released
+// to nobody (the first survivor takes it without fencing, as at a clean
+// stop) and not taken again here for one lease.
+func (m *Machine) ServeFailed(id uint32, now time.Time, err error) []Action {
+	g := m.group(id)
+	if g == nil || g.role != Owner {
+		return nil
+	}
+	g.noteErr(err)
+	g.role, g.pending, g.issued, g.serveAfter = Releasing, true, now, now.Add(m.cfg.Lease)
+	return []Action{
+		{Kind: ActSetANA, Group: g.id, Optimized: false},
+		{Kind: ActStepDown, Group: g.id, Reason: "the target could not serve it: " + err.Error()},
+		{Kind: ActRelease, Group: g.id}}
 }
 
 // ReleaseDone reports the result of ActRelease. Failed or not, the group

@@ -385,3 +385,35 @@ func TestMachineReleasedToNobody(t *testing.T) {
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 	})
 }
+
+// TestMachineServeFailed: the target refuses to make an acquired group
+// optimized: the gateway releases it to nobody instead of holding it down,
+// and does not take it again for one lease (a survivor takes it meanwhile).
+func TestMachineServeFailed(t *testing.T) {
+	m := oneGroup("a")
+	refused := errors.New("reload: port 1: address in use")
+	run(t, m, append(ownedSteps,
+		step{func(m *Machine) []Action { return m.ServeFailed(1, at(100), refused) }, []string{
+			"group 1: set-ana inaccessible",
+			"group 1: step-down (the target could not serve it: reload: port 1: address in use)",
+			"group 1: release to "}},
+		step{tick(1000), nil}, // the release is out
+		step{released(1, nil), nil},
+		// Released to nobody and free: not taken again within the lease.
+		step{tick(2000), []string{"group 1: read"}},
+		step{read(1, 2000, Observed{Record: Record{Name: "a", Session: "a-s1", Released: true}}, nil), nil},
+		// Nor is its own lock, if the release had not gone through.
+		step{tick(5000), []string{"group 1: read"}},
+		step{read(1, 5000, heldBy("a"), nil), nil},
+		// After the lease it may serve it again.
+		step{tick(10100), []string{"group 1: read"}},
+		step{read(1, 10100, free, nil), []string{"group 1: acquire"}},
+	))
+	if st := m.Status()[0]; st.LastError != refused.Error() {
+		t.Fatalf("status %+v: want the refusal as the last error", st)
+	}
+	// A refusal reported for a group not owned changes nothing.
+	if acts := m.ServeFailed(2, at(0), refused); acts != nil {
+		t.Fatalf("ServeFailed of an unknown group: %v", acts)
+	}
+}

@@ -211,8 +211,10 @@ func (r *Runner) event(a Action, err error) {
 
 // do carries out acts: local ones now, cluster ones on a goroutine whose
 // result comes back through r.results. It returns the actions that local
-// ones produced (none today) or ErrFenced.
+// ones produced (a group given up when the target refused to serve it) or
+// ErrFenced.
 func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
+	var more []Action
 	for _, a := range acts {
 		g := a.Group
 		async := func(op func() error, done func(error) []Action) {
@@ -239,6 +241,11 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 			r.event(a, err)
 			if err != nil {
 				r.log.Error("gateway: "+a.String()+" failed", zap.Error(err))
+				if a.Optimized {
+					// Not served here: give the group up rather than hold
+					// it down on every gateway.
+					more = append(more, r.m.ServeFailed(g, time.Now(), err)...)
+				}
 			} else {
 				r.log.Info("gateway: " + a.String())
 			}
@@ -292,7 +299,7 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 				func(err error) []Action { return r.m.RequestDone(g, err) })
 		}
 	}
-	return nil, nil
+	return more, nil
 }
 
 // Quiesce waits up to d for the cluster operations still running after Run
