@@ -17,8 +17,16 @@
 # librbd settings (--rbd-cache=false: a completed write is on the OSDs), and
 # with NVMETD_RBD_BENCH_DEFAULT=1 also with librbd's defaults (rbd_cache on:
 # writes may complete from the client's memory, which a gateway must not
-# do), for reference. Env: NVMETD_RBD_BENCH_QD (16), NVMETD_RBD_BENCH_OPS4K
-# (16384), NVMETD_RBD_BENCH_OPS128K (4096).
+# do), for reference.
+#
+# Third, the gateway's figure: nvmetd (built with the rbd tags) serves the
+# image as namespace 1 on 127.0.0.1 and `nvmeof bench` (NVMe/iWARP over
+# loopback, one I/O queue, QD in flight) runs the same pattern against it for
+# NVMETD_RBD_BENCH_RUNTIME (10s), alternating with the other two.
+# NVMETD_RBD_BENCH_PERF=1 also records `perf stat -e
+# context-switches,cpu-clock` of nvmetd over each of its runs (per I/O in the
+# log). Env: NVMETD_RBD_BENCH_QD (16), NVMETD_RBD_BENCH_OPS4K (16384),
+# NVMETD_RBD_BENCH_OPS128K (4096).
 set -euo pipefail
 
 REPS=${1:-3}
@@ -26,6 +34,8 @@ QD=${NVMETD_RBD_BENCH_QD:-16}
 OPS4K=${NVMETD_RBD_BENCH_OPS4K:-16384}
 OPS128K=${NVMETD_RBD_BENCH_OPS128K:-4096}
 DEFAULTS=${NVMETD_RBD_BENCH_DEFAULT:-0}
+RUNTIME=${NVMETD_RBD_BENCH_RUNTIME:-10s}
+PERF=${NVMETD_RBD_BENCH_PERF:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 
@@ -33,13 +43,16 @@ log() { printf '[bench] %s\n' "$*" >&2; }
 
 dir=$(mktemp -d /tmp/nvmetd-ceph-bench-XXXXXX)
 bin=$(mktemp /tmp/nvmetd-rbd-bench-XXXXXX.test)
+nvmetd_pid=
 cleanup() {
+	[ -z "$nvmetd_pid" ] || { kill "$nvmetd_pid" 2>/dev/null; wait "$nvmetd_pid" 2>/dev/null || true; }
 	NVMETD_CEPH_DIR=$dir test/ceph/cluster.sh stop || true
 	rm -rf "$dir" "$bin"
 }
 trap cleanup EXIT
 export NVMETD_CEPH_DIR=$dir
 
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 t0=$SECONDS
 test/ceph/cluster.sh start
 log "cluster started in $((SECONDS - t0)) s"
@@ -49,6 +62,9 @@ RBD=(rbd --conf "$CEPH_CONF" --id "$CEPH_CLIENT_ID" --keyring "$CEPH_KEYRING" --
 tags=$(make -s --no-print-directory rbd-tags)
 log "building the backend's test binary (-tags $tags)"
 CGO_ENABLED=1 go test -c -tags "$tags" -o "$bin" ./backend/
+log "building nvmetd (-tags $tags) and nvmeof"
+CGO_ENABLED=1 go build -tags "$tags" -o "$dir/nvmetd" ./cmd/nvmetd
+go build -o "$dir/nvmeof" ./cmd/nvmeof
 
 IMAGE=bench
 "${RBD[@]}" create --size 1G "$IMAGE"
@@ -75,27 +91,77 @@ backend_bench() {
 		awk '/^BenchmarkRBD/ { for (i = 1; i < NF; i++) if ($(i+1) == "IOPS") print $i }'
 }
 
+# The target: nvmetd serving the image on a free loopback port.
+NQN=nqn.2014-08.org.nvmetd:rbd-bench
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$dir/nvmetd.yaml" <<EOF
+daemon:
+  shutdown_timeout: 5s
+ports:
+  - address: 127.0.0.1
+    service_id: "$PORT"
+    subsystems: [$NQN]
+subsystems:
+  - nqn: $NQN
+    allow_any_host: true
+    namespaces:
+      - nsid: 1
+        backend: {kind: rbd, pool: $CEPH_POOL, image: $IMAGE, ceph_conf: $CEPH_CONF, client_id: $CEPH_CLIENT_ID, keyring: $CEPH_KEYRING, block_size: 4096}
+EOF
+"$dir/nvmetd" --config "$dir/nvmetd.yaml" --data-dir "$dir" --control-socket "$dir/nvmetd.sock" --log-format json >"$dir/nvmetd.log" 2>&1 &
+nvmetd_pid=$!
+for _ in $(seq 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+	kill -0 "$nvmetd_pid" 2>/dev/null || { cat "$dir/nvmetd.log" >&2; exit 1; }
+	sleep 0.2
+done
+log "nvmetd (pid $nvmetd_pid) serves $CEPH_POOL/$IMAGE on 127.0.0.1:$PORT"
+
+# nvmetd_bench PATTERN: IOPS of nvmeof bench against nvmetd.
+nvmetd_bench() {
+	local rw=${1%%-*} bs=4k
+	case $rw in seqwrite) rw=write ;; seqread) rw=read ;; esac
+	case $1 in *128KiB) bs=128k ;; esac
+	local pstat=$dir/perf.out perf_pid=
+	if [ "$PERF" = 1 ]; then
+		perf stat -x, -e context-switches,cpu-clock -p "$nvmetd_pid" -o "$pstat" &
+		perf_pid=$!
+	fi
+	local iops
+	iops=$("$dir/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i 1 --force --iodepth "$QD" --rw "$rw" --bs "$bs" \
+		--runtime "$RUNTIME" -o json 2>/dev/null | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["total"]["iops"])')
+	if [ -n "$perf_pid" ]; then
+		kill -INT "$perf_pid"; wait "$perf_pid" || true
+		awk -F, -v iops="$iops" -v rt="${RUNTIME%s}" '$3 == "context-switches" { cs = $1 } $3 ~ /cpu-clock/ { ms = $1 }
+			END { n = iops * rt; printf "[bench]   nvmetd: %.1f context switches, %.0f us CPU per I/O\n", cs / n, ms * 1000 / n }' "$pstat" >&2
+	fi
+	echo "$iops"
+}
+
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2] + a[NR/2+1]) / 2 }'; }
 
 results=()
 for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
-	r=() g=() d=()
+	r=() g=() d=() t=()
 	for _ in $(seq "$REPS"); do
 		r+=("$(rbd_bench "$p" --rbd-cache=false)")
 		g+=("$(backend_bench "$p")")
+		t+=("$(nvmetd_bench "$p")")
 		[ "$DEFAULTS" != 1 ] || d+=("$(rbd_bench "$p")")
 	done
-	log "$p: rbd bench ${r[*]}; backend ${g[*]}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
+	log "$p: rbd bench ${r[*]}; backend ${g[*]}; nvmetd ${t[*]}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
 	rm=$(printf '%s\n' "${r[@]}" | median)
 	gm=$(printf '%s\n' "${g[@]}" | median)
-	line=$(printf '%-18s %14.0f %14.0f %8.2f' "$p" "$rm" "$gm" "$(awk -v a="$gm" -v b="$rm" 'BEGIN { print a / b }')")
+	tm=$(printf '%s\n' "${t[@]}" | median)
+	line=$(printf '%-18s %14.0f %14.0f %8.2f %14.0f %8.2f' "$p" "$rm" "$gm" "$(awk -v a="$gm" -v b="$rm" 'BEGIN { print a / b }')" \
+		"$tm" "$(awk -v a="$tm" -v b="$rm" 'BEGIN { print a / b }')")
 	if [ "$DEFAULTS" = 1 ]; then
 		dm=$(printf '%s\n' "${d[@]}" | median)
 		line+=$(printf ' %16.0f %8.2f' "$dm" "$(awk -v a="$gm" -v b="$dm" 'BEGIN { print a / b }')")
 	fi
 	results+=("$line")
 done
-printf '\n%-18s %14s %14s %8s' pattern "rbd bench" backend ratio
+printf '\n%-18s %14s %14s %8s %14s %8s' pattern "rbd bench" backend ratio nvmetd ratio
 [ "$DEFAULTS" != 1 ] || printf ' %16s %8s' "rbd b. rbd_cache" ratio
-printf '   (IOPS, median of %s; QD %s; load average %s)\n' "$REPS" "$QD" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '   (IOPS, median of %s; QD %s; load average %s at the start, %s at the end)\n' "$REPS" "$QD" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%s\n' "${results[@]}"
