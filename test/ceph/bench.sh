@@ -12,8 +12,11 @@
 #   randwrite-4KiB  randread-4KiB  seqwrite-128KiB  seqread-128KiB  (QD $QD)
 #
 # rbd bench issues librbd's asynchronous I/O (QD in flight from one
-# thread); the backend issues synchronous rbd_read/rbd_write from QD
-# goroutines, as the target's workers do. rbd bench runs with the backend's
+# thread); the backend runs twice: synchronous rbd_read/rbd_write from QD
+# goroutines (what the target's workers do when the asynchronous path is
+# full), and its asynchronous path (rbd_aio_*, completions on an eventfd;
+# what the target uses), QD goroutines each waiting for its completion.
+# rbd bench runs with the backend's
 # librbd settings (--rbd-cache=false: a completed write is on the OSDs), and
 # with NVMETD_RBD_BENCH_DEFAULT=1 also with librbd's defaults (rbd_cache on:
 # writes may complete from the client's memory, which a gateway must not
@@ -22,7 +25,7 @@
 # Third, the gateway's figure: nvmetd (built with the rbd tags) serves the
 # image as namespace 1 on 127.0.0.1 and `nvmeof bench` (NVMe/iWARP over
 # loopback, one I/O queue, QD in flight) runs the same pattern against it for
-# NVMETD_RBD_BENCH_RUNTIME (10s), alternating with the other two.
+# NVMETD_RBD_BENCH_RUNTIME (10s), alternating with the others.
 # NVMETD_RBD_BENCH_PERF=1 also records `perf stat -e
 # context-switches,cpu-clock` of nvmetd over each of its runs (per I/O in the
 # log). Env: NVMETD_RBD_BENCH_QD (16), NVMETD_RBD_BENCH_OPS4K (16384),
@@ -82,12 +85,13 @@ rbd_bench() {
 		--io-pattern "$pattern" "$IMAGE" 2>&1 | awk '/^elapsed:/ { print $6 }'
 }
 
-# backend_bench PATTERN: ops/s of BenchmarkRBD.
+# backend_bench PATTERN [-aio]: ops/s of BenchmarkRBD (synchronous calls;
+# -aio: the asynchronous path).
 backend_bench() {
 	local ops=$OPS4K
 	case $1 in *128KiB) ops=$OPS128K ;; esac
 	NVMETD_RBD_BENCH_IMAGE=$IMAGE NVMETD_RBD_BENCH_QD=$QD "$bin" -test.run '^$' \
-		-test.bench "^BenchmarkRBD\$/^$1-QD$QD\$" -test.benchtime "${ops}x" -test.count 1 2>&1 |
+		-test.bench "^BenchmarkRBD\$/^$1-QD$QD${2:-}\$" -test.benchtime "${ops}x" -test.count 1 2>&1 |
 		awk '/^BenchmarkRBD/ { for (i = 1; i < NF; i++) if ($(i+1) == "IOPS") print $i }'
 }
 
@@ -142,26 +146,29 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR+1)/2]; el
 
 results=()
 for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
-	r=() g=() d=() t=()
+	r=() g=() a=() d=() t=()
 	for _ in $(seq "$REPS"); do
 		r+=("$(rbd_bench "$p" --rbd-cache=false)")
 		g+=("$(backend_bench "$p")")
+		a+=("$(backend_bench "$p" -aio)")
 		t+=("$(nvmetd_bench "$p")")
 		[ "$DEFAULTS" != 1 ] || d+=("$(rbd_bench "$p")")
 	done
-	log "$p: rbd bench ${r[*]}; backend ${g[*]}; nvmetd ${t[*]}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
+	log "$p: rbd bench ${r[*]}; backend ${g[*]}; backend aio ${a[*]}; nvmetd ${t[*]}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
 	rm=$(printf '%s\n' "${r[@]}" | median)
 	gm=$(printf '%s\n' "${g[@]}" | median)
+	am=$(printf '%s\n' "${a[@]}" | median)
 	tm=$(printf '%s\n' "${t[@]}" | median)
-	line=$(printf '%-18s %14.0f %14.0f %8.2f %14.0f %8.2f' "$p" "$rm" "$gm" "$(awk -v a="$gm" -v b="$rm" 'BEGIN { print a / b }')" \
-		"$tm" "$(awk -v a="$tm" -v b="$rm" 'BEGIN { print a / b }')")
+	ratio() { awk -v a="$1" -v b="$rm" 'BEGIN { print a / b }'; }
+	line=$(printf '%-18s %10.0f %10.0f %6.2f %10.0f %6.2f %10.0f %6.2f' "$p" "$rm" "$gm" "$(ratio "$gm")" "$am" "$(ratio "$am")" \
+		"$tm" "$(ratio "$tm")")
 	if [ "$DEFAULTS" = 1 ]; then
 		dm=$(printf '%s\n' "${d[@]}" | median)
 		line+=$(printf ' %16.0f %8.2f' "$dm" "$(awk -v a="$gm" -v b="$dm" 'BEGIN { print a / b }')")
 	fi
 	results+=("$line")
 done
-printf '\n%-18s %14s %14s %8s %14s %8s' pattern "rbd bench" backend ratio nvmetd ratio
+printf '\n%-18s %10s %10s %6s %10s %6s %10s %6s' pattern "rbd bench" "be. sync" ratio "be. aio" ratio nvmetd ratio
 [ "$DEFAULTS" != 1 ] || printf ' %16s %8s' "rbd b. rbd_cache" ratio
 printf '   (IOPS, median of %s; QD %s; load average %s at the start, %s at the end)\n' "$REPS" "$QD" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%s\n' "${results[@]}"
