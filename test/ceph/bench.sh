@@ -28,7 +28,9 @@
 # NVMETD_RBD_BENCH_RUNTIME (10s), alternating with the others.
 # NVMETD_RBD_BENCH_PERF=1 also records `perf stat -e
 # context-switches,cpu-clock` of nvmetd over each of its runs (per I/O in the
-# log). Env: NVMETD_RBD_BENCH_QD (16), NVMETD_RBD_BENCH_OPS4K (16384),
+# log). NVMETD_RBD_BENCH_BASE=REV also builds nvmetd of git revision REV and
+# runs it the same way after each nvmetd run (before/after in one run; the
+# two serve the same image in turn). Env: NVMETD_RBD_BENCH_QD (16), NVMETD_RBD_BENCH_OPS4K (16384),
 # NVMETD_RBD_BENCH_OPS128K (4096).
 set -euo pipefail
 
@@ -39,6 +41,7 @@ OPS128K=${NVMETD_RBD_BENCH_OPS128K:-4096}
 DEFAULTS=${NVMETD_RBD_BENCH_DEFAULT:-0}
 RUNTIME=${NVMETD_RBD_BENCH_RUNTIME:-10s}
 PERF=${NVMETD_RBD_BENCH_PERF:-0}
+BASE=${NVMETD_RBD_BENCH_BASE:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 
@@ -46,9 +49,11 @@ log() { printf '[bench] %s\n' "$*" >&2; }
 
 dir=$(mktemp -d /tmp/nvmetd-ceph-bench-XXXXXX)
 bin=$(mktemp /tmp/nvmetd-rbd-bench-XXXXXX.test)
-nvmetd_pid=
+nvmetd_pids=()
 cleanup() {
-	[ -z "$nvmetd_pid" ] || { kill "$nvmetd_pid" 2>/dev/null; wait "$nvmetd_pid" 2>/dev/null || true; }
+	for pid in "${nvmetd_pids[@]}"; do
+		kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+	done
 	NVMETD_CEPH_DIR=$dir test/ceph/cluster.sh stop || true
 	rm -rf "$dir" "$bin"
 }
@@ -68,6 +73,12 @@ CGO_ENABLED=1 go test -c -tags "$tags" -o "$bin" ./backend/
 log "building nvmetd (-tags $tags) and nvmeof"
 CGO_ENABLED=1 go build -tags "$tags" -o "$dir/nvmetd" ./cmd/nvmetd
 go build -o "$dir/nvmeof" ./cmd/nvmeof
+if [ -n "$BASE" ]; then
+	log "building nvmetd of $BASE (-tags $tags) for comparison"
+	mkdir "$dir/base-src"
+	git archive "$BASE" | tar -x -C "$dir/base-src"
+	(cd "$dir/base-src" && CGO_ENABLED=1 go build -tags "$tags" -o "$dir/nvmetd_base" ./cmd/nvmetd)
+fi
 
 IMAGE=bench
 "${RBD[@]}" create --size 1G "$IMAGE"
@@ -95,15 +106,18 @@ backend_bench() {
 		awk '/^BenchmarkRBD/ { for (i = 1; i < NF; i++) if ($(i+1) == "IOPS") print $i }'
 }
 
-# The target: nvmetd serving the image on a free loopback port.
+# start_nvmetd NAME: nvmetd binary $dir/NAME serving the image on a free
+# loopback port: sets port_NAME and pid_NAME.
 NQN=nqn.2014-08.org.nvmetd:rbd-bench
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cat >"$dir/nvmetd.yaml" <<EOF
+start_nvmetd() {
+	local name=$1 port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	cat >"$dir/$name.yaml" <<EOF
 daemon:
   shutdown_timeout: 5s
 ports:
   - address: 127.0.0.1
-    service_id: "$PORT"
+    service_id: "$port"
     subsystems: [$NQN]
 subsystems:
   - nqn: $NQN
@@ -112,32 +126,40 @@ subsystems:
       - nsid: 1
         backend: {kind: rbd, pool: $CEPH_POOL, image: $IMAGE, ceph_conf: $CEPH_CONF, client_id: $CEPH_CLIENT_ID, keyring: $CEPH_KEYRING, block_size: 4096}
 EOF
-"$dir/nvmetd" --config "$dir/nvmetd.yaml" --data-dir "$dir" --control-socket "$dir/nvmetd.sock" --log-format json >"$dir/nvmetd.log" 2>&1 &
-nvmetd_pid=$!
-for _ in $(seq 100); do
-	(exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-	kill -0 "$nvmetd_pid" 2>/dev/null || { cat "$dir/nvmetd.log" >&2; exit 1; }
-	sleep 0.2
-done
-log "nvmetd (pid $nvmetd_pid) serves $CEPH_POOL/$IMAGE on 127.0.0.1:$PORT"
+	mkdir -p "$dir/$name.d"
+	"$dir/$name" --config "$dir/$name.yaml" --data-dir "$dir/$name.d" --control-socket "$dir/$name.sock" --log-format json >"$dir/$name.log" 2>&1 &
+	local pid=$!
+	nvmetd_pids+=("$pid")
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+		kill -0 "$pid" 2>/dev/null || { cat "$dir/$name.log" >&2; exit 1; }
+		sleep 0.2
+	done
+	printf -v "port_$name" %s "$port"
+	printf -v "pid_$name" %s "$pid"
+	log "$name (pid $pid) serves $CEPH_POOL/$IMAGE on 127.0.0.1:$port"
+}
+start_nvmetd nvmetd
+[ -z "$BASE" ] || start_nvmetd nvmetd_base
 
-# nvmetd_bench PATTERN: IOPS of nvmeof bench against nvmetd.
+# nvmetd_bench PATTERN NAME: IOPS of nvmeof bench against nvmetd NAME.
 nvmetd_bench() {
-	local rw=${1%%-*} bs=4k
+	local rw=${1%%-*} bs=4k name=$2
+	local port_var=port_$name pid_var=pid_$name
 	case $rw in seqwrite) rw=write ;; seqread) rw=read ;; esac
 	case $1 in *128KiB) bs=128k ;; esac
 	local pstat=$dir/perf.out perf_pid=
 	if [ "$PERF" = 1 ]; then
-		perf stat -x, -e context-switches,cpu-clock -p "$nvmetd_pid" -o "$pstat" &
+		perf stat -x, -e context-switches,cpu-clock -p "${!pid_var}" -o "$pstat" &
 		perf_pid=$!
 	fi
 	local iops
-	iops=$("$dir/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i 1 --force --iodepth "$QD" --rw "$rw" --bs "$bs" \
+	iops=$("$dir/nvmeof" bench -t rdma -a 127.0.0.1 -s "${!port_var}" -n "$NQN" -i 1 --force --iodepth "$QD" --rw "$rw" --bs "$bs" \
 		--runtime "$RUNTIME" -o json 2>/dev/null | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["total"]["iops"])')
 	if [ -n "$perf_pid" ]; then
 		kill -INT "$perf_pid"; wait "$perf_pid" || true
-		awk -F, -v iops="$iops" -v rt="${RUNTIME%s}" '$3 == "context-switches" { cs = $1 } $3 ~ /cpu-clock/ { ms = $1 }
-			END { n = iops * rt; printf "[bench]   nvmetd: %.1f context switches, %.0f us CPU per I/O\n", cs / n, ms * 1000 / n }' "$pstat" >&2
+		awk -F, -v iops="$iops" -v rt="${RUNTIME%s}" -v name="$name" '$3 == "context-switches" { cs = $1 } $3 ~ /cpu-clock/ { ms = $1 }
+			END { n = iops * rt; printf "[bench]   %s: %.1f context switches, %.0f us CPU per I/O\n", name, cs / n, ms * 1000 / n }' "$pstat" >&2
 	fi
 	echo "$iops"
 }
@@ -146,15 +168,16 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR+1)/2]; el
 
 results=()
 for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
-	r=() g=() a=() d=() t=()
+	r=() g=() a=() d=() t=() o=()
 	for _ in $(seq "$REPS"); do
 		r+=("$(rbd_bench "$p" --rbd-cache=false)")
 		g+=("$(backend_bench "$p")")
 		a+=("$(backend_bench "$p" -aio)")
-		t+=("$(nvmetd_bench "$p")")
+		t+=("$(nvmetd_bench "$p" nvmetd)")
+		[ -z "$BASE" ] || o+=("$(nvmetd_bench "$p" nvmetd_base)")
 		[ "$DEFAULTS" != 1 ] || d+=("$(rbd_bench "$p")")
 	done
-	log "$p: rbd bench ${r[*]}; backend ${g[*]}; backend aio ${a[*]}; nvmetd ${t[*]}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
+	log "$p: rbd bench ${r[*]}; backend ${g[*]}; backend aio ${a[*]}; nvmetd ${t[*]}${o[*]:+; nvmetd $BASE ${o[*]}}${d[*]:+; rbd bench with rbd_cache ${d[*]}}"
 	rm=$(printf '%s\n' "${r[@]}" | median)
 	gm=$(printf '%s\n' "${g[@]}" | median)
 	am=$(printf '%s\n' "${a[@]}" | median)
@@ -162,6 +185,10 @@ for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
 	ratio() { awk -v a="$1" -v b="$rm" 'BEGIN { print a / b }'; }
 	line=$(printf '%-18s %10.0f %10.0f %6.2f %10.0f %6.2f %10.0f %6.2f' "$p" "$rm" "$gm" "$(ratio "$gm")" "$am" "$(ratio "$am")" \
 		"$tm" "$(ratio "$tm")")
+	if [ -n "$BASE" ]; then
+		om=$(printf '%s\n' "${o[@]}" | median)
+		line+=$(printf ' %10.0f %6.2f' "$om" "$(ratio "$om")")
+	fi
 	if [ "$DEFAULTS" = 1 ]; then
 		dm=$(printf '%s\n' "${d[@]}" | median)
 		line+=$(printf ' %16.0f %8.2f' "$dm" "$(awk -v a="$gm" -v b="$dm" 'BEGIN { print a / b }')")
@@ -169,6 +196,7 @@ for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
 	results+=("$line")
 done
 printf '\n%-18s %10s %10s %6s %10s %6s %10s %6s' pattern "rbd bench" "be. sync" ratio "be. aio" ratio nvmetd ratio
+[ -z "$BASE" ] || printf ' %10s %6s' "nvmetd $BASE" ratio
 [ "$DEFAULTS" != 1 ] || printf ' %16s %8s' "rbd b. rbd_cache" ratio
 printf '   (IOPS, median of %s; QD %s; load average %s at the start, %s at the end)\n' "$REPS" "$QD" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%s\n' "${results[@]}"
