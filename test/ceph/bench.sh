@@ -89,7 +89,11 @@ log "filling $IMAGE (1 GiB)"
 rbd_bench() {
 	local type=${1%%-*} size=${1##*-} pattern=rand ops extra=("${@:2}")
 	type=${type#rand}; type=${type#seq}
-	case $1 in seq*) pattern=seq ;; esac
+	# full-seq: one sequential stream with QD in flight, as BenchmarkRBD
+	# and nvmeof bench (fio's rw=read/write) issue it; rbd bench's "seq"
+	# gives each of its QD threads a region of its own (QD streams, on QD
+	# different objects at a time).
+	case $1 in seq*) pattern=full-seq ;; esac
 	case $size in 4KiB) size=4K ops=$OPS4K ;; 128KiB) size=128K ops=$OPS128K ;; esac
 	local bytes=$((ops * ${size%K} * 1024))
 	"${RBD[@]}" "${extra[@]}" bench --io-type "$type" --io-size "$size" --io-threads "$QD" --io-total "$bytes" \
