@@ -110,8 +110,6 @@ type rbdAsync struct {
 	tags [rbdReapBatch]C.uintptr_t
 	rets [rbdReapBatch]C.int64_t
 	buf  [8]byte
-
-	started, completed atomic.Uint64
 }
 
 // imageHandle returns the rbd_image_t of a go-ceph Image (an unexported
@@ -181,7 +179,6 @@ func (a *rbdAsync) start(op Op, p []byte, off int64, c Completion) (bool, error)
 	if op == OpWrite {
 		cop = C.NVMETD_AIO_WRITE
 	}
-	a.started.Add(1)
 	r := C.nvmetd_rbd_start(a.img, cop, C.uint64_t(off), C.size_t(len(p)), (*C.char)(unsafe.Pointer(&p[0])), C.uintptr_t(i))
 	if r < 0 {
 		a.take(i)
@@ -201,7 +198,6 @@ func (a *rbdAsync) take(i int32) (c Completion, op Op, off int64, n int) {
 	}
 	s.pin.Unpin()
 	s.done = nil
-	a.completed.Add(1)
 	a.free = append(a.free, i)
 	a.outstanding--
 	if a.outstanding == 0 && a.draining {
