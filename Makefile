@@ -94,8 +94,9 @@ test-rbd:
 	$(MAKE) --no-print-directory test-rbd-run
 
 test-rbd-run:
-	$(GO) vet -tags $(RBD_TAGS) $(RBD_PKGS)
+	$(GO) vet -tags $(RBD_TAGS) $(RBD_PKGS) ./target/
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -tags $(RBD_TAGS) $(RBD_PKGS)
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 5m -tags $(RBD_TAGS) -run 'RBD' ./target/
 	CGO_ENABLED=1 $(GO) test -count=1 -run 'Alloc' -v -tags $(RBD_TAGS) ./backend/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)'
 
 bench-rbd:

@@ -277,6 +277,32 @@ type NowaitIO interface {
 	TryWriteAt(p []byte, off int64, fua bool) (done bool, err error)
 }
 
+// AsyncIO is implemented by backends that can start a read or a write
+// without blocking the caller and report its end later (the rbd backend,
+// on librbd's asynchronous API): the caller (a queue's engine goroutine)
+// starts it and goes on, and no goroutine or OS thread waits for the
+// operation.
+//
+// StartReadAt and StartWriteAt return false, having done nothing, when the
+// backend cannot take the operation now (its cap on operations in flight is
+// reached, or it is closing): the caller then uses ReadAt or WriteAt, which
+// wait. With true, c.IODone is called exactly once, with what ReadAt or
+// WriteAt would have returned, on another goroutine, or on the caller's
+// before the Start call returns (a request refused at once: out of range,
+// read-only, closed). p belongs to the backend until then: the caller must
+// neither reuse it nor let it go before IODone. IODone must not block for
+// long: the backend delivers other completions on the same goroutine.
+type AsyncIO interface {
+	StartReadAt(p []byte, off int64, c Completion) bool
+	StartWriteAt(p []byte, off int64, fua bool, c Completion) bool
+}
+
+// Completion receives the outcome of an operation started through
+// [AsyncIO].
+type Completion interface {
+	IODone(err error)
+}
+
 // HealthReporter is implemented by backends that can describe device health
 // as human-readable text (the block backend, for SATA, SAS and NVMe disks).
 type HealthReporter interface {

@@ -21,14 +21,24 @@ import (
 // RADOS client connection of its own. It exists only in builds with the rbd
 // tag ([RBDBuildTag]).
 //
-// Data path. ReadAt and WriteAt are rbd_read and rbd_write on the caller's
-// buffer (go-ceph passes it to librbd as is; nvmetd makes no copy). They are
-// synchronous: go-ceph has no asynchronous I/O, so the target runs them on
-// its backend workers (the rbd kind is not inline), and several run at once
-// on one image. librbd's own cache is turned off (rbd_cache=false), so a
-// completed write is on the OSDs (acknowledged by every replica), FUA or
-// not, and nothing acknowledged lives only in this process: another gateway
-// can take the image over. Flush is rbd_flush all the same.
+// Data path. The target starts reads and writes with StartReadAt and
+// StartWriteAt ([AsyncIO]): rbd_aio_read and rbd_aio_write on the caller's
+// buffer (pinned while librbd holds it; no copy), with completions that
+// have no callback: librbd queues them and signals an eventfd
+// (rbd_set_image_notification), which one goroutine reads through the
+// runtime's netpoller and drains with rbd_poll_io_events, completing each
+// command from there. So no OS thread waits per operation and there is no
+// hand-off to a worker; at most rbdMaxAIO operations are in flight per
+// image, beyond which a start is refused and the target runs the command
+// on a worker with the synchronous calls. ReadAt and WriteAt are those:
+// rbd_read and rbd_write through go-ceph, on the caller's buffer. Both
+// paths use the same image handle (go-ceph's, whose rbd_image_t the
+// asynchronous path reads from the go-ceph Image), so librbd's exclusive
+// lock stays with one owner. librbd's own cache is turned off
+// (rbd_cache=false), so a completed write is on the OSDs (acknowledged by
+// every replica), FUA or not, and nothing acknowledged lives only in this
+// process: another gateway can take the image over. Flush is rbd_flush all
+// the same (on a worker, as WriteZeroes and Discard).
 //
 // Zeroing. WriteZeroes is rbd_writesame with a block of zeroes, which
 // librbd turns into a zeroing discard (rbd_discard_on_zeroed_write_same,
@@ -71,6 +81,9 @@ type RBD struct {
 	ioctx  *rados.IOContext
 	image  *rbd.Image
 	watch  *rbd.Watch
+	aio    *rbdAsync // the asynchronous path ([AsyncIO]); nil without one
+
+	opTimeout time.Duration
 
 	size    atomic.Int64  // the image size rounded down to bs
 	sizeMu  sync.Mutex    // serialises size refreshes
@@ -84,6 +97,7 @@ var (
 	_ Backend      = (*RBD)(nil)
 	_ SizeNotifier = (*RBD)(nil)
 	_ CephClient   = (*RBD)(nil)
+	_ AsyncIO      = (*RBD)(nil)
 )
 
 // rbdZeroes is the block WriteZeroes repeats (rbd_writesame).
@@ -197,7 +211,7 @@ func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
 
 	r := &RBD{
 		spec: spec, bs: bs, ro: o.ReadOnly,
-		conn: conn, ioctx: ioctx, image: image,
+		conn: conn, ioctx: ioctx, image: image, opTimeout: o.OpTimeout,
 		changed: make(chan struct{}, 1),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -235,6 +249,11 @@ func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
 	}, nil)
 	if err != nil {
 		return nil, fail("watch the image header: %w", rbdErr(err))
+	}
+	r.aio, err = newRBDAsync(image, r.aioDone)
+	if err != nil {
+		_ = r.watch.Unwatch()
+		return nil, fail("asynchronous I/O: %w", err)
 	}
 	go r.refresher()
 	return r, nil
@@ -339,6 +358,68 @@ func (r *RBD) WriteAt(p []byte, off int64, fua bool) error {
 	return nil
 }
 
+// StartReadAt starts rbd_aio_read of len(p) bytes at off into p. See
+// [AsyncIO].
+func (r *RBD) StartReadAt(p []byte, off int64, c Completion) bool {
+	return r.startAIO(OpRead, p, off, c)
+}
+
+// StartWriteAt starts rbd_aio_write of p at off. Writes are durable when
+// they complete (no librbd cache), so fua needs nothing more. See
+// [AsyncIO].
+func (r *RBD) StartWriteAt(p []byte, off int64, fua bool, c Completion) bool {
+	return r.startAIO(OpWrite, p, off, c)
+}
+
+// startAIO starts a read or a write on the asynchronous path; false when
+// every slot is taken (or there is no such path).
+func (r *RBD) startAIO(op Op, p []byte, off int64, c Completion) bool {
+	if r.aio == nil {
+		return false
+	}
+	if err := CheckRange(op, off, int64(len(p)), r.size.Load(), r.bs); err != nil {
+		c.IODone(err)
+		return true
+	}
+	var err error
+	if op == OpWrite {
+		err = r.acquireWrite()
+	} else {
+		err = r.acquire()
+	}
+	if err != nil {
+		c.IODone(err)
+		return true
+	}
+	defer r.release()
+	if len(p) == 0 {
+		c.IODone(nil)
+		return true
+	}
+	ok, err := r.aio.start(op, p, off, c)
+	if !ok {
+		return false
+	}
+	if err != nil {
+		c.IODone(r.fail(op, off, int64(len(p)), 0, err))
+	}
+	return true
+}
+
+// aioDone completes an asynchronous operation with librbd's return value:
+// a read must have transferred all its bytes; a negative value is an
+// errno, classified as for the synchronous calls.
+func (r *RBD) aioDone(c Completion, op Op, off int64, n int, ret int64) {
+	switch {
+	case ret < 0:
+		c.IODone(r.fail(op, off, int64(n), 0, aioErrno(ret)))
+	case op == OpRead && ret != int64(n):
+		c.IODone(r.fail(op, off, int64(n), int(ret), nil))
+	default:
+		c.IODone(nil)
+	}
+}
+
 // Flush calls rbd_flush. See [Backend].
 func (r *RBD) Flush() error {
 	if err := r.acquire(); err != nil {
@@ -416,10 +497,13 @@ func (r *RBD) Health() (Health, error) {
 	return Health{Reason: "rbd backend: no device-reported health (see the Ceph cluster's health)"}, nil
 }
 
-// Close waits for calls in progress, then stops the header watch, closes
-// the image (which flushes nothing, as there is no cache) and shuts the
-// RADOS client down. With the cluster unreachable each of those steps is
-// bounded by OpTimeout.
+// Close waits for calls in progress and for the asynchronous operations in
+// flight (each ends within OpTimeout; Close waits at most 3 OpTimeouts for
+// them, then goes on: rbd_close waits for librbd's I/O, and what is left is
+// completed with ErrUnavailable afterwards), then stops the header watch,
+// closes the image (which flushes nothing, as there is no cache) and shuts
+// the RADOS client down. With the cluster unreachable each of those steps
+// is bounded by OpTimeout.
 func (r *RBD) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -431,11 +515,27 @@ func (r *RBD) Close() error {
 	close(r.stop)
 	<-r.done
 	var errs []error
+	if r.aio != nil {
+		// Operations in flight end within the op timeout (a completion
+		// with ETIMEDOUT); a write may take two operations (the
+		// exclusive lock, then the write). Beyond that bound the image is
+		// closed all the same: rbd_close waits for librbd's I/O itself.
+		if !r.aio.drain(3 * r.opTimeout) {
+			errs = append(errs, fmt.Errorf("asynchronous I/O still in flight after %s", 3*r.opTimeout))
+		}
+		r.aio.stopPoller()
+	}
 	if err := r.watch.Unwatch(); err != nil {
 		errs = append(errs, fmt.Errorf("unwatch: %w", rbdErr(err)))
 	}
 	if err := r.image.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close the image: %w", rbdErr(err)))
+	}
+	if r.aio != nil {
+		r.aio.closeAfterImage(func(c Completion, op Op, off int64, n int) {
+			c.IODone(fmt.Errorf("backend rbd %s: %s at %d length %d: the image was closed with it in flight: %w: %w",
+				r.spec, op, off, n, ErrUnavailable, ErrClosed))
+		})
 	}
 	r.ioctx.Destroy()
 	r.conn.Shutdown()

@@ -31,9 +31,12 @@ func envInt(name string, def int) int {
 
 // BenchmarkRBD measures the rbd backend directly (no target, no network
 // other than librados's): 4 KiB random and 128 KiB sequential writes and
-// reads, rbdBenchQD calls in flight from as many goroutines, as the
-// target's workers issue them. Compare with `rbd bench` (librbd's own
-// asynchronous I/O at the same depth): test/ceph/bench.sh runs both.
+// reads, rbdBenchQD calls in flight from as many goroutines: synchronous
+// ReadAt/WriteAt (as the target's workers issue them), and, in the
+// sub-benchmarks ending in -aio, the asynchronous path the target uses
+// (StartReadAt/StartWriteAt, each goroutine waiting for its completion).
+// Compare with `rbd bench` (librbd's own asynchronous I/O at the same
+// depth): test/ceph/bench.sh runs them all.
 func BenchmarkRBD(b *testing.B) {
 	c := cephtest.Shared(b)
 	image := os.Getenv("NVMETD_RBD_BENCH_IMAGE")
@@ -67,44 +70,60 @@ func BenchmarkRBD(b *testing.B) {
 		{"seqwrite-128KiB", 128 << 10, true, false},
 		{"seqread-128KiB", 128 << 10, false, false},
 	} {
-		b.Run(c.name+"-QD"+strconv.Itoa(rbdBenchQD), func(b *testing.B) {
-			blocks := span / c.size
-			var next atomic.Int64 // the next sequence number to issue
-			var failed atomic.Bool
-			b.SetBytes(c.size)
-			b.ReportAllocs()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for w := range rbdBenchQD {
-				wg.Go(func() {
-					p := pageBuffer(b, int(c.size))
-					rng := rand.New(rand.NewPCG(uint64(w), 42))
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) || failed.Load() {
-							return
-						}
-						off := (i % blocks) * c.size
-						if c.rand {
-							off = rng.Int64N(blocks) * c.size
-						}
-						var err error
-						if c.write {
-							err = r.WriteAt(p, off, false)
-						} else {
-							err = r.ReadAt(p, off)
-						}
-						if err != nil {
-							failed.Store(true)
-							b.Error(err)
-							return
-						}
-					}
-				})
+		for _, async := range []bool{false, true} {
+			name := c.name + "-QD" + strconv.Itoa(rbdBenchQD)
+			if async {
+				name += "-aio"
 			}
-			wg.Wait()
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "IOPS")
+			b.Run(name, func(b *testing.B) { benchRBD(b, r, span, c.size, c.write, c.rand, async) })
+		}
+	}
+}
+
+// benchRBD is one sub-benchmark of BenchmarkRBD: size-byte operations,
+// writes or reads, random or sequential, synchronous or asynchronous.
+func benchRBD(b *testing.B, r *backend.RBD, span, size int64, write, random, async bool) {
+	blocks := span / size
+	var next atomic.Int64 // the next sequence number to issue
+	var failed atomic.Bool
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g := range rbdBenchQD {
+		wg.Go(func() {
+			p := pageBuffer(b, int(size))
+			w := make(aioWaiter, 1)
+			rng := rand.New(rand.NewPCG(uint64(g), 42))
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) || failed.Load() {
+					return
+				}
+				off := (i % blocks) * size
+				if random {
+					off = rng.Int64N(blocks) * size
+				}
+				var err error
+				switch {
+				case async && write && r.StartWriteAt(p, off, false, w):
+					err = <-w
+				case async && !write && r.StartReadAt(p, off, w):
+					err = <-w
+				case write:
+					err = r.WriteAt(p, off, false)
+				default:
+					err = r.ReadAt(p, off)
+				}
+				if err != nil {
+					failed.Store(true)
+					b.Error(err)
+					return
+				}
+			}
 		})
 	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "IOPS")
 }

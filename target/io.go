@@ -130,10 +130,14 @@ func (ns *namespace) check(sqe *nvmeof.SQE, dataLen int) nvmeof.Status {
 
 // submit runs a checked command: inline for backends that never sleep,
 // inline too for a read or write that the backend can do without waiting
-// (page cache), else on the namespace's worker pool.
+// (page cache), started on the backend's asynchronous path when it has
+// one, else on the namespace's worker pool.
 func (ns *namespace) submit(s *server, c *command) {
 	if ns.inline {
 		s.execIO(c)
+		return
+	}
+	if ns.async != nil && s.tryAsync(c) {
 		return
 	}
 	if ns.nowait != nil && s.tryNowait(c) {

@@ -46,8 +46,11 @@ type namespace struct {
 	// buffered file, from the page cache): they run on the queue's
 	// goroutine when they can, on a worker when they would wait.
 	nowait backend.NowaitIO
-	ids    nvmeof.NSIdentifiers
-	pool   *workerPool // the shared pool, or a dedicated one (ownPool)
+	// async: the backend starts reads and writes without blocking and
+	// completes them on its own goroutine (an rbd image, librbd's aio).
+	async backend.AsyncIO
+	ids   nvmeof.NSIdentifiers
+	pool  *workerPool // the shared pool, or a dedicated one (ownPool)
 	// ownPool is set when the namespace has dedicated workers
 	// (NamespaceConfig.IOWorkers) that close with it.
 	ownPool bool
@@ -158,6 +161,7 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 	ns.readOnly = ns.info.ReadOnly
 	ns.inline = ns.info.Kind == backend.KindNull || ns.info.Kind == backend.KindMemory
 	ns.nowait, _ = ns.be.(backend.NowaitIO)
+	ns.async, _ = ns.be.(backend.AsyncIO)
 	ns.ids = namespaceIDs(nqn, &cfg, ns.info)
 	ns.pool = s.shared
 	if cfg.IOWorkers > 0 {

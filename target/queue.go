@@ -74,6 +74,10 @@ type command struct {
 	// here to its response); zero when commands are not timed
 	// (server.timed).
 	start time.Time
+	// ctrl and issued: a command started on a backend's asynchronous
+	// path (tryAsync), for its completion (IODone).
+	ctrl   *controller
+	issued time.Time
 }
 
 // cmdKind says what a command in execution is, for the continuations

@@ -1,0 +1,77 @@
+package target
+
+import (
+	"time"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// tryAsync starts a read or a write on a backend with an asynchronous path
+// (backend.AsyncIO, the rbd backend on librbd's aio) from the queue's
+// goroutine and returns at once: the backend completes it (IODone) from
+// its own completion goroutine, with no hop to a worker and no goroutine
+// waiting. false: nothing was started (another opcode, or the backend's
+// cap on operations in flight is reached): the caller hands the command to
+// a worker, where it waits its turn and runs the synchronous call. The
+// checks and accounting are execIO's.
+func (s *server) tryAsync(c *command) bool {
+	q, r, ns := c.q, c.r, c.ns
+	sqe := r.SQE()
+	op := sqe.Opcode()
+	if op != nvmeof.NVMRead && op != nvmeof.NVMWrite {
+		return false
+	}
+	ctrl := q.ctrl.Load()
+	if ctrl == nil || !r.Queue().Live() || !ctrl.io.get() {
+		return false // execIO answers it
+	}
+	rw := sqe.RWCmd()
+	off := int64(rw.SLBA() << ns.lbaShift)
+	c.ctrl, c.issued = ctrl, time.Now()
+	// From here c belongs to the backend until IODone, which may run
+	// before Start returns.
+	var ok bool
+	if op == nvmeof.NVMRead {
+		ok = ns.async.StartReadAt(r.Data(), off, c)
+	} else {
+		ok = ns.async.StartWriteAt(r.Data(), off, rw.FUA(), c)
+	}
+	if !ok {
+		c.ctrl = nil
+		ctrl.io.put()
+	}
+	return ok
+}
+
+// IODone completes a command started by tryAsync (backend.Completion): as
+// execIO after its backend call.
+func (c *command) IODone(err error) {
+	q, r, ns, ctrl := c.q, c.r, c.ns, c.ctrl
+	c.ctrl = nil
+	op := r.SQE().Opcode()
+	t1 := time.Now()
+	ns.met.observe(op, t1.Sub(c.issued))
+	st := nvmeof.StatusSuccess
+	n := uint64(len(r.Data()))
+	if op == nvmeof.NVMRead {
+		ns.readCmds.Add(1)
+		if err == nil {
+			ns.readBytes.Add(n)
+		} else {
+			st = ns.ioFailed(q.s, backend.OpRead, err)
+		}
+	} else {
+		ns.writeCmds.Add(1)
+		if err == nil {
+			ns.writeBytes.Add(n)
+		} else {
+			st = ns.ioFailed(q.s, backend.OpWrite, err)
+		}
+	}
+	ns.put()
+	ctrl.io.put()
+	q.respondAt(r, st, t1)
+}
+
+var _ backend.Completion = (*command)(nil)
