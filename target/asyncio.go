@@ -28,7 +28,10 @@ func (s *server) tryAsync(c *command) bool {
 	}
 	rw := sqe.RWCmd()
 	off := int64(rw.SLBA() << ns.lbaShift)
-	c.ctrl, c.issued = ctrl, time.Now()
+	c.ctrl, c.issued = ctrl, time.Time{}
+	if s.timed.Load() {
+		c.issued = time.Now()
+	}
 	// From here c belongs to the backend until IODone, which may run
 	// before Start returns.
 	var ok bool
@@ -50,25 +53,12 @@ func (c *command) IODone(err error) {
 	q, r, ns, ctrl := c.q, c.r, c.ns, c.ctrl
 	c.ctrl = nil
 	op := r.SQE().Opcode()
-	t1 := time.Now()
-	ns.met.observe(op, t1.Sub(c.issued))
-	st := nvmeof.StatusSuccess
-	n := uint64(len(r.Data()))
-	if op == nvmeof.NVMRead {
-		ns.readCmds.Add(1)
-		if err == nil {
-			ns.readBytes.Add(n)
-		} else {
-			st = ns.ioFailed(q.s, backend.OpRead, err)
-		}
-	} else {
-		ns.writeCmds.Add(1)
-		if err == nil {
-			ns.writeBytes.Add(n)
-		} else {
-			st = ns.ioFailed(q.s, backend.OpWrite, err)
-		}
+	var t1 time.Time // the response's time; zero: untimed (server.timed)
+	if !c.issued.IsZero() {
+		t1 = time.Now()
+		ns.met.observe(op, t1.Sub(c.issued))
 	}
+	st := ns.rwDone(q.s, op, len(r.Data()), err)
 	ns.put()
 	ctrl.io.put()
 	q.respondAt(r, st, t1)

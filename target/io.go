@@ -184,25 +184,33 @@ func (s *server) tryNowait(c *command) bool {
 		t1 = time.Now()
 		ns.met.observe(op, t1.Sub(t0))
 	}
-	st := nvmeof.StatusSuccess
+	st := ns.rwDone(s, op, len(data), err)
+	ns.put()
+	q.respondAt(r, st, t1)
+	return true
+}
+
+// rwDone counts a read or write (op) of n bytes that ended with err and
+// returns its status: the accounting of every path that runs one
+// (execIO's exec, tryNowait, the asynchronous path's IODone).
+func (ns *namespace) rwDone(s *server, op uint8, n int, err error) nvmeof.Status {
+	bop := backend.OpWrite
 	if op == nvmeof.NVMRead {
+		bop = backend.OpRead
 		ns.readCmds.Add(1)
 		if err == nil {
-			ns.readBytes.Add(uint64(len(data)))
-		} else {
-			st = ns.ioFailed(s, backend.OpRead, err)
+			ns.readBytes.Add(uint64(n))
 		}
 	} else {
 		ns.writeCmds.Add(1)
 		if err == nil {
-			ns.writeBytes.Add(uint64(len(data)))
-		} else {
-			st = ns.ioFailed(s, backend.OpWrite, err)
+			ns.writeBytes.Add(uint64(n))
 		}
 	}
-	ns.put()
-	q.respondAt(r, st, t1)
-	return true
+	if err != nil {
+		return ns.ioFailed(s, bop, err)
+	}
+	return nvmeof.StatusSuccess
 }
 
 // execIO runs a command's backend work and completes it: an NVM command on
@@ -253,20 +261,10 @@ func (ns *namespace) exec(s *server, sqe *nvmeof.SQE, data []byte) nvmeof.Status
 	var op backend.Op
 	switch sqe.Opcode() {
 	case nvmeof.NVMRead:
-		op = backend.OpRead
-		err = ns.be.ReadAt(data, int64(sqe.RWCmd().SLBA()<<ns.lbaShift))
-		ns.readCmds.Add(1)
-		if err == nil {
-			ns.readBytes.Add(uint64(len(data)))
-		}
+		return ns.rwDone(s, nvmeof.NVMRead, len(data), ns.be.ReadAt(data, int64(sqe.RWCmd().SLBA()<<ns.lbaShift)))
 	case nvmeof.NVMWrite:
-		op = backend.OpWrite
 		rw := sqe.RWCmd()
-		err = ns.be.WriteAt(data, int64(rw.SLBA()<<ns.lbaShift), rw.FUA())
-		ns.writeCmds.Add(1)
-		if err == nil {
-			ns.writeBytes.Add(uint64(len(data)))
-		}
+		return ns.rwDone(s, nvmeof.NVMWrite, len(data), ns.be.WriteAt(data, int64(rw.SLBA()<<ns.lbaShift), rw.FUA()))
 	case nvmeof.NVMWriteZeroes:
 		op = backend.OpWriteZeroes
 		wz := sqe.WriteZeroesCmd()
