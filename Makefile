@@ -49,8 +49,8 @@ help:
 	@echo 'make interop     the interop tests against the Linux kernels (6.1, 6.12) in the lab VM (test/lab)'
 	@echo 'make lab         set up the lab VM, both kernels (test/lab/setup.sh; root)'
 	@echo 'make install     deploy/install.sh (root)'
-	@echo 'make deb         the Debian package into dist/ (deploy/deb/build.sh)'
-	@echo 'make deb-test    make deb, then install, run and purge it in a clean Debian root (root; deploy/deb/test.sh)'
+	@echo 'make deb         the Debian packages into dist/: nvmetd, and nvmetd-rbd if librbd-dev/librados-dev are installed (deploy/deb/build.sh)'
+	@echo 'make deb-test    make deb, then install, run and purge them in a clean Debian root (root; deploy/deb/test.sh)'
 	@echo 'make clean       remove bin/ and $(BENCHOUT)'
 
 build:
@@ -175,11 +175,14 @@ install:
 		echo "install: deploy/install.sh does not exist yet"; exit 1; \
 	fi
 
+# nvmetd, and nvmetd-rbd where librbd-dev and librados-dev are installed
+# (NVMETD_DEB_RBD=1 demands it, =0 skips it).
 deb:
+	rm -f dist/nvmetd_*.deb dist/nvmetd-rbd_*.deb
 	VERSION=$(VERSION) deploy/deb/build.sh dist
 
 deb-test: deb
-	$(SUDO) deploy/deb/test.sh dist/nvmetd_*.deb
+	$(SUDO) deploy/deb/test.sh dist/nvmetd_*.deb $(wildcard dist/nvmetd-rbd_*.deb)
 
 clean:
 	rm -rf bin/ dist/ $(BENCHOUT)

@@ -11,20 +11,26 @@
 # systemd-analyze (the unit's verification), nvme-cli (DH-HMAC-CHAP keys
 # checked against nvme gen-dhchap-key/check-dhchap-key), python3 (the
 # Linux reference peer of nvmeof/auth/testdata/linuxref.py) and tshark (wire
-# traces must dissect as iWARP and NVMe-oF). The lab VM's
+# traces must dissect as iWARP and NVMe-oF), librbd-dev and librados-dev
+# (make deb builds the nvmetd-rbd package with them, which TestDebPackage
+# installs and checks) and dpkg-dev (dpkg-shlibdeps computes that package's
+# library dependencies). The lab VM's
 # own packages (qemu, the guest kernel) are installed by test/lab/setup.sh,
-# which the interop tests run; the Ceph packages (ceph-mon, ceph-osd,
-# ceph-common, librbd-dev, librados-dev) by test/ceph/cluster.sh, which make
-# test-rbd runs.
+# which the interop tests run; the Ceph cluster's packages (ceph-mon,
+# ceph-osd, ceph-common; librbd-dev and librados-dev again) by
+# test/ceph/cluster.sh, which make test-rbd runs.
 set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 for tool in ip:iproute2 ss:iproute2 tcpdump:tcpdump losetup:mount mount:mount mkfs.ext4:e2fsprogs \
-	nsenter:util-linux prlimit:util-linux fio:fio systemd-analyze:systemd nvme:nvme-cli python3:python3 tshark:tshark; do
+	nsenter:util-linux prlimit:util-linux fio:fio systemd-analyze:systemd nvme:nvme-cli python3:python3 tshark:tshark \
+	dpkg-shlibdeps:dpkg-dev; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
+[ -e /usr/include/rbd/librbd.h ] || need+=(librbd-dev)
+[ -e /usr/include/rados/librados.h ] || need+=(librados-dev)
 [ ${#need[@]} -gt 0 ] || exit 0
 mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
 if [ "$(id -u)" != 0 ]; then

@@ -1,14 +1,25 @@
 #!/bin/bash
-# Build the nvmetd Debian package with dpkg-deb (make deb).
+# Build the nvmetd Debian packages with dpkg-deb (make deb).
 #
 #   deploy/deb/build.sh [OUTDIR]      default OUTDIR: dist/
 #
-# The package holds /usr/sbin/nvmetd, /usr/sbin/nvmetctl, /usr/bin/nvmeof,
+# nvmetd (always): static binaries. The package holds /usr/sbin/nvmetd, /usr/sbin/nvmetctl, /usr/bin/nvmeof,
 # /usr/bin/iwping, the
 # systemd unit, /etc/nvmetd/nvmetd.yaml (a conffile: dpkg keeps the admin's
 # edits), man pages and bash/zsh completions generated from the programs'
 # own flag definitions (deploy/deb/gendocs), LICENSE and copyright, and the
 # changelog. Version: `git describe` (tags vX.Y.Z), or VERSION=.
+#
+# nvmetd-rbd (when librbd-dev and librados-dev are installed): the daemon
+# built with cgo and the rbd tags (make rbd-tags), i.e. with the Ceph RBD
+# backend and the gateway group, as /usr/sbin/nvmetd-rbd, with the unit
+# nvmetd-rbd.service (same configuration as nvmetd.service, which it
+# conflicts with), the example configs/nvmetd-gateway.yaml under
+# /usr/share/doc/nvmetd-rbd/examples and nvmetd-rbd(8) as a link to
+# nvmetd(8). Depends: nvmetd of the same version, and librbd1/librados2 as
+# dpkg-shlibdeps computes them. Without the Ceph headers it is skipped
+# (said so; exit 0) unless NVMETD_DEB_RBD=1 demands it; NVMETD_DEB_RBD=0
+# skips it.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -159,3 +170,151 @@ mkdir -p "$out"
 deb=$out/nvmetd_${DEBVER}_${ARCH}.deb
 dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
 echo "$deb"
+
+# nvmetd-rbd.
+want_rbd=${NVMETD_DEB_RBD:-auto}
+[ "$want_rbd" = 0 ] && { echo "nvmetd-rbd: not built (NVMETD_DEB_RBD=0)"; exit 0; }
+missing=()
+# (LIBRBD_H, LIBRADOS_H: the headers looked for, as in the Makefile.)
+[ -e "${LIBRBD_H:-/usr/include/rbd/librbd.h}" ] || missing+=(librbd-dev)
+[ -e "${LIBRADOS_H:-/usr/include/rados/librados.h}" ] || missing+=(librados-dev)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+if [ ${#missing[@]} -gt 0 ]; then
+	msg="nvmetd-rbd: not built: ${missing[*]} not installed (apt-get install ${missing[*]}; test/deps.sh installs them)"
+	if [ "$want_rbd" = 1 ]; then
+		echo "$msg, and NVMETD_DEB_RBD=1 demands it" >&2
+		exit 1
+	fi
+	echo "$msg"
+	exit 0
+fi
+tags=$(make -s -C "$src" --no-print-directory rbd-tags)
+echo "building nvmetd-rbd $VERSION (-tags $tags, cgo; links librbd1, librados2)"
+(cd "$src" && CGO_ENABLED=1 "$GO" build -trimpath -tags "$tags" \
+	-ldflags "-s -w -X github.com/nvmetd/nvmetd/internal/version.version=$VERSION" -o "$bin/nvmetd-rbd" ./cmd/nvmetd)
+
+rroot=$work/rbdroot
+install -D -m 0755 "$bin/nvmetd-rbd" "$rroot/usr/sbin/nvmetd-rbd"
+# The library dependencies: dpkg-shlibdeps wants a debian/control to run
+# in, even one that names nothing; it reads the libraries' shlibs and
+# symbols files. If it cannot, the upstream versions of the installed
+# libraries (what the binary was linked against) are the minimum.
+shl=$work/shlibdeps
+mkdir -p "$shl/debian"
+printf 'Source: nvmetd\n\nPackage: nvmetd-rbd\nArchitecture: any\n' >"$shl/debian/control"
+if libdeps=$(cd "$shl" && dpkg-shlibdeps -O "$rroot/usr/sbin/nvmetd-rbd" 2>"$work/shlibdeps.log") &&
+	libdeps=${libdeps#shlibs:Depends=} && [[ $libdeps == *librbd1* && $libdeps == *librados2* ]]; then
+	echo "nvmetd-rbd: dpkg-shlibdeps: $libdeps"
+else
+	cat "$work/shlibdeps.log" >&2 || true
+	upver() { dpkg-query -W -f='${Version}' "$1" | sed -E 's/^[0-9]+://; s/^([0-9]+\.[0-9]+).*/\1/'; }
+	libdeps="libc6, librbd1 (>= $(upver librbd1)), librados2 (>= $(upver librados2))"
+	echo "nvmetd-rbd: dpkg-shlibdeps failed; from the installed libraries: $libdeps"
+fi
+
+# The unit: nvmetd.service with the rbd-enabled binary, conflicting with
+# nvmetd.service (one of the two serves /etc/nvmetd/nvmetd.yaml).
+install -d -m 0755 "$rroot/lib/systemd/system"
+sed -e 's|^ExecStart=/usr/local/sbin/nvmetd |ExecStart=/usr/sbin/nvmetd-rbd |' \
+	-e 's|^# Installed by deploy/install.sh.|# Installed by the nvmetd-rbd package: nvmetd built with the Ceph RBD backend\
+# and the gateway group (docs/rbd.md), on the configuration nvmetd.service\
+# uses. Run one of the two: systemctl disable --now nvmetd; systemctl\
+# enable --now nvmetd-rbd. A gateway fenced by its group exits 75 and is\
+# restarted (Restart=on-failure) with new Ceph clients.|' \
+	-e 's|systemctl edit nvmetd$|systemctl edit nvmetd-rbd|' \
+	-e 's|^Description=.*|Description=nvmetd NVMe-oF target with Ceph RBD and gateway group (nvmetd-rbd)|' \
+	-e 's|^Documentation=.*|&\nDocumentation=file:/usr/share/doc/nvmetd-rbd/README.Debian\nConflicts=nvmetd.service|' \
+	"$src/deploy/nvmetd.service" >"$rroot/lib/systemd/system/nvmetd-rbd.service"
+chmod 0644 "$rroot/lib/systemd/system/nvmetd-rbd.service"
+grep -q '^ExecStart=/usr/sbin/nvmetd-rbd ' "$rroot/lib/systemd/system/nvmetd-rbd.service" ||
+	{ echo "nvmetd-rbd.service: ExecStart not rewritten (deploy/nvmetd.service changed?)" >&2; exit 1; }
+# The flags are nvmetd's: nvmetd-rbd(8) is nvmetd(8) (in nvmetd, which this
+# package depends on).
+install -d -m 0755 "$rroot/usr/share/man/man8"
+ln -s nvmetd.8.gz "$rroot/usr/share/man/man8/nvmetd-rbd.8.gz"
+rdoc=$rroot/usr/share/doc/nvmetd-rbd
+install -D -m 0644 "$src/configs/nvmetd-gateway.yaml" "$rdoc/examples/nvmetd-gateway.yaml"
+install -m 0644 "$doc/copyright" "$rdoc/copyright"
+cat >>"$rdoc/copyright" <<'COPY'
+ nvmetd-rbd also contains github.com/ceph/go-ceph (MIT) and links
+ dynamically against librbd and librados (Ceph, LGPL-2.1 or LGPL-3).
+COPY
+gzip -9nc "$src/CHANGELOG.md" >"$rdoc/changelog.gz"
+cat >"$rdoc/README.Debian" <<'TXT'
+nvmetd-rbd for Debian
+---------------------
+
+/usr/sbin/nvmetd-rbd is nvmetd built with cgo against librbd/librados: it
+adds namespaces of kind rbd (Ceph RBD images) and the gateway group (the
+gateway: section). Its flags, environment and configuration are nvmetd's
+(nvmetd(8), /etc/nvmetd/nvmetd.yaml); the static nvmetd refuses to start
+with a gateway: section (exit 78) and cannot open rbd namespaces.
+
+Run it as a service instead of nvmetd, on the same configuration:
+
+  nvmetd-rbd --check-config --config /etc/nvmetd/nvmetd.yaml
+  systemctl disable --now nvmetd.service
+  systemctl enable --now nvmetd-rbd.service
+
+The two units conflict (starting one stops the other); nvmetctl talks to
+whichever runs. Local settings: systemctl edit nvmetd-rbd, and
+/etc/default/nvmetd (read by both).
+
+A gateway group: examples/nvmetd-gateway.yaml here (the Ceph user, the
+keyring and the pool it needs are described at its top); the design and
+the failure handling are in docs/rbd.md of the source
+(https://github.com/nvmetd/nvmetd/blob/main/docs/rbd.md).
+TXT
+chmod 0644 "$rdoc/README.Debian"
+
+install -d -m 0755 "$rroot/DEBIAN"
+rsize=$(du -sk --exclude=DEBIAN "$rroot" | cut -f1)
+cat >"$rroot/DEBIAN/control" <<CTRL
+Package: nvmetd-rbd
+Version: $DEBVER
+Architecture: $ARCH
+Maintainer: nvmetd developers <nvmetd@example.org>
+Installed-Size: $rsize
+Depends: nvmetd (= $DEBVER), $libdeps
+Section: admin
+Priority: optional
+Homepage: https://github.com/nvmetd/nvmetd
+Description: nvmetd NVMe-oF target with the Ceph RBD backend and gateway group
+ nvmetd-rbd is nvmetd (package nvmetd) built against librbd and librados:
+ namespaces can be Ceph RBD images, and several nvmetd-rbd gateways can
+ serve the same RBD namespaces as one subsystem with one path per gateway,
+ each ANA group owned (optimized) by one gateway at a time through a lease
+ on a RADOS object, with fencing (OSD blocklist) on failover. It runs on
+ nvmetd's configuration, as the unit nvmetd-rbd.service instead of
+ nvmetd.service.
+CTRL
+cat >"$rroot/DEBIAN/postinst" <<'SH'
+#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+	systemctl daemon-reload >/dev/null 2>&1 || true
+	# Not enabled or started: see /usr/share/doc/nvmetd-rbd/README.Debian.
+fi
+exit 0
+SH
+cat >"$rroot/DEBIAN/prerm" <<'SH'
+#!/bin/sh
+set -e
+if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+	systemctl stop nvmetd-rbd.service >/dev/null 2>&1 || true
+	systemctl disable nvmetd-rbd.service >/dev/null 2>&1 || true
+fi
+exit 0
+SH
+cat >"$rroot/DEBIAN/postrm" <<'SH'
+#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then
+	systemctl daemon-reload >/dev/null 2>&1 || true
+fi
+exit 0
+SH
+chmod 0755 "$rroot/DEBIAN/postinst" "$rroot/DEBIAN/prerm" "$rroot/DEBIAN/postrm"
+rdeb=$out/nvmetd-rbd_${DEBVER}_${ARCH}.deb
+dpkg-deb --root-owner-group -Zxz --build "$rroot" "$rdeb" >/dev/null
+echo "$rdeb"

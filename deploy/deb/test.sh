@@ -5,16 +5,27 @@
 # $NVMETD_DEB_CACHE (default /var/cache/nvmetd-deb-test); every run
 # unpacks a fresh copy into a directory of its own, removed at the end.
 #
-#   deploy/deb/test.sh PACKAGE.deb
+#   deploy/deb/test.sh NVMETD.deb [NVMETD-RBD.deb]
 #
 # It checks: dpkg -i succeeds with only the package's dependencies;
 # `nvmetd --check-config` on the shipped configuration and `--version` of
 # nvmetd, nvmetctl, nvmeof and iwping; the man pages and completions are installed;
 # dpkg -r removes every file but the conffile; dpkg -P removes that too and
 # leaves the root as it was before the install.
+#
+# With NVMETD-RBD.deb too: apt-get (in the root, from Debian's archive)
+# installs it with librbd1, librados2 and their dependencies; ldd
+# resolves every library of /usr/sbin/nvmetd-rbd; its --version is
+# nvmetd's; --check-config accepts the shipped gateway example and refuses
+# a broken gateway section; the static nvmetd refuses to start with a
+# gateway section (exit 78, EX_CONFIG); the unit and the man page link
+# are installed; remove and purge of both packages, then apt-get
+# autoremove --purge of the libraries, leave the root as before.
 set -euo pipefail
 
-deb=$(realpath "${1:?usage: $0 PACKAGE.deb}")
+deb=$(realpath "${1:?usage: $0 NVMETD.deb [NVMETD-RBD.deb]}")
+rdeb=
+[ -z "${2:-}" ] || rdeb=$(realpath "$2")
 [ "$(id -u)" = 0 ] || { echo "$0: needs root (debootstrap, chroot)" >&2; exit 1; }
 cache=${NVMETD_DEB_CACHE:-/var/cache/nvmetd-deb-test}
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
@@ -43,9 +54,14 @@ mount -t proc proc "$root/proc"
 pass=0 fail=0
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
 
-listing() { (cd "$root" && find . -xdev -path ./proc -prune -o -path ./tmp -prune -o -path ./var/cache -prune -o -path ./var/log -prune -o -print | sort); }
+if [ -n "$rdeb" ]; then
+	# The package lists first, so that they are part of "before".
+	cp /etc/resolv.conf "$root/etc/resolv.conf"
+	if in_root apt-get update -q >/tmp/nvmetd-deb-apt.log 2>&1; then ok "apt-get update in the root"; else bad "apt-get update: $(tail -5 /tmp/nvmetd-deb-apt.log)"; fi
+fi
+listing() { (cd "$root" && find . -xdev -path ./proc -prune -o -path ./tmp -prune -o -path ./var/cache -prune -o -path ./var/log -prune -o -path ./var/lib/apt -prune -o -print | sort); }
 listing >"$root/../before.$$"
 before=$root/../before.$$
 
@@ -75,14 +91,101 @@ if bash -n "$root/usr/share/bash-completion/completions/nvmeof"; then ok "bash c
 if zcat "$root/usr/share/man/man8/nvmetctl.8.gz" | grep -q 'nvmetctl namespace'; then ok "nvmetctl(8) lists the commands"; else bad "nvmetctl(8) lacks the commands"; fi
 if bash -n "$root/usr/share/bash-completion/completions/nvmetctl"; then ok "nvmetctl bash completion parses"; else bad "nvmetctl bash completion syntax"; fi
 
+if [ -n "$rdeb" ]; then
+	cp "$rdeb" "$root/tmp/nvmetd-rbd.deb"
+	# apt-get resolves librbd1, librados2 and theirs from the archive.
+	if in_root apt-get install -y -q --no-install-recommends /tmp/nvmetd-rbd.deb >/tmp/nvmetd-deb-rbd-install.log 2>&1; then
+		ok "apt-get install nvmetd-rbd.deb ($(grep -c '^Setting up' /tmp/nvmetd-deb-rbd-install.log) packages set up)"
+	else
+		bad "apt-get install nvmetd-rbd.deb: $(tail -5 /tmp/nvmetd-deb-rbd-install.log)"
+	fi
+	rm -f "$root/tmp/nvmetd-rbd.deb"
+	for p in librbd1 librados2; do
+		if st=$(in_root dpkg-query -W -f='${Status} ${Version}' "$p" 2>&1) && [[ $st == "install ok installed "* ]]; then ok "$p from the archive: ${st##* }"; else bad "$p: $st"; fi
+	done
+	if l=$(in_root ldd /usr/sbin/nvmetd-rbd 2>&1) && [[ $l == *librbd.so.1*"=> /"* && $l == *librados.so.2*"=> /"* && $l != *"not found"* ]]; then
+		ok "ldd /usr/sbin/nvmetd-rbd resolves ($(grep -c '=> /' <<<"$l") libraries)"
+	else
+		bad "ldd /usr/sbin/nvmetd-rbd:"$'\n'"$l"
+	fi
+	sv=$(in_root nvmetd --version 2>&1) || true
+	if v=$(in_root nvmetd-rbd --version 2>&1) && [ "$v" = "$sv" ]; then ok "nvmetd-rbd --version: $v"; else bad "nvmetd-rbd --version: $v (nvmetd: $sv)"; fi
+	ex=/usr/share/doc/nvmetd-rbd/examples/nvmetd-gateway.yaml
+	if out=$(in_root nvmetd-rbd --check-config --config $ex 2>&1 >/dev/null) && [[ $out == *"the configuration is valid"* ]]; then
+		ok "nvmetd-rbd --check-config on $ex"
+	else
+		bad "nvmetd-rbd --check-config on $ex: $out"
+	fi
+	# The gateway section is checked, not passed over.
+	sed 's/^  lease: .*/  lease: 10s\n  bogus_setting: 1/' "$root$ex" >"$root/tmp/bad-gateway.yaml"
+	if out=$(in_root nvmetd-rbd --check-config --config /tmp/bad-gateway.yaml 2>&1 >/dev/null); then
+		bad "nvmetd-rbd --check-config accepted an unknown gateway key"
+	elif [[ $out == *gateway.bogus_setting* ]]; then
+		ok "nvmetd-rbd --check-config refuses a broken gateway section"
+	else
+		bad "nvmetd-rbd --check-config on a broken gateway section: $out"
+	fi
+	# The static nvmetd refuses to start with a gateway section: EX_CONFIG,
+	# naming what to install. (Loopback, an ephemeral port, a memory
+	# namespace: what it starts before refusing is released.)
+	cat >"$root/tmp/gw.yaml" <<'YAML'
+daemon: {control_socket: /tmp/gw-ctl.sock, data_dir: /tmp/gw-data}
+gateway: {name: a, cluster: {pool: rbd}, ana_groups: [{id: 1, preferred: a}]}
+subsystems:
+  - nqn: nqn.2024-01.com.example:gw
+    allow_any_host: true
+    namespaces: [{nsid: 1, backend: {kind: memory, size: 1MiB}}]
+ports:
+  - {id: 1, address: 127.0.0.1, service_id: 0, subsystems: [nqn.2024-01.com.example:gw]}
+YAML
+	rc=0
+	out=$(timeout 120 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin nvmetd --config /tmp/gw.yaml --log-format console 2>&1) || rc=$?
+	if [ "$rc" = 78 ] && [[ $out == *"needs the Ceph client libraries"* ]]; then
+		ok "static nvmetd refuses a gateway section: exit 78 (EX_CONFIG)"
+	else
+		bad "static nvmetd with a gateway section: exit $rc, want 78:"$'\n'"$out"
+	fi
+	rm -rf "$root/tmp/gw.yaml" "$root/tmp/gw-data" "$root/tmp/gw-ctl.sock" "$root/tmp/bad-gateway.yaml"
+	u=$root/lib/systemd/system/nvmetd-rbd.service
+	if grep -q '^ExecStart=/usr/sbin/nvmetd-rbd --config /etc/nvmetd/nvmetd.yaml$' "$u" && grep -q '^Conflicts=nvmetd.service$' "$u"; then
+		ok "nvmetd-rbd.service runs /usr/sbin/nvmetd-rbd on /etc/nvmetd/nvmetd.yaml, conflicts with nvmetd.service"
+	else
+		bad "nvmetd-rbd.service: $(grep -E '^(ExecStart|Conflicts)=' "$u" 2>&1)"
+	fi
+	if cmp -s <(grep -v '^#' "$u" | grep -vE '^(ExecStart|Description|Documentation|Conflicts)=') \
+		<(grep -v '^#' "$root/lib/systemd/system/nvmetd.service" | grep -vE '^(ExecStart|Description|Documentation)='); then
+		ok "nvmetd-rbd.service has nvmetd.service's settings otherwise"
+	else
+		bad "nvmetd-rbd.service differs from nvmetd.service beyond ExecStart, Description, Documentation, Conflicts"
+	fi
+	for f in /usr/share/man/man8/nvmetd-rbd.8.gz /usr/share/doc/nvmetd-rbd/copyright /usr/share/doc/nvmetd-rbd/README.Debian; do
+		if [ -s "$root$f" ]; then ok "installed $f"; else bad "missing $f"; fi
+	done
+fi
+
 # The conffile survives remove, and an edit survives it too.
 echo "# edited by the admin" >>"$root/etc/nvmetd/nvmetd.yaml"
+if [ -n "$rdeb" ]; then
+	if in_root dpkg -r nvmetd-rbd >/tmp/nvmetd-deb-rbd-remove.log 2>&1; then ok "dpkg -r nvmetd-rbd"; else bad "dpkg -r nvmetd-rbd: $(tail -5 /tmp/nvmetd-deb-rbd-remove.log)"; fi
+	for f in /usr/sbin/nvmetd-rbd /lib/systemd/system/nvmetd-rbd.service /usr/share/man/man8/nvmetd-rbd.8.gz; do
+		if [ -e "$root$f" ] || [ -L "$root$f" ]; then bad "$f left after remove"; fi
+	done
+fi
 if in_root dpkg -r nvmetd >/tmp/nvmetd-deb-remove.log 2>&1; then ok "dpkg -r"; else bad "dpkg -r: $(tail -5 /tmp/nvmetd-deb-remove.log)"; fi
 for f in /usr/sbin/nvmetd /usr/sbin/nvmetctl /usr/bin/nvmeof /usr/bin/iwping /lib/systemd/system/nvmetd.service; do
 	if [ -e "$root$f" ]; then bad "$f left after remove"; fi
 done
 if grep -q 'edited by the admin' "$root/etc/nvmetd/nvmetd.yaml" 2>/dev/null; then ok "remove keeps the edited conffile"; else bad "remove lost the conffile"; fi
 if in_root dpkg -P nvmetd >/tmp/nvmetd-deb-purge.log 2>&1; then ok "dpkg -P"; else bad "dpkg -P: $(tail -5 /tmp/nvmetd-deb-purge.log)"; fi
+if [ -n "$rdeb" ]; then
+	if in_root dpkg -P nvmetd-rbd >/tmp/nvmetd-deb-rbd-purge.log 2>&1 &&
+		in_root apt-get autoremove --purge -y -q >>/tmp/nvmetd-deb-rbd-purge.log 2>&1; then
+		ok "dpkg -P nvmetd-rbd, apt-get autoremove --purge ($(grep -c '^Removing' /tmp/nvmetd-deb-rbd-purge.log) libraries removed)"
+	else
+		bad "purge nvmetd-rbd: $(tail -5 /tmp/nvmetd-deb-rbd-purge.log)"
+	fi
+	if st=$(in_root dpkg-query -W -f='${Status}' librbd1 2>/dev/null) && [[ $st == *" installed" ]]; then bad "librbd1 still installed"; fi
+fi
 listing >"$root/../after.$$"
 if d=$(diff "$before" "$root/../after.$$" | grep -v '^[0-9]' | grep -v 'var/lib/dpkg'); then
 	bad "left behind after purge:"$'\n'"$d"
