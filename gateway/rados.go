@@ -15,6 +15,10 @@ import (
 	"github.com/ceph/go-ceph/rados"
 )
 
+// Built says whether this build has the Ceph client libraries (the rbd
+// build tag): without them a gateway cannot join its group.
+const Built = true
+
 // librados.h LIBRADOS_LOCK_FLAG_MAY_RENEW and LIBRADOS_LOCK_FLAG_MUST_RENEW.
 const (
 	lockMayRenew  byte = 1 << 0

@@ -2,6 +2,10 @@
 
 package gateway
 
+// Built says whether this build has the Ceph client libraries (the rbd
+// build tag): without them a gateway cannot join its group.
+const Built = false
+
 // DialRADOS connects the gateway to the cluster. This build has no Ceph
 // client libraries: it fails with ErrRADOSNotBuilt.
 func DialRADOS(o RADOSOptions) (*RADOS, error) { return nil, ErrRADOSNotBuilt }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nvmetd/nvmetd/gateway"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -39,6 +40,10 @@ type checkProblem struct {
 func runCheckConfig(o *options, fs *pflag.FlagSet, stdout, stderr io.Writer) int {
 	res := checkResult{Problems: []checkProblem{}, Warnings: []string{}}
 	lc, err := loadConfig(o, fs, false)
+	if err == nil && lc.Gateway != nil && !gateway.Built {
+		// Valid, but this build would refuse to run it (exit 78).
+		err = gateway.ErrRADOSNotBuilt
+	}
 	if err == nil {
 		res.File = lc.File
 		res.Warnings = append(res.Warnings, lc.Warnings...)

@@ -132,6 +132,11 @@ func (d *daemon) run() int {
 	for _, w := range cfg.Warnings {
 		d.log.Warn("configuration: " + w)
 	}
+	if cfg.Gateway != nil && !gateway.Built {
+		// Refused before anything starts: a restart would not help.
+		d.log.Error("gateway: cannot join the group", zap.Error(gateway.ErrRADOSNotBuilt))
+		return exitConfig
+	}
 	if cfg.Gateway != nil {
 		// The target starts with every gateway group inaccessible; the
 		// gateway makes the groups it takes optimized.

@@ -18,7 +18,7 @@ import (
 // value are left out; the daemon, transport and tuning sections are
 // complete.
 func writeEffective(w io.Writer, lc *loadedConfig) error {
-	fc := fileConfig{Daemon: lc.Daemon, Config: *lc.Target}
+	fc := fileConfig{Daemon: lc.Daemon, Gateway: lc.Gateway, Config: *lc.Target}
 	root := toNode(reflect.ValueOf(fc), false)
 	src := "built-in default (no configuration file)"
 	if lc.File != "" {
@@ -93,6 +93,9 @@ func addFields(m *yaml.Node, v reflect.Value, omitZero bool) {
 			continue
 		}
 		fv := v.Field(i)
+		if fv.Kind() == reflect.Pointer && fv.IsNil() {
+			continue // an optional section that is not there (gateway)
+		}
 		if omitZero && (fv.IsZero() || fv.Kind() == reflect.Slice && fv.Len() == 0) {
 			continue
 		}

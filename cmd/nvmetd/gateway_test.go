@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nvmetd/nvmetd/gateway"
 	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -126,5 +128,28 @@ ports:
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitConfig || !strings.Contains(stderr.String(), "needs the Ceph client libraries") {
 		t.Fatalf("nvmetd with a gateway section in the default build: %v, want exit %d; stderr:\n%s", err, exitConfig, stderr.String())
+	}
+}
+
+// TestCheckConfigGatewayNotBuilt: --check-config of a build without the
+// Ceph client libraries refuses a gateway section (the daemon would exit
+// 78 at start), naming the section; in a build with them it is valid. The
+// effective configuration shows the section, and no section where there is
+// none.
+func TestCheckConfigGatewayNotBuilt(t *testing.T) {
+	isolate(t)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--check-config", "--config", "../../configs/nvmetd-gateway.yaml"}, &stdout, &stderr)
+	if gateway.Built {
+		if code != exitOK || !strings.Contains(stdout.String(), "\ngateway:\n  name: gw-a\n") {
+			t.Fatalf("--check-config of the gateway example: exit %d\n%s%s", code, stdout.String(), stderr.String())
+		}
+	} else if code != exitFailure || !strings.Contains(stderr.String(), "gateway: the gateway group needs the Ceph client libraries") {
+		t.Fatalf("--check-config of the gateway example without the Ceph libraries: exit %d, want %d naming the gateway section\n%s",
+			code, exitFailure, stderr.String())
+	}
+	stdout.Reset()
+	if code := run([]string{"--check-config"}, &stdout, io.Discard); code != exitOK || strings.Contains(stdout.String(), "gateway") {
+		t.Fatalf("--check-config of the built-in default: exit %d, a gateway section in\n%s", code, stdout.String())
 	}
 }
