@@ -35,6 +35,9 @@ type queue struct {
 	// cmds holds the state of the commands in execution, one entry per
 	// request context of the binding (rdma.Request.Index).
 	cmds []command
+	// rings are the queue's commands waiting for a worker, one ring per
+	// worker pool the queue has used (workers.go); copied on write.
+	rings atomic.Pointer[[]*ioRing]
 
 	// inflight counts commands between HandleCommand and their completion
 	// (held AERs and parked commands excluded), for a graceful shutdown.
