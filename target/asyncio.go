@@ -59,7 +59,7 @@ func (c *command) IODone(err error) {
 		ns.met.observe(op, t1.Sub(c.issued))
 	}
 	st := ns.rwDone(q.s, op, len(r.Data()), err)
-	ns.put()
+	c.putNS()
 	ctrl.io.put()
 	q.respondAt(r, st, t1)
 }

@@ -63,11 +63,12 @@ func (q *queue) handleIO(ctrl *controller, c *command) {
 		q.s.shared.push(c)
 		return
 	}
-	ns, st := ctrl.lookupNS(ctrl.sub.ns.Load(), nsid)
+	ns, ref, st := q.lookupNS(ctrl, ctrl.sub.ns.Load(), nsid)
 	if st != nvmeof.StatusSuccess {
 		q.respond(r, st)
 		return
 	}
+	c.ns, c.ref = ns, ref
 	st = ns.check(sqe, len(r.Data()))
 	if st == nvmeof.StatusSuccess {
 		// nvmet_check_ana_state: a path whose group is not accessible
@@ -76,11 +77,11 @@ func (q *queue) handleIO(ctrl *controller, c *command) {
 	}
 	if st != nvmeof.StatusSuccess {
 		ns.errors.Add(1)
-		ns.put()
+		c.putNS()
 		q.respond(r, st)
 		return
 	}
-	c.kind, c.ns = cmdIO, ns
+	c.kind = cmdIO
 	switch op {
 	case nvmeof.NVMWrite, nvmeof.NVMDatasetManagement:
 		r.FetchData() // DataReady submits it
@@ -185,7 +186,7 @@ func (s *server) tryNowait(c *command) bool {
 		ns.met.observe(op, t1.Sub(t0))
 	}
 	st := ns.rwDone(s, op, len(data), err)
-	ns.put()
+	c.putNS()
 	q.respondAt(r, st, t1)
 	return true
 }
@@ -227,7 +228,7 @@ func (s *server) execIO(c *command) {
 	ctrl := q.ctrl.Load()
 	if ctrl == nil || !r.Queue().Live() || !ctrl.io.get() {
 		if c.kind == cmdIO {
-			c.ns.put()
+			c.putNS()
 		}
 		q.respond(r, nvmeof.StatusAbortSQDeleted)
 		return
@@ -240,14 +241,14 @@ func (s *server) execIO(c *command) {
 	case cmdIO:
 		if !s.timed.Load() {
 			st = c.ns.exec(s, sqe, r.Data())
-			c.ns.put()
+			c.putNS()
 			break
 		}
 		t0 := time.Now()
 		st = c.ns.exec(s, sqe, r.Data())
 		t1 = time.Now() // also the response's time (one clock read less)
 		c.ns.met.observe(sqe.Opcode(), t1.Sub(t0))
-		c.ns.put()
+		c.putNS()
 	default:
 		st = nvmeof.StatusInternalError | nvmeof.StatusDNR
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -61,6 +62,11 @@ type namespace struct {
 	ref       atomic.Int64
 	drained   chan struct{}
 	drainOnce sync.Once
+	// qrefs are the queues' own reference counts (nsRef): the I/O path
+	// counts its commands there, on the queue's cache line, instead of
+	// on ref; the namespace is drained when ref and all of them are zero.
+	qrefsMu perfcount.Mutex
+	qrefs   []*nsRef
 
 	// Counters for the SMART / Health log and Status.
 	readCmds, writeCmds, otherCmds atomic.Uint64
@@ -94,8 +100,72 @@ func (ns *namespace) tryGet() bool {
 // put drops a command's reference.
 func (ns *namespace) put() {
 	if ns.ref.Add(-1) == refClosing {
-		ns.drainOnce.Do(func() { close(ns.drained) })
+		ns.checkDrained()
 	}
+}
+
+// checkDrained closes drained if the namespace is retired and no
+// reference is held, its own or a queue's. Every put that may be the last
+// once the namespace is retiring calls it, after its decrement, and so
+// does retire after it set refClosing: whichever comes last sees every
+// count at zero.
+func (ns *namespace) checkDrained() {
+	if ns.ref.Load() != refClosing {
+		return
+	}
+	ns.qrefsMu.Lock()
+	for _, r := range ns.qrefs {
+		if r.n.Load() != 0 {
+			ns.qrefsMu.Unlock()
+			return
+		}
+	}
+	ns.qrefsMu.Unlock()
+	ns.drainOnce.Do(func() { close(ns.drained) })
+}
+
+// nsRef is one queue's count of its commands holding a namespace (a
+// queue's share of the namespace's reference count, registered in
+// ns.qrefs): taking and dropping one touches the queue's counter, not a
+// namespace-wide one. Retiring the namespace sets refClosing in ns.ref,
+// which get checks after its increment, and then sums the counters (the
+// increment and the check against the flag and the sum: one of the two
+// sees the other).
+type nsRef struct {
+	ns *namespace
+	n  atomic.Int64
+	// dead: the queue is gone; its counter may be dropped from ns.qrefs
+	// once zero, and takes no more references.
+	dead atomic.Bool
+}
+
+// get takes a reference for a command; false once the namespace is being
+// retired (or the queue is gone).
+func (r *nsRef) get() bool {
+	r.n.Add(1)
+	if r.ns.ref.Load()&refClosing == 0 && !r.dead.Load() {
+		return true
+	}
+	r.put()
+	return false
+}
+
+// put drops a command's reference.
+func (r *nsRef) put() {
+	if r.n.Add(-1) == 0 && r.ns.ref.Load()&refClosing != 0 {
+		r.ns.checkDrained()
+	}
+}
+
+// newQueueRef registers a queue's counter on ns, dropping those of gone
+// queues that hold nothing.
+func (ns *namespace) newQueueRef() *nsRef {
+	r := &nsRef{ns: ns}
+	ns.qrefsMu.Lock()
+	defer ns.qrefsMu.Unlock()
+	ns.qrefs = slices.DeleteFunc(ns.qrefs, func(x *nsRef) bool { return x.dead.Load() && x.n.Load() == 0 })
+	ns.qrefs = append(ns.qrefs, r)
+	return r
 }
 
 // retire stops new commands and returns a channel closed once the commands
@@ -107,9 +177,7 @@ func (ns *namespace) retire() <-chan struct{} {
 			return ns.drained
 		}
 		if ns.ref.CompareAndSwap(v, v|refClosing) {
-			if v == 0 {
-				ns.drainOnce.Do(func() { close(ns.drained) })
-			}
+			ns.checkDrained()
 			return ns.drained
 		}
 	}

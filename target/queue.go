@@ -35,6 +35,12 @@ type queue struct {
 	// cmds holds the state of the commands in execution, one entry per
 	// request context of the binding (rdma.Request.Index).
 	cmds []command
+	// rings are the queue's commands waiting for a worker, one ring per
+	// worker pool the queue has used (workers.go); copied on write.
+	rings atomic.Pointer[[]*ioRing]
+	// nsRefs are the queue's reference counts on the namespaces it has
+	// used (nsRef), copied on write.
+	nsRefs atomic.Pointer[[]*nsRef]
 
 	// inflight counts commands between HandleCommand and their completion
 	// (held AERs and parked commands excluded), for a graceful shutdown.
@@ -68,8 +74,10 @@ type command struct {
 	r    *rdma.Request
 	kind cmdKind
 	// ns is the namespace an NVM command runs on (cmdIO), with a
-	// reference held until it is executed or dropped.
-	ns *namespace
+	// reference held until it is executed or dropped: on ref, the queue's
+	// count, or on the namespace's own when ref is nil (putNS).
+	ns  *namespace
+	ref *nsRef
 	// start is when the capsule arrived (the command's latency runs from
 	// here to its response); zero when commands are not timed
 	// (server.timed).
@@ -149,7 +157,7 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 		q.conn.CompareAndSwap(nil, r.Queue())
 	}
 	c := q.cmd(r)
-	c.r, c.kind, c.ns, c.start = r, cmdOther, nil, time.Time{}
+	c.r, c.kind, c.ns, c.ref, c.start = r, cmdOther, nil, nil, time.Time{}
 	if q.s.timed.Load() {
 		c.start = time.Now()
 	}
@@ -186,7 +194,7 @@ func (q *queue) DataReady(r *rdma.Request, err error) {
 	if err != nil {
 		// The RDMA Read failed: the connection is failing as well.
 		if c.kind == cmdIO {
-			c.ns.put()
+			c.putNS()
 		}
 		q.respond(r, nvmeof.StatusDataTransferError)
 		return
@@ -209,6 +217,11 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 	q.s.met.queueClosed(q, conn, q.ctrl.Load())
 	q.mu.Lock()
 	q.closed = true
+	if l := q.nsRefs.Load(); l != nil { // under mu: nsRef adds none after
+		for _, r := range *l {
+			r.dead.Store(true)
+		}
+	}
 	parked := q.parked
 	q.parked = nil
 	q.mu.Unlock()
@@ -359,4 +372,69 @@ func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
 	}
 	r.SetResult(result)
 	q.respond(r, st)
+}
+
+// putNS drops the namespace reference of an NVM command.
+func (c *command) putNS() {
+	if c.ref != nil {
+		c.ref.put()
+	} else {
+		c.ns.put()
+	}
+	c.ref = nil
+}
+
+// nsRef returns the queue's reference count on ns, made on first use
+// (once per queue and namespace); the list is copied on write so that the
+// lookup takes no lock, and forgets the counts of retired namespaces that
+// hold nothing.
+func (q *queue) nsRef(ns *namespace) *nsRef {
+	if l := q.nsRefs.Load(); l != nil {
+		for _, r := range *l {
+			if r.ns == ns {
+				return r
+			}
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var list []*nsRef
+	if l := q.nsRefs.Load(); l != nil {
+		for _, r := range *l {
+			if r.ns == ns {
+				return r
+			}
+		}
+		for _, r := range *l {
+			if r.ns.ref.Load()&refClosing == 0 || r.n.Load() != 0 {
+				list = append(list, r)
+			}
+		}
+	}
+	r := ns.newQueueRef()
+	if q.closed {
+		r.dead.Store(true)
+	}
+	list = append(list, r)
+	q.nsRefs.Store(&list)
+	return r
+}
+
+// lookupNS is controller.lookupNS for an I/O command: the reference is
+// taken on the queue's count of the namespace.
+func (q *queue) lookupNS(ctrl *controller, tab *nsTable, nsid uint32) (*namespace, *nsRef, nvmeof.Status) {
+	ns := tab.byID[nsid]
+	switch {
+	case ns == nil || !ns.visibleTo(ctrl.hostNQN):
+		return nil, nil, nvmeof.StatusInvalidNamespace | nvmeof.StatusDNR
+	case !ns.online():
+		return nil, nil, nvmeof.StatusInternalPathError
+	}
+	if r := q.nsRef(ns); r.get() {
+		return ns, r, nvmeof.StatusSuccess
+	}
+	if ns.tryGet() { // the queue is closing: the namespace's own count
+		return ns, nil, nvmeof.StatusSuccess
+	}
+	return nil, nil, nvmeof.StatusInternalPathError
 }

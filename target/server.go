@@ -461,10 +461,10 @@ func (s *server) healthy() error {
 			return fmt.Errorf("target: port %d is not listening: %s", p.id, why)
 		}
 	}
-	// The workers are stuck if commands wait and none completed since the
+	// The workers are stuck if commands wait and none was taken since the
 	// previous check, at least 30 s ago.
 	now := time.Now().UnixNano()
-	done := s.shared.completed.Load()
+	done := s.shared.taken.Load()
 	if s.shared.queued() > 0 && done == s.lastCompleted.Load() && now-s.lastCheck.Load() > int64(30*time.Second) {
 		return fmt.Errorf("target: I/O workers made no progress in %s with %d commands waiting", time.Duration(now-s.lastCheck.Load()).Round(time.Second), s.shared.queued())
 	}
