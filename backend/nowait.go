@@ -38,7 +38,11 @@ func (f *fdio) tryRW(p []byte, off int64, write bool) (bool, error) {
 	for q, o := p, off; len(q) > 0; {
 		iov := unix.Iovec{Base: &q[0]}
 		iov.SetLen(len(q))
-		n, _, e := syscall.Syscall6(nr, uintptr(f.fd), uintptr(unsafe.Pointer(&iov)), 1, uintptr(o), 0, unix.RWF_NOWAIT)
+		// RawSyscall6: RWF_NOWAIT makes the call return EAGAIN rather
+		// than sleep, so the runtime's entersyscall (which wakes an idle
+		// sysmon: iwarp/rawsys.go) buys nothing here; the queue's receive loop,
+		// which issues these, keeps sysmon awake while the queue is busy.
+		n, _, e := syscall.RawSyscall6(nr, uintptr(f.fd), uintptr(unsafe.Pointer(&iov)), 1, uintptr(o), 0, unix.RWF_NOWAIT)
 		switch {
 		case e == unix.EINTR:
 			continue

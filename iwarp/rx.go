@@ -34,6 +34,7 @@ type rxDriver struct {
 	readN  int
 	rerr   error
 	spin   time.Duration
+	raw    rawRun // consecutive raw readv calls (rawsys.go)
 
 	// tap: the tap sees reads; boundary: the engine was at an FPDU
 	// boundary after the last read (a tap may start with the next).
@@ -57,7 +58,8 @@ func (qp *QP) doRead(fd uintptr) bool {
 	r := &qp.rx
 	var deadline time.Time
 	for {
-		n, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&r.iov[0])), uintptr(r.iovCnt))
+		// Raw: see rawsys.go.
+		n, e := r.raw.syscall3(sysmonEvery, syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&r.iov[0])), uintptr(r.iovCnt))
 		switch e {
 		case 0:
 			r.readN = int(n)
@@ -69,12 +71,14 @@ func (qp *QP) doRead(fd uintptr) bool {
 			continue
 		case syscall.EAGAIN:
 			if r.spin <= 0 {
+				r.raw.parked()
 				return false
 			}
 			now := time.Now()
 			if deadline.IsZero() {
 				deadline = now.Add(r.spin)
 			} else if now.After(deadline) {
+				r.raw.parked()
 				return false
 			}
 			// Let other goroutines of this P run between polls (the

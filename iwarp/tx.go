@@ -20,6 +20,7 @@ type txDriver struct {
 	wn      int  // bytes written by the last writeFn call
 	wfull   bool // the socket had no room
 	werr    error
+	raw     rawRun // raw writev calls (rawsys.go)
 	wcs     []WC
 	term    [256]byte
 	tap     tapState // the tap sees writes (from a batch's start on)
@@ -162,7 +163,10 @@ func (qp *QP) doWrite(fd uintptr) bool {
 		if n == 0 {
 			return true
 		}
-		w, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.sysIov[0])), uintptr(n))
+		// Raw: see rawsys.go. The run is never ended here (a writer
+		// does not know whether the QP is about to go idle): one writev
+		// in 2*sysmonEvery goes through entersyscall.
+		w, e := t.raw.syscall3(2*sysmonEvery, syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.sysIov[0])), uintptr(n))
 		switch e {
 		case 0:
 		case syscall.EINTR:

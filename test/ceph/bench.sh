@@ -17,7 +17,8 @@
 # full), and its asynchronous path (rbd_aio_*, completions on an eventfd;
 # what the target uses), QD goroutines each waiting for its completion.
 # rbd bench runs with the backend's
-# librbd settings (--rbd-cache=false: a completed write is on the OSDs), and
+# librbd settings (--rbd-cache=false: a completed write is on the OSDs;
+# the op timeouts, which cost librbd a timer per operation), and
 # with NVMETD_RBD_BENCH_DEFAULT=1 also with librbd's defaults (rbd_cache on:
 # writes may complete from the client's memory, which a gateway must not
 # do), for reference.
@@ -84,6 +85,11 @@ IMAGE=bench
 "${RBD[@]}" create --size 1G "$IMAGE"
 log "filling $IMAGE (1 GiB)"
 "${RBD[@]}" bench --io-type write --io-pattern seq --io-size 4M --io-threads 4 --io-total 1G "$IMAGE" >/dev/null
+
+# The librbd settings the rbd backend sets (backend/rbd.go; op_timeout's
+# default 10s), given to rbd bench so that both run librbd alike: no
+# write-back cache, and an op timeout (an Objecter timer per operation).
+BACKEND_SETTINGS=(--rbd-cache=false --rados-osd-op-timeout 10 --rados-mon-op-timeout 10)
 
 # rbd_bench PATTERN [ARGS]: ops/s of `rbd bench`.
 rbd_bench() {
@@ -174,7 +180,7 @@ results=()
 for p in randwrite-4KiB randread-4KiB seqwrite-128KiB seqread-128KiB; do
 	r=() g=() a=() d=() t=() o=()
 	for _ in $(seq "$REPS"); do
-		r+=("$(rbd_bench "$p" --rbd-cache=false)")
+		r+=("$(rbd_bench "$p" "${BACKEND_SETTINGS[@]}")")
 		g+=("$(backend_bench "$p")")
 		a+=("$(backend_bench "$p" -aio)")
 		t+=("$(nvmetd_bench "$p" nvmetd)")
