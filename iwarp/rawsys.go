@@ -34,14 +34,23 @@ type rawRun uint32
 // syscall3 issues a non-blocking system call raw, or through entersyscall
 // when the run has reached every calls.
 func (c *rawRun) syscall3(every rawRun, nr, a1, a2, a3 uintptr) (uintptr, syscall.Errno) {
-	*c++
-	if *c >= every {
-		*c = 0
+	if c.next(every) {
 		r, _, e := syscall.Syscall(nr, a1, a2, a3)
 		return r, e
 	}
 	r, _, e := syscall.RawSyscall(nr, a1, a2, a3)
 	return r, e
+}
+
+// next counts a call and reports whether it is the one of its run of
+// every that goes through entersyscall.
+func (c *rawRun) next(every rawRun) bool {
+	*c++
+	if *c >= every {
+		*c = 0
+		return true
+	}
+	return false
 }
 
 // parked ends the run: the goroutine is about to sleep in the poller, and
