@@ -212,11 +212,18 @@ func (a *rbdAsync) take(i int32) (c Completion, op Op, off int64, n int) {
 
 // poll reads the eventfd (parking the goroutine in the netpoller, not an
 // OS thread) and delivers what rbd_poll_io_events returns, until stop.
+//
+// The eventfd is read first, then the queue is reaped until empty: librbd
+// queues a completion before it signals the eventfd, so every completion
+// whose signal the read consumed is in the queue by then, and one queued
+// after the reap signals the next read. One cgo call and one read per
+// wake-up (reaping first costs a second, empty reap and a second read).
 func (a *rbdAsync) poll(deliver rbdDeliver) {
 	defer close(a.done)
 	for {
-		// Reap before reading: a completion may have been queued between
-		// the last poll and the eventfd's reset.
+		if _, err := a.efd.Read(a.buf[:]); errors.Is(err, os.ErrClosed) {
+			return
+		}
 		for {
 			k := int(C.nvmetd_rbd_reap(a.img, &a.tags[0], &a.rets[0], rbdReapBatch))
 			for j := 0; j < k; j++ {
@@ -234,9 +241,6 @@ func (a *rbdAsync) poll(deliver rbdDeliver) {
 			}
 		}
 		if a.stop.Load() {
-			return
-		}
-		if _, err := a.efd.Read(a.buf[:]); errors.Is(err, os.ErrClosed) {
 			return
 		}
 	}
