@@ -522,7 +522,14 @@ func TestGatewayProcesses(t *testing.T) {
 	if st := a.readStatus(); st.Gateway == nil || len(st.Gateway.Groups) != 1 || !st.Gateway.Groups[0].Owned || st.Gateway.Health != "ok" {
 		t.Errorf("gw-a status: %+v", st.Gateway)
 	}
-	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Groups[0].Owned || st.Gateway.Groups[0].Holder != "gw-a" || st.Gateway.Fences != 1 {
+	// gw-b learns the new holder from its next read of the group (a tick
+	// or a notify), not at the release: wait for it.
+	st := b.readStatus()
+	for deadline := time.Now().Add(hang); st.Gateway != nil && len(st.Gateway.Groups) == 1 &&
+		st.Gateway.Groups[0].Holder != "gw-a" && time.Now().Before(deadline); st = b.readStatus() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st.Gateway == nil || st.Gateway.Groups[0].Owned || st.Gateway.Groups[0].Holder != "gw-a" || st.Gateway.Fences != 1 {
 		t.Errorf("gw-b status: %+v", st.Gateway)
 	}
 	// And the metrics.

@@ -93,6 +93,26 @@ func (g *gw) waitEvent(what string, from int, f func(gateway.Event) bool) int {
 	}
 }
 
+// waitStatus waits until the runner's status of its first group satisfies
+// f, checking after each of its events (every read of the group is one).
+func (g *gw) waitStatus(what string, f func(gateway.GroupStatus) bool) {
+	g.t.Helper()
+	deadline := time.After(hang)
+	for {
+		if st, _ := g.r.Status(); len(st) > 0 && f(st[0]) {
+			return
+		}
+		select {
+		case <-g.wake:
+		case err := <-g.done:
+			g.t.Fatalf("%s: runner ended (%v) before %s", g.name, err, what)
+		case <-deadline:
+			st, _ := g.r.Status()
+			g.t.Fatalf("%s: no %s within %s (status %+v); events:\n%s", g.name, what, hang, st, g.dump())
+		}
+	}
+}
+
 func (g *gw) nEvents() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -282,6 +302,9 @@ func TestTakeoverFencesThenFailback(t *testing.T) {
 	if _, err := b.cl.Read(1); err != nil {
 		t.Errorf("b after the failback: %v", err)
 	}
+	// b learns the new holder from its next read of the group (a tick or
+	// a notify after a's acquire), not at once: wait for that read.
+	b.waitStatus("b sees a as the holder", func(s gateway.GroupStatus) bool { return s.Holder == "a" })
 	st, _ = b.r.Status()
 	if st[0].Role != gateway.Standby || st[0].Holder != "a" {
 		t.Errorf("b after the failback: %+v", st[0])
