@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmetd/nvmetd/backend"
 	"golang.org/x/sys/unix"
@@ -399,5 +400,34 @@ func TestFileNowait(t *testing.T) {
 	defer d.Close()
 	if done, err := d.TryReadAt(got, 8192); done || err != nil {
 		t.Errorf("TryReadAt with O_DIRECT: done %v, %v; want it declined", done, err)
+	}
+}
+
+// TestFileNoAtime: reading a namespace does not update its file's access
+// time, even where relatime would (an access time older than the
+// modification time).
+func TestFileNoAtime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ns.img")
+	if err := os.WriteFile(path, make([]byte, 1<<16), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(path, old, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f := openFile(t, path, backend.FileOptions{})
+	buf := make([]byte, 4096)
+	if err := f.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.TryReadAt(buf, 4096); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Unix(st.Atim.Unix()); !got.Equal(old) {
+		t.Errorf("access time %v after reads, want it left at %v", got, old)
 	}
 }

@@ -225,6 +225,28 @@ type BackendStatus struct {
 	Serial string `json:"serial,omitempty"`
 	// Health is the last health sample; zero before the first.
 	Health HealthStatus `json:"health"`
+	// Stats counts the backend's paths since it was opened (file, block
+	// and memory backends; nowait counts only for a file on the page
+	// cache); nil for the others.
+	Stats *BackendStats `json:"stats,omitempty"`
+}
+
+// BackendStats counts which paths a backend's calls took (backend.Stats).
+type BackendStats struct {
+	// NowaitDone counts reads and writes done at once on the queue's
+	// goroutine (the page cache had the data, RWF_NOWAIT); NowaitMissed
+	// those that would have had to wait and went to a backend worker.
+	NowaitDone   uint64 `json:"nowait_done"`
+	NowaitMissed uint64 `json:"nowait_missed"`
+	// BounceReads and BounceWrites count transfers copied through an
+	// aligned buffer (O_DIRECT with a misaligned buffer); ZeroFallbacks
+	// Write Zeroes written as zeroes because the file system or device
+	// offers no zeroing.
+	BounceReads   uint64 `json:"bounce_reads"`
+	BounceWrites  uint64 `json:"bounce_writes"`
+	ZeroFallbacks uint64 `json:"zero_fallbacks"`
+	// AllocatedBytes is the memory a memory backend holds.
+	AllocatedBytes int64 `json:"allocated_bytes,omitempty"`
 }
 
 // HealthStatus is a sample of backend.Backend.Health.

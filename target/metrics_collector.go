@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
@@ -77,6 +78,9 @@ var (
 	dNSErrors      = desc("backend_errors_total", "Backend calls of the namespace that failed.", nsLabels...)
 	dNSMediaErrors = desc("backend_media_errors_total", "Backend calls of the namespace that failed with a media (I/O) error.", nsLabels...)
 	dNSLatency     = desc("backend_latency_seconds", "Time spent in the namespace's backend per command, by op; 4 buckets per octave from 100 ns.", "subsystem", "nsid", "op")
+	dNSNowait      = desc("backend_nowait_total", "Reads and writes tried without waiting on the queue's goroutine (RWF_NOWAIT: the page cache had the data) by result: done, or missed (handed to a backend worker).", "subsystem", "nsid", "result")
+	dNSSlowPaths   = desc("backend_slow_path_total", "Backend calls that took a slow path: bounce_read and bounce_write (copied through an aligned buffer for O_DIRECT), zero_fallback (Write Zeroes written as zeroes).", "subsystem", "nsid", "path")
+	dNSAllocated   = desc("backend_allocated_bytes", "Memory held by a memory backend.", nsLabels...)
 
 	allDescs = []*prometheus.Desc{
 		dSubCommands, dSubBytes, dSubLatency, dSubInflight, dSubCtrls,
@@ -86,6 +90,7 @@ var (
 		dPortFPDUs, dPortCRC, dTerminates, dPortListen, dPortQueues, dConnections, dAdmission, dRefused,
 		dKAExpired, dCtrlCreated, dCtrlEnded, dReconnects, dAuthFailures,
 		dNSState, dNSSize, dNSCommands, dNSBytes, dNSErrors, dNSMediaErrors, dNSLatency,
+		dNSNowait, dNSSlowPaths, dNSAllocated,
 	}
 )
 
@@ -437,6 +442,17 @@ func (c *collector) collectNamespaces(ch chan<- prometheus.Metric, sub *subsyste
 			var h histSnap
 			ns.met.lat[op].AddTo(&h)
 			ch <- constHist(dNSLatency, &h, 1, sub.nqn, nsid, latOpNames[op])
+		}
+		if b, ok := ns.be.(statser); ok {
+			st := b.Stats()
+			cnt(dNSNowait, st.NowaitDone, "done")
+			cnt(dNSNowait, st.NowaitMissed, "missed")
+			cnt(dNSSlowPaths, st.BounceReads, "bounce_read")
+			cnt(dNSSlowPaths, st.BounceWrites, "bounce_write")
+			cnt(dNSSlowPaths, st.ZeroFallbacks, "zero_fallback")
+			if ns.info.Kind == backend.KindMemory {
+				ch <- prometheus.MustNewConstMetric(dNSAllocated, prometheus.GaugeValue, float64(st.AllocatedBytes), sub.nqn, nsid)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -146,7 +147,7 @@ func TestMetricsCommands(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got, w)
 		}
 	}
-	for _, k := range []string{"nvmetd_qp_tcp_rtt_seconds{" + queue + "}", "nvmetd_qp_fpdus_total{" + queue + ",direction=received}", "nvmetd_port_fpdus_total{direction=sent,port=1}"} {
+	for _, k := range []string{"nvmetd_backend_allocated_bytes{nsid=1," + sub + "}", "nvmetd_qp_tcp_rtt_seconds{" + queue + "}", "nvmetd_qp_fpdus_total{" + queue + ",direction=received}", "nvmetd_port_fpdus_total{direction=sent,port=1}"} {
 		if k = normKey(k); v[k] <= 0 {
 			t.Errorf("%s = %v, want > 0", k, v[k])
 		}
@@ -300,5 +301,50 @@ func BenchmarkMetricsRecord(b *testing.B) {
 		t0 := time.Now()
 		ns.observe(sqe.Opcode(), time.Since(t0))
 		q.record(classifyOp(1, &sqe), classifyStatus(nvmeof.StatusSuccess), 4096, time.Since(start), true)
+	}
+}
+
+// TestMetricsBackendPaths: a page-cache file namespace counts the reads
+// served at once from the page cache, in the metrics and in the status.
+func TestMetricsBackendPaths(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ns.img")
+	s := startServer(t, testConfig(t, NamespaceConfig{NSID: 1, Backend: BackendConfig{Kind: "file", Path: path, Size: "4MiB"}}))
+	reg := metricsRegistry(t, s)
+	h := mustConnect(t, portAddr(s, 1), testSubNQN)
+	h.setup(1)
+	defer h.close()
+	const n, bs = 16, 4096
+	buf := make([]byte, bs)
+	for i := range n {
+		if err := do(t, h.io[0], rw(true, 1, uint64(i*8), buf, 512)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Just written: in the page cache, so every read is done at once.
+	for i := range n {
+		if err := do(t, h.io[0], rw(false, 1, uint64(i*8), buf, 512)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, _ := scrape(t, reg)
+	sub := "subsystem=" + testSubNQN
+	done := v[normKey("nvmetd_backend_nowait_total{nsid=1,result=done,"+sub+"}")]
+	missed, ok := v[normKey("nvmetd_backend_nowait_total{nsid=1,result=missed,"+sub+"}")]
+	if done < n || !ok {
+		t.Errorf("nvmetd_backend_nowait_total: done %v (want ≥ %d reads), missed %v (present %v)", done, n, missed, ok)
+	}
+	for _, p := range []string{"bounce_read", "bounce_write", "zero_fallback"} {
+		k := normKey("nvmetd_backend_slow_path_total{nsid=1,path=" + p + "," + sub + "}")
+		if got, ok := v[k]; !ok || got != 0 {
+			t.Errorf("%s = %v (present %v), want 0", k, got, ok)
+		}
+	}
+	if _, ok := v[normKey("nvmetd_backend_allocated_bytes{nsid=1,"+sub+"}")]; ok {
+		t.Error("nvmetd_backend_allocated_bytes on a file namespace")
+	}
+	st := s.status()
+	bst := st.Subsystems[0].Namespaces[0].Backend.Stats
+	if bst == nil || float64(bst.NowaitDone) != done || float64(bst.NowaitMissed) != missed {
+		t.Errorf("status backend stats %+v, want nowait_done %v, nowait_missed %v as scraped", bst, done, missed)
 	}
 }

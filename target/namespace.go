@@ -372,6 +372,24 @@ func (ns *namespace) sampleHealth(now time.Time) {
 	}
 }
 
+// statser is a backend that counts its paths (backend.Stats).
+type statser interface{ Stats() backend.Stats }
+
+// backendStats returns the backend's path counters; nil for a backend
+// without them.
+func (ns *namespace) backendStats() *BackendStats {
+	b, ok := ns.be.(statser)
+	if !ok {
+		return nil
+	}
+	st := b.Stats()
+	return &BackendStats{
+		NowaitDone: st.NowaitDone, NowaitMissed: st.NowaitMissed,
+		BounceReads: st.BounceReads, BounceWrites: st.BounceWrites, ZeroFallbacks: st.ZeroFallbacks,
+		AllocatedBytes: st.AllocatedBytes,
+	}
+}
+
 // ioCounters returns the namespace's counters.
 func (ns *namespace) ioCounters() IOCounters {
 	return IOCounters{

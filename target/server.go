@@ -574,6 +574,7 @@ func (s *server) status() Status {
 						if h := rt.health.Load(); h != nil {
 							ns.Backend.Health = *h
 						}
+						ns.Backend.Stats = rt.backendStats()
 					}
 				}
 			}
