@@ -23,6 +23,15 @@
 #                       (backend no_fill), as SPDK's null bdev
 #   DIRECT=0            1: the file namespace bypasses the page cache
 #                       (O_DIRECT: every command goes to a backend worker)
+#   WARM=1              read the file namespace's image whole before each of
+#                       its loads, so that its page cache is complete (a
+#                       machine may reclaim cold page cache meanwhile: this
+#                       one runs DAMON's proactive reclaim); each file load
+#                       prints the image's resident share before it and the
+#                       page-cache hits and misses of its reads and writes
+#                       (the namespace's backend stats); 0: no warming
+#   IOW=                tuning.io_workers (the backend workers); empty: the
+#                       default
 #   SOCKBUF=            SO_SNDBUF/SO_RCVBUF of both sides ("2MiB", as SPDK
 #                       sets); empty: the kernel's default
 #   RT=10s              runtime of each load
@@ -61,7 +70,9 @@ Q=${Q:-1}
 COUNT=${COUNT:-0}
 NOFILL=${NOFILL:-0}
 DIRECT=${DIRECT:-0}
+WARM=${WARM:-1}
 SOCKBUF=${SOCKBUF:-}
+IOW=${IOW:-}
 METRICS=${METRICS:-0}
 MPORT=${MPORT:-9479}
 SCRAPE=${SCRAPE:-1s}
@@ -91,6 +102,7 @@ ports:
 transport:
   busy_poll: $BP
 $( [ -n "$SOCKBUF" ] && printf '  socket_send_buffer: %s\n  socket_receive_buffer: %s\n' "$SOCKBUF" "$SOCKBUF" )
+$( [ -n "$IOW" ] && printf 'tuning:\n  io_workers: %s\n' "$IOW" )
 subsystems:
   - nqn: $NQN
     allow_any_host: true
@@ -120,7 +132,7 @@ until ss -Hltn "sport = :$PORT" | grep -q .; do
 	kill -0 $tgt 2>/dev/null || { cat "$D/nvmetd.log" >&2; exit 1; }
 	sleep 0.1
 done
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP NOFILL=$NOFILL DIRECT=$DIRECT SOCKBUF=$SOCKBUF Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, PIN=$PIN BP=$BP HBP=$HBP NOFILL=$NOFILL DIRECT=$DIRECT IOW=$IOW SOCKBUF=$SOCKBUF Q=$Q RT=$RT COUNT=$COUNT, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 # snap asks the target for its perfcount counts since the last snap.
 snap() {
 	local n
@@ -133,8 +145,31 @@ snap() {
 	echo "no perfcount answer from nvmetd" >&2
 }
 ctxsw() { awk '/^voluntary_ctxt/{v+=$2} /^nonvoluntary_ctxt/{n+=$2} END{print v+0, n+0}' /proc/$tgt/task/*/status 2>/dev/null; }
+# nowait prints the file namespace's backend stats: "done missed".
+nowait() {
+	"$BIN/nvmetd" status --socket "$D/nvmetd.sock" -o json | python3 -c '
+import json, sys
+for sub in json.load(sys.stdin)["target"]["subsystems"]:
+    for ns in sub["namespaces"]:
+        if ns["nsid"] == 2:
+            st = ns["backend"].get("stats") or {}
+            print(st.get("nowait_done", 0), st.get("nowait_missed", 0))'
+}
 bench() {
 	echo "== nsid $1: ${*:2}"
+	if [ "$1" = 2 ] && [ "$DIRECT" != 1 ]; then
+		[ "$WARM" = 1 ] && cat "$D/ns2.img" >/dev/null
+		local res n0 n1
+		res=$(command -v fincore >/dev/null && fincore -nb -o RES "$D/ns2.img" | awk -v s=$((2 << 30)) '{printf "%.1f %%", 100 * $1 / s}' || echo "?")
+		n0=$(nowait)
+		bench2 "$@"
+		n1=$(nowait)
+		echo "$n0 $n1" | awk -v r="$res" '{d = $3 - $1; m = $4 - $2; if (d + m > 0) printf "  page cache: %s of the image resident before; %d served at once (RWF_NOWAIT), %d missed (%.2f %%)\n", r, d, m, 100 * m / (d + m); else printf "  page cache: %s of the image resident before; no RWF_NOWAIT tries (declined by the file system for this kind: every command went to a worker)\n", r}'
+		return
+	fi
+	bench2 "$@"
+}
+bench2() {
 	local cmd=("${run1[@]}" "$BIN/nvmeof" bench -t rdma -a 127.0.0.1 -s "$PORT" -n "$NQN" -i "$Q" --runtime "$RT" --busy-poll "$HBP" ${SOCKBUF:+--socket-buffer "$SOCKBUF"} --nsid "$@")
 	if [ "$COUNT" != 1 ]; then
 		"${cmd[@]}" | grep -E 'IOPS=|lat \(usec\)|cpu:'
