@@ -30,6 +30,12 @@
 #                       prints the image's resident share before it and the
 #                       page-cache hits and misses of its reads and writes
 #                       (the namespace's backend stats); 0: no warming
+#   KBOUND=0            1: with the file namespace, first time the kernel's own
+#                       4 KiB random reads of its image from the page cache
+#                       (fio, pvsync2 = preadv2, one job on the target's CPU,
+#                       for $RT): the file namespace's QD64 IOPS cannot pass
+#                       1 / (1/null + 1/that), the null namespace's I/O plus
+#                       the kernel's read
 #   IOW=                tuning.io_workers (the backend workers); empty: the
 #                       default
 #   SOCKBUF=            SO_SNDBUF/SO_RCVBUF of both sides ("2MiB", as SPDK
@@ -73,6 +79,7 @@ DIRECT=${DIRECT:-0}
 WARM=${WARM:-1}
 SOCKBUF=${SOCKBUF:-}
 IOW=${IOW:-}
+KBOUND=${KBOUND:-0}
 METRICS=${METRICS:-0}
 MPORT=${MPORT:-9479}
 SCRAPE=${SCRAPE:-1s}
@@ -125,6 +132,22 @@ if [ "$PIN" = 1 ]; then
 	run0=(taskset -c 0 env GOMAXPROCS=1)
 	run1=(taskset -c 1 env GOMAXPROCS=1)
 fi
+if [ "$KBOUND" = 1 ]; then
+	case " $NSS " in *" 1 2 "*) ;; *) echo "KBOUND=1 needs both namespaces, null first (NSS=\"1 2\")" >&2; exit 1 ;; esac
+	case " $LOADS " in *" qd64 "*) ;; *) echo "KBOUND=1 needs the qd64 load" >&2; exit 1 ;; esac
+	command -v fio >/dev/null || { echo "KBOUND=1 needs fio" >&2; exit 1; }
+fi
+# kbound times the kernel's own 4 KiB random reads of the file namespace's
+# image from the page cache on the target's CPU (KBOUND=1) into $kb.
+kbound() {
+	cat "$D/ns2.img" >/dev/null
+	# --invalidate=0: fio drops the file's page cache before it starts
+	# otherwise.
+	kb=$("${run0[@]}" fio --name=kbound --filename="$D/ns2.img" --invalidate=0 --rw=randread --bs=4k \
+		--ioengine=pvsync2 --norandommap --size=2g --time_based --runtime="$RT" --output-format=json |
+		python3 -c 'import json, sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))')
+	echo "== kernel: fio preadv2 alone, 4 KiB random reads of the image from the page cache on the target's CPU: $kb IOPS ($(awk -v k="$kb" 'BEGIN{printf "%.2f", 1e6 / k}') µs a read)"
+}
 NVMETD_PERFCOUNT=$D/target.count "${run0[@]}" "$BIN/nvmetd" --config "$D/nvmetd.yaml" >"$D/nvmetd.log" 2>&1 &
 tgt=$!
 trap 'kill $tgt 2>/dev/null; wait $tgt 2>/dev/null; rm -rf "$D"' EXIT
@@ -246,6 +269,15 @@ for round in $(seq "$ROUNDS"); do
 			esac
 			if [ "$METRICS" = 1 ]; then
 				metered "$([ $((round % 2)) = 1 ] && echo 01 || echo 10)" "$ns" "${args[@]}"
+			elif [ "$KBOUND" = 1 ] && [ "$load" = qd64 ]; then
+				[ "$ns" = 2 ] && kbound
+				bench "$ns" "${args[@]}" | tee "$D/last"
+				iops=$(grep -oE 'IOPS=[0-9]+' "$D/last" | cut -d= -f2 | awk '{s+=$1} END{print s+0}')
+				if [ "$ns" = 1 ]; then
+					nullq=$iops
+				elif [ "$ns" = 2 ] && [ -n "${nullq:-}" ]; then
+					awk -v n="$nullq" -v k="$kb" -v f="$iops" 'BEGIN{b = 1 / (1 / n + 1 / k); printf "  bound: 1/(1/null + 1/kernel) = %.0f IOPS (%.2f of null); measured %.2f of null, %.2f of the bound\n", b, b / n, f / n, f / b}'
+				fi
 			else
 				bench "$ns" "${args[@]}"
 			fi
