@@ -443,8 +443,7 @@ func (c *collector) collectNamespaces(ch chan<- prometheus.Metric, sub *subsyste
 			ns.met.lat[op].AddTo(&h)
 			ch <- constHist(dNSLatency, &h, 1, sub.nqn, nsid, latOpNames[op])
 		}
-		if b, ok := ns.be.(statser); ok {
-			st := b.Stats()
+		if st := ns.backendStats(); st != nil {
 			cnt(dNSNowait, st.NowaitDone, "done")
 			cnt(dNSNowait, st.NowaitMissed, "missed")
 			cnt(dNSSlowPaths, st.BounceReads, "bounce_read")
