@@ -99,7 +99,7 @@ func (o *connectOpts) addFlags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&o.mountNSID, "mount-nsid", 0, "namespace for --mount and --loop (default: the first)")
 	fs.StringVar(&o.fstype, "fstype", "ext4", "filesystem type for --mount (ext4, xfs, ...)")
 	fs.BoolVar(&o.mkfs, "mkfs", false, "make the filesystem first (mkfs.FSTYPE): destroys the namespace's data")
-	fs.StringVar(&o.mountOpts, "mount-options", "", "mount -o options")
+	fs.StringVar(&o.mountOpts, "mount-options", "", "mount -o options, after the default nosuid,nodev (give suid or dev to allow them)")
 	fs.BoolVar(&o.loopDirectIO, "loop-direct-io", true, "the loop device does direct I/O on the FUSE file (losetup --direct-io)")
 	fs.BoolVar(&o.fuseDirectIO, "fuse-direct-io", true, "the FUSE device files bypass the page cache (FOPEN_DIRECT_IO)")
 	fs.StringVarP(&o.output, "output-format", "o", "normal", "output format: normal or json")

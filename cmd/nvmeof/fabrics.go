@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
@@ -121,6 +124,26 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 	if o.dhchapSecret != "" {
 		if cfg.DHCHAPSecret, err = dhchapkey.Load(o.dhchapSecret); err != nil {
 			return cfg, fmt.Errorf("--dhchap-secret: %w", err)
+		}
+	}
+	if o.dhchapSecret == "" && subnqn != nvmeof.DiscoveryNQN {
+		// nvmetd's built-in default subsystem on this machine: its
+		// generated host key (defaultkey.go).
+		sec, path, err := defaultHostKey(subnqn, nvmetdDataDirs(), os.Geteuid())
+		switch {
+		case err == nil:
+			if cfg.DHCHAPSecret, err = auth.ParseSecret(sec); err != nil {
+				return cfg, fmt.Errorf("%s: %w", path, err)
+			}
+			if log != nil {
+				log.Info("DH-HMAC-CHAP host secret of nvmetd's default subsystem", zap.String("file", path))
+			}
+		case errors.Is(err, errNoDefaultKey):
+			if path != "" && log != nil {
+				log.Info("nvmetd's default subsystem: its host key is not readable here; connecting without a DH-HMAC-CHAP secret", zap.Error(err))
+			}
+		default:
+			return cfg, err
 		}
 	}
 	if o.dhchapCtrlSecret != "" {

@@ -71,15 +71,28 @@ func makeFS(fstype, dev string) error {
 	return err
 }
 
-// mountFS mounts dev on dir.
+// defaultMountOptions come before the user's --mount-options (issue
+// 22.1): the namespace's data is not trusted to carry set-user-ID programs
+// or device nodes, since whoever can write its blocks (the target, another
+// host of the subsystem) would otherwise be root here. mount(8) applies
+// options in order, so an explicit "suid" or "dev" in --mount-options
+// turns them back on.
+const defaultMountOptions = "nosuid,nodev"
+
+// mountOptions returns the -o argument for the user's options.
+func mountOptions(opts string) string {
+	if opts == "" {
+		return defaultMountOptions
+	}
+	return defaultMountOptions + "," + opts
+}
+
+// mountFS mounts dev on dir, nosuid and nodev unless opts says otherwise.
 func mountFS(fstype, dev, dir, opts string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	args := []string{"-t", fstype}
-	if opts != "" {
-		args = append(args, "-o", opts)
-	}
+	args := []string{"-t", fstype, "-o", mountOptions(opts)}
 	_, err := runTool("mount", append(args, dev, dir)...)
 	if err != nil && (strings.Contains(err.Error(), "wrong fs type") || strings.Contains(err.Error(), "bad superblock")) {
 		return fmt.Errorf("%w\n(no %s filesystem on the namespace yet? add --mkfs to make one: it erases the namespace)", err, fstype)
