@@ -37,6 +37,7 @@ type fakeTarget struct {
 	healthy      error
 	health       map[uint32]target.HealthStatus
 	reports      map[uint32]string
+	traceFile    io.WriteCloser
 }
 
 func newFakeTarget(cfg *target.Config) *fakeTarget {
