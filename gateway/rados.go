@@ -61,6 +61,9 @@ func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 	if o.Pool == "" || o.GroupName == "" || o.Lease <= 0 {
 		return nil, errors.New("gateway: RADOS options need a pool, a group name and a lease")
 	}
+	if o.BlocklistExpire < 0 || o.BlocklistExpire > MaxBlocklistExpire {
+		return nil, fmt.Errorf("gateway: blocklist expiry %s is out of range (0 for the default, up to %s)", o.BlocklistExpire, MaxBlocklistExpire)
+	}
 	conn, err := rados.NewConnWithUser(o.ClientID)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: create the RADOS client: %w", err)
@@ -353,13 +356,27 @@ func (r *RADOS) Renew(g uint32, rec Record) (string, error) {
 	return string(vals[keyRequest]), nil
 }
 
-// Fence blocklists every address of every vector, then waits until this
-// client has the OSD map with the entries (as librbd does when it breaks a
-// lock).
+// blocklistCmd is the monitor command that blocklists addr for expire.
+// The monitor's "expire" is a CephFloat: it is sent as a JSON number with
+// a fraction, since an integer would not decode as a double.
+func blocklistCmd(addr string, expire time.Duration) []byte {
+	a, _ := json.Marshal(addr)
+	return fmt.Appendf(nil, `{"prefix":"osd blocklist","blocklistop":"add","addr":%s,"expire":%.1f}`, a, math.Floor(expire.Seconds()))
+}
+
+// Fence blocklists every address of every vector for the blocklist expiry
+// (RADOSOptions.BlocklistExpire: years, never the monitor's default hour,
+// after which a fenced client that was frozen would write again), then
+// waits until this client has the OSD map with the entries (as librbd
+// does when it breaks a lock).
 func (r *RADOS) Fence(vecs []string) error {
+	expire := r.o.BlocklistExpire
+	if expire <= 0 {
+		expire = DefaultBlocklistExpire
+	}
 	for _, v := range vecs {
 		for _, a := range SplitAddrs(v) {
-			cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "add", "addr": a})
+			cmd := blocklistCmd(a, expire)
 			if _, status, err := r.conn.MonCommand(cmd); err != nil {
 				return fmt.Errorf("osd blocklist add %s: %w (%s)", a, classify(err), status)
 			}

@@ -403,3 +403,71 @@ func TestConfigMismatch(t *testing.T) {
 	}
 	t.Logf("difference: %s", diff)
 }
+
+// blocklistExpiry returns the expiry of addr in the cluster's blocklist
+// (`ceph osd blocklist ls`: "ADDR EXPIRY" lines).
+func blocklistExpiry(t *testing.T, c *cephtest.Cluster, addr string) time.Time {
+	t.Helper()
+	out, err := c.Ceph("osd", "blocklist", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[0] == addr {
+			exp, err := time.Parse("2006-01-02T15:04:05.999999-0700", f[1])
+			if err != nil {
+				t.Fatalf("blocklist entry %q: %v", l, err)
+			}
+			return exp
+		}
+	}
+	t.Fatalf("%s is not in the blocklist:\n%s", addr, out)
+	return time.Time{}
+}
+
+// unblock removes the test's blocklist entries from the shared cluster.
+func unblock(t *testing.T, c *cephtest.Cluster, addrs ...string) {
+	t.Cleanup(func() {
+		for _, a := range addrs {
+			_, _ = c.Ceph("osd", "blocklist", "rm", a)
+		}
+	})
+}
+
+// TestFenceBlocklistExpiry (issue 21.6): a fence's blocklist entries last
+// years, not the monitor's default hour: a fenced gateway frozen for more
+// than an hour must not come back unfenced and resend its writes. The
+// fenced client's operations then fail with ErrFenced.
+func TestFenceBlocklistExpiry(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 4 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	fencer, victim := dial(), dial()
+	addrs := gateway.SplitAddrs(victim.Addrs())
+	unblock(t, f.c, addrs...)
+	if err := fencer.Fence([]string{victim.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		exp := blocklistExpiry(t, f.c, a)
+		t.Logf("%s blocklisted until %s", a, exp.UTC().Format(time.RFC3339))
+		if min := time.Now().Add(gateway.DefaultBlocklistExpire - 24*time.Hour); exp.Before(min) {
+			t.Errorf("%s blocklisted until %s only: a fence must last about %s (after %s)", a, exp, gateway.DefaultBlocklistExpire, min)
+		}
+	}
+	if _, err := victim.Read(1); !errors.Is(err, gateway.ErrFenced) {
+		t.Errorf("the fenced client's read: %v, want ErrFenced", err)
+	}
+	if _, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: time.Second, BlocklistExpire: 100 * 365 * 24 * time.Hour}); err == nil {
+		t.Error("a blocklist expiry past 2106 (the monitor's 32-bit seconds) was accepted")
+	}
+}
