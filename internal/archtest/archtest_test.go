@@ -145,6 +145,17 @@ func TestImportDirection(t *testing.T) {
 			}
 		}
 	}
+	// Test support (internal/testing/...) is imported by tests only.
+	for _, p := range pkgs {
+		if p.Standard || !strings.HasPrefix(p.ImportPath, module) || under(p.ImportPath, "internal/testing") {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if under(imp, "internal/testing") {
+				t.Errorf("%s imports %s: test support is for tests only", p.ImportPath, imp)
+			}
+		}
+	}
 	// Only the target (its collector) and the commands (and their serving
 	// helper) speak Prometheus: the layers below export plain stats
 	// structs.
