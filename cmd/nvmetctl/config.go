@@ -35,6 +35,8 @@ type nsState struct {
 	State string `json:"state"`
 	Error string `json:"error"`
 	Size  int64
+	// The identifiers in effect (configured or derived).
+	NGUID, UUID, EUI64 string
 }
 
 // namespaceStates returns each namespace's state from /v1/status.
@@ -48,7 +50,8 @@ func (a *app) namespaceStates() map[string]nsState {
 	}
 	for _, s := range st.Target.Subsystems {
 		for _, n := range s.Namespaces {
-			out[fmt.Sprintf("%s/%d", s.NQN, n.NSID)] = nsState{State: n.State, Error: n.Error, Size: n.Backend.Size}
+			out[fmt.Sprintf("%s/%d", s.NQN, n.NSID)] = nsState{State: n.State, Error: n.Error, Size: n.Backend.Size,
+				NGUID: n.NGUID, UUID: n.UUID, EUI64: n.EUI64}
 		}
 	}
 	return out
@@ -202,6 +205,22 @@ func (a *app) exportCommand() *cobra.Command {
 			c, _, err := a.fetchConfig()
 			if err != nil {
 				return err
+			}
+			// The identifiers hosts see, derived ones included: kernel
+			// nvmet restored from this file reports the same namespaces.
+			states := a.namespaceStates()
+			for i := range c.Subsystems {
+				sc := &c.Subsystems[i]
+				for j := range sc.Namespaces {
+					n := &sc.Namespaces[j]
+					st := states[fmt.Sprintf("%s/%d", sc.NQN, n.NSID)]
+					if n.NGUID == "" {
+						n.NGUID = st.NGUID
+					}
+					if n.UUID == "" {
+						n.UUID = st.UUID
+					}
+				}
 			}
 			nc, err := target.ExportNvmetcli(c)
 			if err != nil {
