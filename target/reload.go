@@ -239,6 +239,19 @@ func (s *server) prepare(p *reloadPlan) (*prepared, error) {
 	for _, sp := range p.subs {
 		list := s.openNamespaces(p.cfg, sp.nqn, sp.open, sp.sameStorage)
 		pr.ns[sp.nqn] = list
+		// A namespace replaced in place (same NSID) keeps counting where
+		// the old one left off: the SMART log's data units and commands
+		// are the namespace's, not the open file's.
+		s.regMu.RLock()
+		if sub := s.subsystems[sp.nqn]; sub != nil {
+			old := sub.ns.Load()
+			for _, ns := range list {
+				if o := old.byID[ns.nsid]; o != nil {
+					ns.nsCounters = o.nsCounters
+				}
+			}
+		}
+		s.regMu.RUnlock()
 		for _, ns := range list {
 			if ns.state == NamespaceFailed && !sp.retry[ns.nsid] {
 				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err})
