@@ -97,7 +97,7 @@ func TestAutoconnectSecrets(t *testing.T) {
 		"config.json:host[0].subsystems[0].ports[0]": {Host: "DHHC-1:00:cG9ydC1ob3N0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVmMDEy3hL4Vw==:",
 			Ctrl: "DHHC-1:00:cG9ydC1jdHJsLXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVmMDEy3hL4Vw==:"},
 		"config.json:host[1].subsystems[0].ports[0]": {Host: "DHHC-1:00:aG9zdC1sZXZlbC1zZWNyZXQtMDEyMzQ1Njc4OWFiY2RlZjAx3hL4Vw==:"},
-		"discovery.conf:17": {Host: "DHHC-1:00:dGVzdC1ob3N0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVmMDEy3hL4Vw==:", Ctrl: "file:/etc/nvme/ctrl.key"},
+		"discovery.conf:17":                          {Host: "DHHC-1:00:dGVzdC1ob3N0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVmMDEy3hL4Vw==:", Ctrl: "file:/etc/nvme/ctrl.key"},
 	}
 	got := map[string]entrySecrets{}
 	for _, e := range entries {
