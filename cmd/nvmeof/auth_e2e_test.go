@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -180,6 +182,80 @@ subsystems:
 	}
 	if strings.Contains(string(logb), key) {
 		t.Errorf("the daemon's log shows the secret")
+	}
+	e.must("disconnect-all")
+}
+
+// TestE2EAutoconnectSecrets (issue 22.8): autoconnect with a config.json
+// port's dhchap_key and a discovery.conf line's --dhchap-secret connects
+// to a target that requires DH-HMAC-CHAP, and prints no secret. Before,
+// the secrets were dropped (the connects failed) and discovery.conf's
+// were printed to stderr, the journal of nvmeof-autoconnect.service.
+func TestE2EAutoconnectSecrets(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	const host = "nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4c61-9b00-0000000000e3"
+	key := strings.TrimSpace(e.must("gen-dhchap-key", "-m", "1", "-n", host))
+	port := freePort(t)
+	_, bin := bins(t)
+	cfg := fmt.Sprintf(`daemon:
+  log_format: console
+  control_socket: %s
+hosts:
+  - nqn: %s
+    dhchap_key: "%s"
+ports:
+  - id: 1
+    address: 127.0.0.1
+    service_id: %d
+    subsystems: [%s]
+subsystems:
+  - nqn: %s
+    allowed_hosts: [%s]
+    auth_required: true
+    namespaces:
+      - nsid: 1
+        backend:
+          kind: memory
+          size: 16MiB
+`, filepath.Join(e.dir, "nvmetd.sock"), host, key, port, testNQN, testNQN, host)
+	p := &nvmetdProc{t: t, bin: bin, cfg: filepath.Join(e.dir, "nvmetd.yaml"), logf: filepath.Join(e.dir, "nvmetd.log"),
+		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), NQN: testNQN}
+	if err := os.WriteFile(p.cfg, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	e.targets = append(e.targets, p)
+
+	cfgJSON := filepath.Join(e.dir, "config.json")
+	js := fmt.Sprintf(`[{"hostnqn": %q, "subsystems": [{"nqn": %q, "ports": [{"transport": "rdma", "traddr": "127.0.0.1", "trsvcid": "%d", "ctrl_loss_tmo": 0, "dhchap_key": %q}]}]}]`,
+		host, testNQN, port, key)
+	if err := os.WriteFile(cfgJSON, []byte(js), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	disc := filepath.Join(e.dir, "discovery.conf")
+	if err := os.WriteFile(disc, []byte(fmt.Sprintf("-t rdma -a 127.0.0.1 -s %d -q %s -l 0 -S %s\n", port, host, key)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := withTimeout(5 * time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, "autoconnect", "--config", cfgJSON, "--discovery-conf", disc)
+	cmd.Env = append(os.Environ(), "NVMEOF_STATE_DIR="+e.state)
+	out, err := cmd.CombinedOutput()
+	if strings.Contains(string(out), "DHHC-1") {
+		t.Errorf("autoconnect printed a secret:\n%s", out)
+	}
+	if err != nil {
+		t.Fatalf("autoconnect: %v\n%s", err, out)
+	}
+	if l := e.list(); len(l) != 1 || l[0].State != "live" || l[0].SubNQN != testNQN {
+		t.Fatalf("list: %+v\nautoconnect:\n%s", l, out)
+	}
+	// The discovery.conf line found the same subsystem, connected: its
+	// connect-all authenticated to the discovery controller's subsystem
+	// list and skipped it.
+	if !strings.Contains(string(out), "already connected") {
+		t.Errorf("autoconnect output:\n%s", out)
 	}
 	e.must("disconnect-all")
 }

@@ -154,7 +154,7 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 			return cfg, fmt.Errorf("--dhchap-ctrl-secret: %w", err)
 		}
 	}
-	id, err := hostIdentity(o.hostnqn, o.hostid)
+	id, err := hostIdentity(o.hostnqn, o.hostid, log)
 	if err != nil {
 		return cfg, err
 	}
@@ -181,9 +181,29 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 }
 
 // hostIdentity is nvme-cli's: the flags, else /etc/nvme/hostnqn and
-// /etc/nvme/hostid, else one derived from the machine (libnvme).
-func hostIdentity(nqn, id string) (initiator.Identity, error) {
-	ident, err := initiator.HostIdentity()
+// /etc/nvme/hostid, else one derived from the machine (libnvme), saved to
+// those files on this first use when they can be written (root), so that
+// the host NQN stays the same (issue 23.3).
+func hostIdentity(nqn, id string, log *zap.Logger) (initiator.Identity, error) {
+	var ident initiator.Identity
+	var err error
+	if nqn == "" && id == "" {
+		ident, err = initiator.PersistentHostIdentity(initiator.DefaultHostPaths)
+		if err == nil && log == nil && strings.HasPrefix(ident.Persisted, "saved") {
+			// Once per machine: tell the admin where the identity is.
+			fmt.Fprintf(os.Stderr, "nvmeof: host NQN %s (derived from %s) %s\n", ident.NQN, ident.Source, ident.Persisted)
+		}
+		if err == nil && log != nil && ident.Persisted != "" {
+			lvl := zap.DebugLevel
+			if strings.HasPrefix(ident.Persisted, "saved") {
+				lvl = zap.InfoLevel
+			}
+			log.Log(lvl, "host identity derived from this machine", zap.String("hostnqn", ident.NQN),
+				zap.String("source", ident.Source), zap.String("persisted", ident.Persisted))
+		}
+	} else {
+		ident, err = initiator.HostIdentity()
+	}
 	if err != nil && (nqn == "" || id == "") {
 		return ident, fmt.Errorf("host identity: %w", err)
 	}

@@ -243,6 +243,13 @@ func (d *daemon) mountNamespace() error {
 	d.mu.Unlock()
 	d.log.Info("loop device attached", zap.String("loop", loop), zap.Bool("direct_io", loopDirectIO(loop)))
 	if d.opts.mkfs {
+		if !d.opts.force {
+			if err := checkBlank(loop, fmt.Sprintf("%sn%d", d.dev, target.NSID)); err != nil {
+				return err
+			}
+		} else {
+			d.log.Warn("--mkfs --force: making a filesystem whatever the namespace holds", zap.String("loop", loop))
+		}
 		if err := makeFS(d.opts.fstype, loop); err != nil {
 			return err
 		}
