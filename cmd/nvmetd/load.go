@@ -249,6 +249,9 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 	}
 	lc.Target = &cfg
 	lc.Warnings = append(append(lc.Warnings, cfg.Warnings()...), unknownEnv(os.Environ())...)
+	if w := secretFileWarning(file, &cfg); w != "" {
+		lc.Warnings = append(lc.Warnings, w)
+	}
 	return lc, nil
 }
 
