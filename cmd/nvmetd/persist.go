@@ -71,7 +71,10 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 	if err := enc.Close(); err != nil {
 		return sum, err
 	}
-	if err := writeFileAtomic(file, b.Bytes()); err != nil {
+	// A file that holds a literal secret is written 0600 whatever its
+	// mode was (an admin's 0644 conffile would hand the key to every
+	// local user).
+	if err := writeFileAtomic(file, b.Bytes(), hasLiteralSecrets(out)); err != nil {
 		return sum, fmt.Errorf("config file %s: %w", file, err)
 	}
 	return sha256.Sum256(b.Bytes()), nil
@@ -112,8 +115,8 @@ func setKey(m *yaml.Node, key string, v *yaml.Node) {
 // writeFileAtomic replaces path with data: a temporary file beside it with
 // path's mode and owner, fsync, rename over path, fsync of the directory.
 // A reader sees the old or the new file, never a part; a crash leaves one
-// of them.
-func writeFileAtomic(path string, data []byte) error {
+// of them. private makes the new file mode 0600 whatever path's mode was.
+func writeFileAtomic(path string, data []byte, private bool) error {
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real // replace the file a symbolic link points to, not the link
 	}
@@ -124,6 +127,9 @@ func writeFileAtomic(path string, data []byte) error {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
+	}
+	if private {
+		mode = 0o600
 	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")

@@ -74,10 +74,11 @@ func checkPrivate(f *os.File, path string) error {
 	return nil
 }
 
-// privateDir checks that dir is a directory that only this process's user
-// (or root) can write to, so that nobody else can replace what the daemon
-// keeps there. A sticky directory (/tmp) writable by others is accepted
-// only when the file in it that matters is ours (checked by the caller).
+// privateDir checks that dir is a directory owned by this process's user
+// (or root) that only its owner can write to, so that nobody else can
+// replace what the daemon keeps there. A sticky directory owned by root
+// (/tmp) is accepted: there only a file's owner can remove or rename it,
+// and the caller creates (or checks the owner of) the file itself.
 func privateDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
@@ -102,7 +103,7 @@ func privateDir(dir string) error {
 	if int(st.Uid) != os.Geteuid() && st.Uid != 0 {
 		return fmt.Errorf("directory %s is owned by uid %d, not by this daemon's user (uid %d) or root: another user controls what is in it", dir, st.Uid, os.Geteuid())
 	}
-	if fi.Mode().Perm()&0o022 != 0 {
+	if fi.Mode().Perm()&0o022 != 0 && !(fi.Mode()&os.ModeSticky != 0 && st.Uid == 0) {
 		return fmt.Errorf("directory %s has mode %04o: group or others may write to it (chmod go-w)", dir, fi.Mode().Perm())
 	}
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -9,7 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -66,7 +69,7 @@ func sharedDir(t *testing.T) string {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o1777); err != nil {
+	if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
 		t.Fatal(err)
 	}
 	// The test's temporary directories are 0700 root: let nobody in.
@@ -138,4 +141,60 @@ func TestTraceFileRefusesOthersFiles(t *testing.T) {
 	}
 	td.signals <- syscall.SIGTERM
 	td.exit(t)
+}
+
+// TestControlSocketDirectoryOfAnotherUser: another user (nobody) has
+// pre-created the directory of the daemon's control socket (a non-root
+// daemon's default is /tmp/nvmetd-UID): the daemon refuses to listen there,
+// since that user could replace the socket and receive what nvmetctl
+// sends. A root directory that group or others may write to is refused
+// too; the daemon's own directory is used.
+func TestControlSocketDirectoryOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: nobody makes the directory through setpriv")
+	}
+	shared := sharedDir(t)
+	planted := filepath.Join(shared, "nvmetd-0")
+	asNobody(t, "mkdir", "-m", "0755", planted)
+	if l, err := listenControl(filepath.Join(planted, "nvmetd.sock")); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		if l != nil {
+			l.Close()
+		}
+		t.Errorf("a socket directory nobody made: %v", err)
+	}
+	// The same through the daemon: it does not start.
+	dir := isolate(t)
+	var stderr syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"--data-dir", filepath.Join(dir, "data"), "--control-socket", filepath.Join(planted, "nvmetd.sock"), "--listen", fmt.Sprintf("127.0.0.1:%d", testnode.FreePort(t))}, io.Discard, &stderr)
+	}()
+	select {
+	case c := <-code:
+		if c == exitOK || !strings.Contains(stderr.String(), "owned by uid 65534") {
+			t.Errorf("nvmetd with its socket in nobody's directory: exit %d\n%s", c, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("nvmetd runs with its control socket in nobody's directory:\n%s", stderr.String())
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		<-code
+	}
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := listenControl(filepath.Join(open, "nvmetd.sock")); err == nil || !strings.Contains(err.Error(), "group or others may write") {
+		if l != nil {
+			l.Close()
+		}
+		t.Errorf("a world-writable socket directory: %v", err)
+	}
+	l, err := listenControl(filepath.Join(t.TempDir(), "run", "nvmetd.sock"))
+	if err != nil {
+		t.Fatalf("the daemon's own directory: %v", err)
+	}
+	l.Close()
 }
