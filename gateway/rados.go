@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -298,6 +299,35 @@ func (r *RADOS) lock(g uint32, rec Record, flags byte) error {
 	return nil
 }
 
+// clsLockExclusive is cls_lock's LOCK_EXCLUSIVE (cls_lock_types.h
+// ClsLockType).
+const clsLockExclusive = 1
+
+// assertLockedOp is the input of cls_lock's assert_locked method, an
+// encoded cls_lock_assert_op (cls_lock_ops.h): ENCODE_START(1, 1) (struct
+// version, compat version, u32 length), the lock name, the lock type (u8),
+// the cookie and the tag (strings: u32 length and bytes; little-endian).
+// The OSD checks that the object's lock is held, exclusive, with that tag,
+// by this client (its entity name) with that cookie.
+func assertLockedOp(name, cookie, tag string) []byte {
+	var body []byte
+	str := func(s string) {
+		body = binary.LittleEndian.AppendUint32(body, uint32(len(s)))
+		body = append(body, s...)
+	}
+	str(name)
+	body = append(body, clsLockExclusive)
+	str(cookie)
+	str(tag)
+	out := []byte{1, 1}
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(body)))
+	return append(out, body...)
+}
+
+// writeRecord writes rec as the group's record in one operation that
+// first asserts that this client holds the group's lock with rec's
+// session (cls_lock assert_locked): a holder whose lock was lost (expired
+// and taken, or its object removed) cannot overwrite a successor's record.
 func (r *RADOS) writeRecord(g uint32, rec Record, clearRequest bool) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -305,11 +335,15 @@ func (r *RADOS) writeRecord(g uint32, rec Record, clearRequest bool) error {
 	}
 	op := rados.CreateWriteOp()
 	defer op.Release()
+	op.Exec("lock", "assert_locked", assertLockedOp(LockName, rec.Session, ""))
 	op.SetOmap(map[string][]byte{keyHolder: b})
 	if clearRequest {
 		op.RmOmapKeys([]string{keyRequest})
 	}
 	if err := op.Operate(r.ioctx, r.oid(g), rados.OperationNoFlag); err != nil {
+		if e := errnoOf(err); e == syscall.EBUSY || e == syscall.ENOENT {
+			return fmt.Errorf("write the record of %s: %w (the lock is not held by this session: %w)", r.oid(g), ErrLockBusy, e)
+		}
 		return fmt.Errorf("write the record of %s: %w", r.oid(g), classify(err))
 	}
 	r.mu.Lock()
@@ -393,8 +427,12 @@ func (r *RADOS) Release(g uint32, rec Record) error {
 	if err := r.writeRecord(g, rec, false); err != nil {
 		return err
 	}
-	if _, err := r.ioctx.Unlock(r.oid(g), LockName, rec.Session); err != nil {
+	ret, err := r.ioctx.Unlock(r.oid(g), LockName, rec.Session)
+	switch {
+	case err != nil:
 		return fmt.Errorf("unlock %s: %w", r.oid(g), classify(err))
+	case ret == -int(syscall.ENOENT):
+		return fmt.Errorf("unlock %s: %w (not held by this session)", r.oid(g), ErrLockBusy)
 	}
 	r.notify(r.oid(g))
 	return nil

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -426,11 +427,25 @@ func blocklistExpiry(t *testing.T, c *cephtest.Cluster, addr string) time.Time {
 	return time.Time{}
 }
 
-// unblock removes the test's blocklist entries from the shared cluster.
+// admin runs a Ceph tool (ceph, rados) as client.admin: what an operator
+// (or a mistake) does, beyond a gateway's caps.
+func admin(t *testing.T, c *cephtest.Cluster, tool string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, tool, append([]string{"--conf", c.Conf, "--name", "client.admin", "--keyring", c.AdminKeyring}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", tool, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// unblock removes the test's blocklist entries from the shared cluster
+// when the test ends (they would last years).
 func unblock(t *testing.T, c *cephtest.Cluster, addrs ...string) {
 	t.Cleanup(func() {
 		for _, a := range addrs {
-			_, _ = c.Ceph("osd", "blocklist", "rm", a)
+			admin(t, c, "ceph", "osd", "blocklist", "rm", a)
 		}
 	})
 }
@@ -469,5 +484,84 @@ func TestFenceBlocklistExpiry(t *testing.T) {
 	if _, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
 		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: time.Second, BlocklistExpire: 100 * 365 * 24 * time.Hour}); err == nil {
 		t.Error("a blocklist expiry past 2106 (the monitor's 32-bit seconds) was accepted")
+	}
+}
+
+// TestRecordWriteAssertsLock (issue 21.7): a record is written only by the
+// lock's holder: a gateway that lost the lock (here one that never had it)
+// cannot overwrite the holder's record, e.g. with a released one that
+// would let a successor take the group without fencing the holder.
+func TestRecordWriteAssertsLock(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 30 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	x, y := dial(), dial()
+	recX := gateway.Record{Name: "x", Session: "x-1", Addrs: []string{x.Addrs()}, Epoch: 1}
+	if err := x.Acquire(1, recX); err != nil {
+		t.Fatal(err)
+	}
+	// y, with x's session even: the lock is x's client's.
+	for _, sess := range []string{"y-1", "x-1"} {
+		err := y.Release(1, gateway.Record{Name: "y", Session: sess, Released: true, Epoch: 1})
+		if !errors.Is(err, gateway.ErrLockBusy) {
+			t.Errorf("release by a gateway that does not hold the lock (session %s): %v, want ErrLockBusy", sess, err)
+		}
+	}
+	o, err := x.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Locked || o.Record.Session != "x-1" || o.Record.Released {
+		t.Fatalf("after the refused writes: %+v, want x's record, locked", o)
+	}
+	if _, err := x.Renew(1, recX); err != nil {
+		t.Fatalf("x's renewal: %v", err)
+	}
+}
+
+// TestRemovedObjectFences (issue 21.7): a holds group 1 and stops (its
+// clients stay connected: a crash as far as the cluster can tell); the
+// group object is then removed (`rados rm`: the lock and the record go
+// with it). b, which saw a's record, must fence a before it serves: at the
+// moment b goes optimized a write by a's backend is refused.
+func TestRemovedObjectFences(t *testing.T) {
+	f := newFixture(t)
+	a := f.start(t, "a", "a-1", nil)
+	a.waitEvent("a optimized", 0, isANA(true))
+	var fencedWrite error
+	b := f.start(t, "b", "b-1", nil)
+	b.onOptimized = func() { fencedWrite = a.be.WriteAt(block("a after the fence"), 0, false) }
+	b.waitStatus("b sees a as the holder", func(s gateway.GroupStatus) bool { return s.Holder == "a" })
+	unblock(t, f.c, append(gateway.SplitAddrs(a.cl.Addrs()), gateway.SplitAddrs(a.be.CephClient().Addrs)...)...)
+	a.stop()
+	admin(t, f.c, "rados", "-p", f.c.Pool, "rm", gateway.ObjectName(f.group, 1))
+	iOpt := b.waitEvent("b optimized", 0, isANA(true))
+	t.Logf("b after the removal:\n%s", b.dump())
+	iFence := b.waitEvent("b fence", 0, isAct(gateway.ActFence, true))
+	if iFence > iOpt {
+		t.Fatalf("b went optimized (event %d) before it fenced (event %d)", iOpt, iFence)
+	}
+	b.mu.Lock()
+	fence := b.events[iFence].Action
+	b.mu.Unlock()
+	if !slices.Contains(fence.Addrs, a.be.CephClient().Addrs) {
+		t.Errorf("fence %v lacks a's backend client %s", fence.Addrs, a.be.CephClient().Addrs)
+	}
+	if !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
+		t.Fatalf("a's write when b went optimized: %v, want ESHUTDOWN: a was not fenced first", fencedWrite)
+	}
+	o, err := b.cl.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Record.Name != "b" || o.Record.Epoch != 2 {
+		t.Errorf("b's record %+v, want epoch 2 (a had 1)", o.Record)
 	}
 }
