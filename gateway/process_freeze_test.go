@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/testing/verify"
 )
 
 // Figures of the gateways' configuration (writeConfig).
@@ -44,6 +45,23 @@ func ioTotals(p *initiator.Path) (reads, writes, errs uint64) {
 	return
 }
 
+// oneWriter checks that no I/O completed through the old owner's path
+// from after the first completion through the new owner's (since the
+// hand-over began at since): the host never saw two gateways serve the
+// image at once.
+func oneWriter(t *testing.T, w *verify.Workload, old, cur *initiator.Path, since time.Time) {
+	t.Helper()
+	first, ok := w.FirstCompletion(cur.Address(), since)
+	if !ok {
+		t.Fatalf("no completion through %s since %s", cur.Address(), since.Format("15:04:05.000"))
+	}
+	if n := w.CompletionsSince(old.Address(), first); n != 0 {
+		last, _ := w.LastCompletion(old.Address())
+		t.Errorf("FINDING: two writers: %d I/Os completed through %s after the first through %s at %s (the last at %s)",
+			n, old.Address(), cur.Address(), first.Format("15:04:05.000"), last.Format("15:04:05.000"))
+	}
+}
+
 // TestGatewayProcessFreeze is issue 21's first scenario: the owner is
 // frozen (SIGSTOP) for three leases while the host writes through both
 // paths with the verified workload. The survivor must fence it and take
@@ -59,7 +77,7 @@ func TestGatewayProcessFreeze(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
 	}
-	g := startGatewayPair(t)
+	g := startGatewayPair(t, nil)
 	a, b, pa, pb := g.a, g.b, g.pa, g.pb
 	w := startWorkload(t, g.h, 8, 1024)
 	defer w.Stop()
@@ -81,6 +99,7 @@ func TestGatewayProcessFreeze(t *testing.T) {
 		t.Fatalf("gw-b's log: fence at %d, optimized at %d: the fence must come first:\n%s", iFence, iOpt, blog)
 	}
 	fenced := blocklisted(t, g.c, blog)
+	oneWriter(t, w, pa, pb, frozen)
 	stall, err := w.Stall(pa.Address(), frozen)
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,9 @@ type gwProc struct {
 	stderr *syncBuffer
 	// logs keeps the stderr of the process's earlier runs.
 	logs []string
+	// cgroup, if set, is the cgroup (v2) directory the process starts in
+	// (a partition's nftables rules match its sockets by cgroup).
+	cgroup *os.File
 }
 
 func (p *gwProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
@@ -113,6 +116,9 @@ func (p *gwProc) start() {
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
+	if p.cgroup != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(p.cgroup.Fd())}
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -302,8 +308,9 @@ const kato = 2 * time.Second
 
 // startGatewayPair starts gw-a, waits until it owns group 1, starts gw-b,
 // connects the host to both (gw-a optimized, gw-b inaccessible) and
-// stops everything at the end of the test.
-func startGatewayPair(t *testing.T) *gwPair {
+// stops everything at the end of the test. setup, if not nil, is called
+// before the processes start.
+func startGatewayPair(t *testing.T, setup func(a, b *gwProc)) *gwPair {
 	t.Helper()
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 64<<20)
@@ -322,6 +329,9 @@ func startGatewayPair(t *testing.T) *gwPair {
 		procs[i].writeConfig(c, image, group, 1+100*i)
 	}
 	a, b := procs[0], procs[1]
+	if setup != nil {
+		setup(a, b)
+	}
 	a.start()
 	a.waitLog(`group 1: set-ana optimized`, 0)
 	b.start()
@@ -385,7 +395,7 @@ func TestGatewayProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
 	}
-	g := startGatewayPair(t)
+	g := startGatewayPair(t, nil)
 	c, a, b, pa, pb, h := g.c, g.a, g.b, g.pa, g.pb, g.h
 	w := startWorkload(t, h, 8, 256)
 	defer w.Stop()
