@@ -48,7 +48,10 @@ func ioTotals(p *initiator.Path) (reads, writes, errs uint64) {
 // oneWriter checks that no I/O completed through the old owner's path
 // from after the first completion through the new owner's (since the
 // hand-over began at since): the host never saw two gateways serve the
-// image at once.
+// image at once. The times are the host's (when the workload's worker
+// saw the completion), so the check means something only where the
+// hand-over takes far longer than a goroutine's scheduling delay: a
+// takeover after a lease, not a failback.
 func oneWriter(t *testing.T, w *verify.Workload, old, cur *initiator.Path, since time.Time) {
 	t.Helper()
 	first, ok := w.FirstCompletion(cur.Address(), since)

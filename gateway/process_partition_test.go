@@ -164,6 +164,12 @@ func TestGatewayProcessCephCut(t *testing.T) {
 	}
 	cc := newCephCut(t)
 	g := startGatewayPair(t, func(a, _ *gwProc) { a.cgroup = cc.cgroup })
+	// Heal before the processes are stopped, should the test end early.
+	t.Cleanup(func() {
+		if cc.drop != "" {
+			cc.heal()
+		}
+	})
 	a, b, pa, pb := g.a, g.b, g.pa, g.pb
 	w := startWorkload(t, g.h, 8, 1024)
 	defer w.Stop()
@@ -171,6 +177,7 @@ func TestGatewayProcessCephCut(t *testing.T) {
 
 	// Cut gw-a from the cluster with writes in flight.
 	amark, bmark := len(a.stderr.String()), len(b.stderr.String())
+	_, _, e0 := ioTotals(pa)
 	cutAt := time.Now()
 	cc.cut()
 	t.Logf("gw-a cut from the cluster at %s", cutAt.Format("15:04:05.000"))
@@ -187,11 +194,14 @@ func TestGatewayProcessCephCut(t *testing.T) {
 	}
 	fenced := blocklisted(t, g.c, blog)
 	oneWriter(t, w, pa, pb, cutAt)
+	_, _, e1 := ioTotals(pa)
+	t.Logf("the host's I/Os completed with an error status through gw-a after the cut (failed over to gw-b): %d", e1-e0)
 	stall, err := w.Stall(pa.Address(), cutAt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	alog := a.stderr.String()[amark:]
+	t.Logf("gw-a while cut:\n%s", grepLines(alog, "step|set-ana|unavailable|renew|fenced"))
 	downAt, ok0 := logTime(alog, `stepped down from group`)
 	fenceAt, ok1 := logTime(blog, `fencing the previous holder`)
 	optAt, ok2 := logTime(blog, `group 1: set-ana optimized`)
@@ -248,7 +258,6 @@ func TestGatewayProcessCephCut(t *testing.T) {
 	waitOptimized(t, pa)
 	waitOn(t, w, pa, backAt, 200)
 	b.waitLog(`group 1: release to gw-a: done`, bmark)
-	oneWriter(t, w, pb, pa, backAt)
 
 	r := sweep(t, w, g.h)
 	if r.Regressed != 0 {
