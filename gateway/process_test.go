@@ -67,6 +67,9 @@ type gwProc struct {
 	stderr *syncBuffer
 	// logs keeps the stderr of the process's earlier runs.
 	logs []string
+	// cgroup, if set, is the cgroup (v2) directory the process starts in
+	// (a partition's nftables rules match its sockets by cgroup).
+	cgroup *os.File
 }
 
 func (p *gwProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
@@ -113,6 +116,9 @@ func (p *gwProc) start() {
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
+	if p.cgroup != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(p.cgroup.Fd())}
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -285,25 +291,27 @@ func blocklisted(t *testing.T, c *cephtest.Cluster, log string) []string {
 	return addrs
 }
 
-// TestGatewayProcesses is the acceptance test of the gateway group with
-// real processes: two nvmetd-rbd gateways serve one subsystem with one RBD
-// image namespace (ANA group 1, preferred owner gw-a; distinct CNTLID
-// ranges); the host is connected to both (multipath) and runs a verified
-// write/read workload while (1) gw-a is SIGKILLed: gw-b fences every
-// RADOS client of gw-a (checked in the cluster's blocklist) before it goes
-// optimized, and the I/O continues through it; (2) gw-a is restarted: it
-// takes the group back (failback: gw-b hands over, nobody is fenced);
-// (3) gw-a is frozen (SIGSTOP): gw-b fences it and takes over; after
-// SIGCONT gw-a's cluster operations are refused (it was blocklisted) and it
-// exits 75 (EX_TEMPFAIL); (4) it is restarted: failback again; (5) it is
-// stopped cleanly (SIGTERM): it releases the group and gw-b takes it
-// without fencing. Zero I/O and verification errors; at the end the whole
-// image is read back (verify.Workload.Sweep): every block holds its last
-// acknowledged write or a later one. Failover times printed.
-func TestGatewayProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
-	}
+// gwPair is two nvmetd-rbd gateways, gw-a (the preferred owner of ANA
+// group 1) and gw-b, serving one subsystem with one RBD image namespace,
+// and the host connected to both.
+type gwPair struct {
+	c      *cephtest.Cluster
+	image  string
+	a, b   *gwProc
+	s      *initiator.Subsystem
+	pa, pb *initiator.Path // the host's paths to gw-a and gw-b
+	h      *initiator.Head
+}
+
+// kato is the host's keep-alive timeout on both paths.
+const kato = 2 * time.Second
+
+// startGatewayPair starts gw-a, waits until it owns group 1, starts gw-b,
+// connects the host to both (gw-a optimized, gw-b inaccessible) and
+// stops everything at the end of the test. setup, if not nil, is called
+// before the processes start.
+func startGatewayPair(t *testing.T, setup func(a, b *gwProc)) *gwPair {
+	t.Helper()
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 64<<20)
 	bin := buildGateway(t)
@@ -321,6 +329,9 @@ func TestGatewayProcesses(t *testing.T) {
 		procs[i].writeConfig(c, image, group, 1+100*i)
 	}
 	a, b := procs[0], procs[1]
+	if setup != nil {
+		setup(a, b)
+	}
 	a.start()
 	a.waitLog(`group 1: set-ana optimized`, 0)
 	b.start()
@@ -346,7 +357,7 @@ func TestGatewayProcesses(t *testing.T) {
 	for _, p := range procs {
 		ctx, cancel := context.WithTimeout(context.Background(), hang)
 		_, err := s.AddPath(ctx, initiator.Config{Address: p.addr(), SubNQN: gwSubNQN, HostNQN: gwHostNQN,
-			NrIOQueues: 2, QueueSize: 32, ReconnectDelay: 100 * time.Millisecond, KeepAliveTimeout: 2 * time.Second})
+			NrIOQueues: 2, QueueSize: 32, ReconnectDelay: 100 * time.Millisecond, KeepAliveTimeout: kato})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -362,6 +373,30 @@ func TestGatewayProcesses(t *testing.T) {
 		t.Fatalf("gw-b reports group 1 %v, want inaccessible while gw-a owns it", st)
 	}
 	h := s.Namespace(1)
+	return &gwPair{c: c, image: image, a: a, b: b, s: s, pa: pa, pb: pb, h: h}
+}
+
+// TestGatewayProcesses is the acceptance test of the gateway group with
+// real processes: two nvmetd-rbd gateways serve one subsystem with one RBD
+// image namespace (ANA group 1, preferred owner gw-a; distinct CNTLID
+// ranges); the host is connected to both (multipath) and runs a verified
+// write/read workload while (1) gw-a is SIGKILLed: gw-b fences every
+// RADOS client of gw-a (checked in the cluster's blocklist) before it goes
+// optimized, and the I/O continues through it; (2) gw-a is restarted: it
+// takes the group back (failback: gw-b hands over, nobody is fenced);
+// (3) gw-a is frozen (SIGSTOP): gw-b fences it and takes over; after
+// SIGCONT gw-a's cluster operations are refused (it was blocklisted) and it
+// exits 75 (EX_TEMPFAIL); (4) it is restarted: failback again; (5) it is
+// stopped cleanly (SIGTERM): it releases the group and gw-b takes it
+// without fencing. Zero I/O and verification errors; at the end the whole
+// image is read back (verify.Workload.Sweep): every block holds its last
+// acknowledged write or a later one. Failover times printed.
+func TestGatewayProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
+	}
+	g := startGatewayPair(t, nil)
+	c, a, b, pa, pb, h := g.c, g.a, g.b, g.pa, g.pb, g.h
 	w := startWorkload(t, h, 8, 256)
 	defer w.Stop()
 	waitOn(t, w, pa, time.Time{}, 100)

@@ -523,6 +523,36 @@ func (w *Workload) WaitCompletions(ctx context.Context, path string, since time.
 	}
 }
 
+// FirstCompletion returns the time of the first successful I/O that
+// completed through path at or after since.
+func (w *Workload) FirstCompletion(path string, since time.Time) (time.Time, bool) {
+	l := &w.paths
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, t := int32(slices.Index(l.names, path)), since.UnixNano()
+	for _, e := range l.log {
+		if e.path == i && e.at >= t {
+			return time.Unix(0, e.at), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// LastCompletion returns the time of the last successful I/O that
+// completed through path.
+func (w *Workload) LastCompletion(path string) (time.Time, bool) {
+	l := &w.paths
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := int32(slices.Index(l.names, path))
+	for j := len(l.log) - 1; j >= 0; j-- {
+		if l.log[j].path == i {
+			return time.Unix(0, l.log[j].at), true
+		}
+	}
+	return time.Time{}, false
+}
+
 // Stall is the time from the last completion through from before since to
 // the first completion through another path at or after since: the time
 // the host's I/O stood still while it moved away from from.

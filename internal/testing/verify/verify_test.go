@@ -247,6 +247,14 @@ func TestPaths(t *testing.T) {
 	if n := w.CompletionsSince("a", switched); n > 2 {
 		t.Errorf("%d completions through a after the switch", n)
 	}
+	lastA, ok1 := w.LastCompletion("a")
+	firstB, ok2 := w.FirstCompletion("b", time.Time{})
+	if !ok1 || !ok2 || firstB.Before(switched) {
+		t.Errorf("last through a %v %v, first through b %v %v, switched at %v", lastA, ok1, firstB, ok2, switched)
+	}
+	if _, ok := w.FirstCompletion("c", time.Time{}); ok {
+		t.Error("a completion through c")
+	}
 	stall, err := w.Stall("a", switched)
 	if err != nil || stall < 0 || stall > waitLimit {
 		t.Errorf("stall %v, %v", stall, err)
