@@ -299,7 +299,7 @@ func TestCLINvmetcliRoundTrip(t *testing.T) {
 		t.Errorf("export --force: exit %d\n%s", rc, errs)
 	}
 	// clear
-	d.mustCtl(t, "clear")
+	d.mustCtl(t, "clear", "--yes")
 	if out := d.mustCtl(t, "ls"); !strings.Contains(out, "o- subsystems [0]") || !strings.Contains(out, "o- ports [0]") {
 		t.Errorf("after clear:\n%s", out)
 	}

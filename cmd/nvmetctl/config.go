@@ -358,10 +358,29 @@ func (a *app) restoreCommand() *cobra.Command {
 }
 
 func (a *app) clearCommand() *cobra.Command {
-	return &cobra.Command{
+	var yes, force bool
+	cmd := &cobra.Command{
 		Use:   "clear",
 		Short: "remove every port, subsystem and host (nvmetcli clear): connected hosts are disconnected",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, args []string) error { return a.change("DELETE", "/v1/config", nil) },
+		Long: "Removes the whole running configuration: nothing is served afterwards. It asks for --yes; with hosts connected " +
+			"(they lose every namespace and retry until their ctrl_loss_tmo) it also needs --force. The configuration file is " +
+			"not touched unless --persist.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.fetchConfig()
+			if err != nil {
+				return err
+			}
+			if !yes {
+				return fmt.Errorf("clear would remove %d subsystem(s) and %d port(s); nothing would be served: give --yes to do it", len(c.Subsystems), len(c.Ports))
+			}
+			if err := a.refuseConnected("", force, "clear"); err != nil {
+				return err
+			}
+			return a.change("DELETE", "/v1/config", nil)
+		},
 	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "confirm: remove everything")
+	cmd.Flags().BoolVar(&force, "force", false, "clear even with hosts connected")
+	return cmd
 }
