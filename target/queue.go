@@ -176,7 +176,13 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 		q.handleUnconnected(r)
 		return
 	}
-	ctrl.ka.touch()
+	if q.authorized() {
+		// A command refused for want of authentication (a peer that
+		// forged the host's NQN, on its admin queue or on an I/O queue
+		// it attached to the real host's controller) is no sign of the
+		// host: it must not keep the controller alive.
+		ctrl.ka.touch()
+	}
 	if q.s.stopping.Load() {
 		q.park(r)
 		return
