@@ -2,6 +2,7 @@ package target
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -400,6 +401,8 @@ func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
 	if first && q.qid != 0 && !c.installQueue(q) {
 		// Another queue of the host took the QID meanwhile.
 		res.Fatal, res.Err = true, errors.New("QID already connected by an authenticated queue")
+	} else if err := a.admit(first); err != nil {
+		res.Fatal, res.Err, res.Status = true, err, nvmeof.StatusInternalError
 	} else if first {
 		a.ok.Store(true)
 		if q.qid == 0 {
@@ -426,6 +429,23 @@ func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
 		lf := append(q.fields(), zap.String("host_nqn", c.hostNQN), zap.String("subsystem", c.sub.nqn), zap.Error(res.Err))
 		q.s.adm.Log(zap.WarnLevel, "auth_command_refused", "authentication command refused", lf...)
 	}
+}
+
+// admit gives a queue that has just authenticated (first) its full
+// resources, before the answer that tells its host: until then it had only
+// what authentication needs (connectDone).
+func (a *queueAuth) admit(first bool) error {
+	if !first {
+		return nil
+	}
+	conn := a.q.conn.Load()
+	if conn == nil {
+		return nil
+	}
+	if err := conn.Admit(); err != nil {
+		return fmt.Errorf("queue resources unavailable: %w", err)
+	}
+	return nil
 }
 
 // authorized reports whether the queue may carry commands other than

@@ -1,11 +1,16 @@
 package target
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -469,4 +474,147 @@ func TestAuthAttackersCannotLockOut(t *testing.T) {
 	if logged != failures {
 		t.Errorf("%d failures logged, %d counted: want one log event per failure", logged, failures)
 	}
+}
+
+// heapInUse is the Go heap in use after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// peerProcessEnv names the target address a child test process (the
+// peers of TestAuthUnauthenticatedQueuesCostLittle, in their own process
+// so that their memory is not the target's) connects to.
+const peerProcessEnv = "NVMETD_TEST_UNAUTH_PEERS"
+
+// TestUnauthPeersProcess is the child process: it connects the peers,
+// says "ready" on stdout and holds them until its stdin closes. Run alone
+// it does nothing.
+func TestUnauthPeersProcess(t *testing.T) {
+	addr := os.Getenv(peerProcessEnv)
+	if addr == "" {
+		t.Skip("the peers' process of TestAuthUnauthenticatedQueuesCostLittle")
+	}
+	for i := range unauthPeers {
+		host := fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-%012d", i)
+		g, err := dialGuesser(t, addr, host, testKATO, auth.DHGroupNull)
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+		defer g.q.Close()
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+const unauthPeers = 100
+
+// TestAuthUnauthenticatedQueuesCostLittle: 100 peers that connect admin
+// queues and never authenticate (the subsystem lets any host NQN connect
+// but requires authentication) hold a few pages each, not a queue's data
+// buffer pool: the pool is given once the queue has authenticated (issue
+// 22 item 7: each got its whole pool at Connect, 2 MiB per admin queue).
+// The peers run in a child process, so that the Go heap measured here is
+// the target's. The real host, authenticated, still gets its full pool (it
+// reads 128 KiB in one command).
+func TestAuthUnauthenticatedQueuesCostLittle(t *testing.T) {
+	// A bound of 256 KiB per unauthenticated queue (measured: about 170,
+	// of which 90 are the iWARP engine's transmit buffers, which every
+	// connection has from its MPA exchange on; the rest its receive
+	// buffers, contexts and a page of data pool). Before the fix the data
+	// pool alone was 2 MiB.
+	const bound = unauthPeers * 256 << 10
+	key := genKey(t, testHostNQN)
+	cfg := testConfig(t, memNS(1, "1MiB"))
+	cfg.Subsystems[0].AuthRequired = true
+	cfg.Hosts = []HostConfig{{NQN: testHostNQN, DHCHAPKey: key}}
+	s := startServer(t, cfg)
+	addr := portAddr(s, 1)
+	before := heapInUse()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUnauthPeersProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), peerProcessEnv+"="+addr)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("the peers' process: %q %v", line, err)
+	}
+	waitFor(t, "the peers' controllers", hang, func() bool { return controllers(s) == unauthPeers })
+	grown := int64(heapInUse()) - int64(before)
+	t.Logf("target's Go heap in use: %d KiB before, %+d KiB with %d unauthenticated admin queues (%d KiB each)",
+		before>>10, grown>>10, unauthPeers, grown/unauthPeers>>10)
+	if grown > bound {
+		t.Errorf("the heap grew by %d MiB with %d unauthenticated queues, bound %d MiB", grown>>20, unauthPeers, bound>>20)
+	}
+	// The real host authenticates and does I/O on a full queue.
+	h := authenticatedHost(t, addr, key, testKATO, 1)
+	q, err := h.connectIO(1, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := authenticate(t, q, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(t, q, rw(false, 1, 0, make([]byte, 128<<10), 512)); err != nil {
+		t.Fatalf("a 128 KiB read on the authenticated queue: %v", err)
+	}
+}
+
+// TestAuthForgedIOQueuesCounted: a peer that forged the host's NQN
+// attaches unauthenticated I/O queues (all QID 1) to the real host's
+// controller: they count against its free queue IDs, the rest are
+// refused with Controller Busy (issue 22 item 7: they were not counted at
+// all, any number could be attached).
+func TestAuthForgedIOQueuesCounted(t *testing.T) {
+	key := genKey(t, testHostNQN)
+	s, addr := authTarget(t, key)
+	const nq = 4
+	h := authenticatedHost(t, addr, key, testKATO, nq)
+	maxQID := func() int {
+		s.regMu.RLock()
+		sub := s.subsystems[testSubNQN]
+		s.regMu.RUnlock()
+		c := sub.controllers()[0]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.maxQID
+	}()
+	accepted, busy := 0, 0
+	for range 3 * maxQID {
+		evil, err := dial(t, addr, 1, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer evil.Close()
+		_, err = connectCmd(t, evil, testSubNQN, testHostNQN, h.cntlid, 0)
+		var st nvmeof.Status
+		switch {
+		case err == nil:
+			accepted++
+		case errors.As(err, &st) && st.Code() == nvmeof.StatusConnectControllerBusy:
+			busy++
+		default:
+			t.Fatalf("forged I/O Connect: %v", err)
+		}
+	}
+	if accepted > maxQID {
+		t.Fatalf("%d unauthenticated I/O queues attached to a controller of %d queue IDs (%d refused)", accepted, maxQID, busy)
+	}
+	t.Logf("%d forged I/O queues attached, %d refused (controller of %d queue IDs)", accepted, busy, maxQID)
 }

@@ -361,7 +361,14 @@ func (q *queue) handleUnconnected(r *rdma.Request) {
 // connectDone completes a Connect; a failed one lets the host try again on
 // the same queue.
 func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
-	if st == nvmeof.StatusSuccess {
+	if st == nvmeof.StatusSuccess && !q.authorized() {
+		// The host must authenticate first: the queue leaves the
+		// listener's pending set (the authentication deadline bounds it
+		// now) with what authentication needs; it gets its full resources
+		// once authenticated (queueAuth.finish).
+		r.Queue().AdmitConnection()
+		q.s.traceQueue(q)
+	} else if st == nvmeof.StatusSuccess {
 		// The host is in: the queue gets its full resources and leaves
 		// the listener's pending set (connect_timeout no longer runs).
 		if err := r.Queue().Admit(); err != nil {
