@@ -53,7 +53,9 @@ func (g *gw) SetANA(group uint32, optimized bool) error {
 	g.mu.Lock()
 	g.ana[group] = optimized
 	g.mu.Unlock()
-	return nil
+	// As the target does (target.server.syncWritable): the backend writes,
+	// and holds the image's exclusive lock, while its group is optimized.
+	return g.be.SetWritable(optimized)
 }
 
 func (g *gw) Flush(group uint32) error { return g.be.Flush() }
@@ -381,6 +383,9 @@ func TestFrozenOwnerExits(t *testing.T) {
 	case <-time.After(hang):
 		t.Fatalf("a's runner still runs after it was fenced:\n%s", a.dump())
 	}
+	// a tries to write again (it stepped down, so it must take the image's
+	// exclusive lock first): the fence refuses it.
+	_ = a.be.SetWritable(true)
 	if err := a.be.WriteAt(block("a after the fence"), 0, false); !errors.Is(err, syscall.ESHUTDOWN) {
 		t.Fatalf("a's write after the fence: %v, want ESHUTDOWN", err)
 	}

@@ -302,6 +302,16 @@ func (d *daemon) startGateway(cfg *loadedConfig) error {
 	for _, a := range g.ANAGroups {
 		ids = append(ids, a.ID)
 	}
+	// From now on every configuration the target serves (SIGHUP, the
+	// management API, ANA changes) keeps its namespaces in these groups
+	// and its images exclusive-locked (target.GatewayGuard).
+	if gg, ok := d.t.(interface {
+		SetGatewayGuard(target.GatewayGuard) error
+	}); ok {
+		if err := gg.SetGatewayGuard(target.GatewayGuard{ANAGroups: ids}); err != nil {
+			return err
+		}
+	}
 	// Each cluster operation gives up well before the lease can end.
 	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
 	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,

@@ -221,6 +221,12 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 			if ae.Status == http.StatusInternalServerError {
 				ae.Status = http.StatusBadRequest
 			}
+			if errors.Is(err, target.ErrGatewayGuard) {
+				// The change conflicts with the gateway group: a
+				// namespace outside its ANA groups, or an image
+				// without the exclusive-lock feature.
+				ae.Status = http.StatusConflict
+			}
 			ae.Message = err.Error()
 			return nil, ae
 		}
