@@ -94,7 +94,7 @@ func TestGatewayProcessFreeze(t *testing.T) {
 // resumed owner must still do no I/O for a host before it has checked
 // its lease: the sweeps must find 0 regressed blocks.
 //
-// FINDING (fails at main 4d7972d's base a201276): the resumed owner
+// FINDING (fails on main at a201276): the resumed owner
 // executes the writes that waited in its sockets (the host had given up
 // on them and written the blocks again through the survivor) before its
 // step-down takes effect, and they land: the probe's sweep finds blocks
