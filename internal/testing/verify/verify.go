@@ -59,8 +59,11 @@ type Config struct {
 	// BlockSize is the size of one versioned block (at least
 	// MinBlockSize; a multiple of the device's block size). Default 4096.
 	BlockSize int
-	// Blocks is the number of blocks written, from offset 0. Default: the
-	// whole device.
+	// First is the first block written (default 0).
+	First int64
+	// Blocks is the number of blocks written, from First. Default: the
+	// rest of the device. Workloads on disjoint ranges share a device:
+	// each sweep sees the other's blocks as untouched (another run).
 	Blocks int64
 	// Workers is the number of concurrent writers (each owns the blocks
 	// whose number is its index modulo Workers). Default 8.
@@ -105,12 +108,12 @@ func Start(dev Device, cfg Config) (*Workload, error) {
 	if cfg.BlockSize < MinBlockSize {
 		return nil, fmt.Errorf("verify: block size %d < %d", cfg.BlockSize, MinBlockSize)
 	}
-	max := dev.Size() / int64(cfg.BlockSize)
+	max := dev.Size()/int64(cfg.BlockSize) - cfg.First
 	if cfg.Blocks == 0 {
 		cfg.Blocks = max
 	}
-	if cfg.Blocks <= 0 || cfg.Blocks > max {
-		return nil, fmt.Errorf("verify: %d blocks of %d bytes on a device of %d bytes", cfg.Blocks, cfg.BlockSize, dev.Size())
+	if cfg.First < 0 || cfg.Blocks <= 0 || cfg.Blocks > max {
+		return nil, fmt.Errorf("verify: blocks %d..%d of %d bytes on a device of %d bytes", cfg.First, cfg.First+cfg.Blocks-1, cfg.BlockSize, dev.Size())
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = 8
@@ -168,7 +171,7 @@ func (w *Workload) do(write bool, p []byte, off int64) error {
 	return err
 }
 
-// worker writes the blocks i, i+Workers, i+2·Workers, … in a random order
+// worker writes the blocks First+i, First+i+Workers, … in a random order
 // (a block at a time), each with a sequence one higher than the last.
 func (w *Workload) worker(i int) {
 	bs := w.cfg.BlockSize
@@ -186,9 +189,10 @@ func (w *Workload) worker(i int) {
 		x ^= x >> 7
 		x ^= x << 17
 		hi, _ := bits.Mul64(x, uint64(owned))
-		blk := int64(i) + int64(hi)*int64(w.cfg.Workers)
-		seq := w.submitted[blk] + 1
-		w.submitted[blk] = seq
+		j := int64(i) + int64(hi)*int64(w.cfg.Workers) // index in acked, submitted
+		blk := w.cfg.First + j
+		seq := w.submitted[j] + 1
+		w.submitted[j] = seq
 		st := stamp{run: w.run, block: uint64(blk), seq: seq, writer: writer}
 		st.fill(wbuf)
 		off := blk * int64(bs)
@@ -196,7 +200,7 @@ func (w *Workload) worker(i int) {
 			w.fail(&w.writeErrs, fmt.Errorf("write block %d seq %d: %w", blk, seq, err))
 			continue
 		}
-		w.acked[blk] = seq
+		w.acked[j] = seq
 		w.writes.Add(1)
 		if !w.cfg.ReadBack {
 			continue
@@ -386,8 +390,8 @@ func (w *Workload) Sweep(ctx context.Context, dev Device) *Report {
 // check classifies block blk, holding b.
 func (w *Workload) check(r *Report, blk int64, b []byte) {
 	var acked, submitted uint64
-	if blk < w.cfg.Blocks {
-		acked, submitted = w.acked[blk], w.submitted[blk]
+	if j := blk - w.cfg.First; j >= 0 && j < w.cfg.Blocks {
+		acked, submitted = w.acked[j], w.submitted[j]
 	}
 	st, kind := parse(b, w.run)
 	bad := func(class int, n *int64) {
