@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 type daemon struct {
 	dir, file, sock string
 	port            int
+	in              io.Reader // standard input of the next commands (nil: none)
 }
 
 // startDaemon builds nvmetd and runs it with a configuration of one port
@@ -106,7 +108,11 @@ subsystems:
 // ctl runs nvmetctl against d and returns its exit status and output.
 func (d *daemon) ctl(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	rc := run(append([]string{"--socket", d.sock}, args...), &out, &errb)
+	in := d.in
+	if in == nil {
+		in = strings.NewReader("")
+	}
+	rc := runIn(append([]string{"--socket", d.sock}, args...), in, &out, &errb)
 	return rc, out.String(), errb.String()
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,6 +48,8 @@ type app struct {
 	persist bool
 	stdout  io.Writer
 	stderr  io.Writer
+	// in is standard input (tests set it; nil: os.Stdin).
+	in io.Reader
 	// running is set once a command's own code runs: an error from then on
 	// is a failure (1), before it a usage error (2).
 	running bool
@@ -57,8 +60,11 @@ func main() {
 }
 
 // run runs nvmetctl with args and returns the exit status.
-func run(args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr}
+func run(args []string, stdout, stderr io.Writer) int { return runIn(args, nil, stdout, stderr) }
+
+// runIn is run with stdin as standard input (nil: os.Stdin).
+func runIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, in: stdin}
 	root := a.rootCommand()
 	root.SetArgs(rpcArgs(args))
 	root.SetOut(stdout)
@@ -71,11 +77,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var ae *ctlclient.Error
 	if errors.As(err, &ae) {
 		for _, p := range ae.Problems {
+			var line string
 			switch {
 			case p.Field != "" && p.ConfigField != "" && p.ConfigField != p.Field:
-				fmt.Fprintf(stderr, "  %s (%s): %s\n", p.Field, p.ConfigField, p.Reason)
+				line = fmt.Sprintf("%s (%s): %s", p.Field, p.ConfigField, p.Reason)
 			case p.Field != "":
-				fmt.Fprintf(stderr, "  %s: %s\n", p.Field, p.Reason)
+				line = fmt.Sprintf("%s: %s", p.Field, p.Reason)
+			}
+			// A problem the message already says is said once.
+			if line != "" && !strings.Contains(ae.Message, p.Reason) {
+				fmt.Fprintf(stderr, "  %s\n", line)
 			}
 		}
 		if ae.Applied {
@@ -233,3 +244,11 @@ func (a *app) get(path string, out any, text func()) error {
 
 // esc escapes a name for a path segment.
 func esc(s string) string { return url.PathEscape(s) }
+
+// stdin is the standard input keys are read from.
+func (a *app) stdin() io.Reader {
+	if a.in != nil {
+		return a.in
+	}
+	return os.Stdin
+}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -67,6 +69,34 @@ func (b *body) build() map[string]any {
 		f(m)
 	}
 	return m
+}
+
+// buildSecrets is build for a body with DH-HMAC-CHAP keys: a key given as
+// - is read from in (one line; at most one key may be -), file:PATH
+// passes through, a literal secret is refused (see hostFlags).
+func (b *body) buildSecrets(in io.Reader) (map[string]any, error) {
+	m := b.build()
+	stdinUsed := false
+	for _, k := range []string{"dhchap_key", "dhchap_ctrl_key"} {
+		v, ok := m[k].(string)
+		switch {
+		case !ok || v == "" || strings.HasPrefix(v, "file:"):
+		case v == "-":
+			if stdinUsed {
+				return nil, fmt.Errorf("--dhchap-key and --dhchap-ctrl-key cannot both be read from standard input")
+			}
+			stdinUsed = true
+			line, err := bufio.NewReader(in).ReadString('\n')
+			if line = strings.TrimSpace(line); line == "" {
+				return nil, fmt.Errorf("%s: no key on standard input (%v)", k, err)
+			}
+			m[k] = line
+		default:
+			return nil, fmt.Errorf("%s: a literal secret on the command line is readable by every local user (ps, /proc/PID/cmdline): "+
+				"give file:PATH (a file only nvmetd's user may read) or - and the key on standard input", k)
+		}
+	}
+	return m, nil
 }
 
 // put sets a dotted key in m ("backend.size").
@@ -139,6 +169,7 @@ func subsystemFlags(fs *pflag.FlagSet) *body {
 	b.str("model", "model", "model number")
 	b.str("firmware", "firmware_revision", "firmware revision")
 	b.boolean("allow-any-host", "allow_any_host", "let every host connect")
+	b.boolean("auth-required", "auth_required", "every host must authenticate (DH-HMAC-CHAP) before it may do anything")
 	b.strings("allow-host", "allowed_hosts", "host NQNs allowed to connect (repeat or comma-separate)")
 	b.integer("max-namespaces", "max_namespaces", "Identify Controller NN")
 	return b
@@ -248,7 +279,7 @@ func (a *app) portCommand() *cobra.Command {
 					for _, g := range p.ANAGroups {
 						ana = append(ana, fmt.Sprintf("%d=%s", g.ID, g.State))
 					}
-					fmt.Fprintf(tw, "%d\t%s\t%v\t%v\n", p.ID, p.ListenAddress(), p.Subsystems, ana)
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", p.ID, p.ListenAddress(), listOrDash(p.Subsystems), listOrDash(ana))
 				}
 				tw.Flush()
 			})
@@ -289,26 +320,58 @@ func portFlags(fs *pflag.FlagSet) *body {
 	b.integer("inline-data-size", "inline_data_size", "in-capsule data size")
 	b.integer("max-queue-size", "max_queue_size", "largest I/O queue a host may create")
 	b.strings("subsystem", "subsystems", "subsystem NQNs served (repeat or comma-separate)")
+	b.boolean("auth-required", "auth_required", "every host connecting through this port must authenticate (DH-HMAC-CHAP)")
 	return b
 }
 
 func (a *app) hostCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "host", Aliases: []string{"hosts"}, Short: "known hosts, and the hosts a subsystem allows"}
-	list := &cobra.Command{Use: "list", Aliases: []string{"ls"}, Short: "list known hosts", Args: cobra.NoArgs,
+	list := &cobra.Command{Use: "list [SUBNQN]", Aliases: []string{"ls"}, Short: "list known hosts, or the hosts a subsystem allows", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				var raw map[string]any
+				return a.get("/v1/subsystems/"+esc(args[0]), &raw, func() {
+					var sc target.SubsystemConfig
+					_ = target.DecodeMap(raw, &sc)
+					if sc.AllowAnyHost {
+						fmt.Fprintln(a.stdout, "(any host)")
+					}
+					for _, h := range sc.AllowedHosts {
+						fmt.Fprintln(a.stdout, h)
+					}
+				})
+			}
 			var raw []map[string]any
 			return a.get("/v1/hosts", &raw, func() {
 				var list []target.HostConfig
 				_ = decodeList(raw, &list)
 				for _, h := range list {
-					fmt.Fprintf(a.stdout, "%s\t%s\n", h.NQN, h.Description)
+					key := "no key"
+					if h.DHCHAPKey != "" {
+						key = "key"
+					}
+					fmt.Fprintf(a.stdout, "%s\t%s\t%s\n", h.NQN, key, h.Description)
 				}
 			})
 		}}
-	add := &cobra.Command{Use: "add HOSTNQN", Short: "add a known host", Args: cobra.ExactArgs(1)}
-	desc := add.Flags().String("description", "", "free text shown in status and logs")
+	add := &cobra.Command{Use: "add HOSTNQN", Short: "add a known host, with its DH-HMAC-CHAP keys", Args: cobra.ExactArgs(1)}
+	hb := hostFlags(add.Flags())
 	add.RunE = func(cmd *cobra.Command, args []string) error {
-		return a.change("POST", "/v1/hosts", map[string]any{"nqn": args[0], "description": *desc})
+		m, err := hb.buildSecrets(a.stdin())
+		if err != nil {
+			return err
+		}
+		m["nqn"] = args[0]
+		return a.change("POST", "/v1/hosts", m)
+	}
+	set := &cobra.Command{Use: "set HOSTNQN", Short: "modify a known host: only the flags given change (a key rotation applies from its next authentication)", Args: cobra.ExactArgs(1)}
+	sb := hostFlags(set.Flags())
+	set.RunE = func(cmd *cobra.Command, args []string) error {
+		m, err := sb.buildSecrets(a.stdin())
+		if err != nil {
+			return err
+		}
+		return a.change("PATCH", "/v1/hosts/"+esc(args[0]), m)
 	}
 	remove := &cobra.Command{Use: "remove HOSTNQN", Aliases: []string{"rm", "delete"}, Short: "remove a known host", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -322,8 +385,30 @@ func (a *app) hostCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.change("DELETE", "/v1/subsystems/"+esc(args[0])+"/hosts/"+esc(args[1]), nil)
 		}}
-	cmd.AddCommand(list, add, remove, allow, disallow)
+	cmd.AddCommand(list, add, set, remove, allow, disallow)
 	return cmd
+}
+
+// hostFlags are a known host's settings. The keys are secrets: on the
+// command line they would be readable by every local user (ps,
+// /proc/PID/cmdline), so a literal is refused; give file:PATH (a file only
+// nvmetd's user may read) or - (read the key from standard input).
+func hostFlags(fs *pflag.FlagSet) *body {
+	b := newBody(fs)
+	b.str("description", "description", "free text shown in status and logs")
+	b.str("dhchap-key", "dhchap_key", "the host's DH-HMAC-CHAP secret: file:PATH, or - to read it from standard input")
+	b.str("dhchap-ctrl-key", "dhchap_ctrl_key", "the controller's secret for this host (bidirectional): file:PATH, or -")
+	b.str("dhchap-hash", "dhchap_hash", "hash: hmac(sha256), hmac(sha384) or hmac(sha512)")
+	b.str("dhchap-dhgroup", "dhchap_dhgroup", "DH group: null, ffdhe2048 ... ffdhe8192")
+	return b
+}
+
+// listOrDash joins a list with commas, or "-" when it is empty.
+func listOrDash(l []string) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	return strings.Join(l, ",")
 }
 
 func (a *app) anaCommand() *cobra.Command {
