@@ -73,21 +73,38 @@ func runIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "nvmetctl:", err)
 	var ae *ctlclient.Error
-	if errors.As(err, &ae) {
+	if !errors.As(err, &ae) {
+		fmt.Fprintln(stderr, "nvmetctl:", err)
+	} else {
+		// The message repeats each problem; they are printed once, below
+		// it, with the API's field and the configuration's.
+		msg := ae.Message
+		var lines []string
 		for _, p := range ae.Problems {
-			var line string
 			switch {
 			case p.Field != "" && p.ConfigField != "" && p.ConfigField != p.Field:
-				line = fmt.Sprintf("%s (%s): %s", p.Field, p.ConfigField, p.Reason)
+				lines = append(lines, fmt.Sprintf("%s (%s): %s", p.Field, p.ConfigField, p.Reason))
 			case p.Field != "":
-				line = fmt.Sprintf("%s: %s", p.Field, p.Reason)
+				lines = append(lines, fmt.Sprintf("%s: %s", p.Field, p.Reason))
+			default:
+				continue
 			}
-			// A problem the message already says is said once.
-			if line != "" && !strings.Contains(ae.Message, p.Reason) {
-				fmt.Fprintf(stderr, "  %s\n", line)
+			for _, f := range []string{p.ConfigField, p.Field} {
+				if f != "" {
+					msg = strings.Replace(msg, f+": "+p.Reason, "", 1)
+				}
 			}
+		}
+		var kept []string
+		for _, l := range strings.Split(msg, "\n") {
+			if strings.TrimSpace(l) != "" {
+				kept = append(kept, strings.TrimRight(l, " "))
+			}
+		}
+		fmt.Fprintln(stderr, "nvmetctl:", strings.Join(kept, "\n"))
+		for _, l := range lines {
+			fmt.Fprintf(stderr, "  %s\n", l)
 		}
 		if ae.Applied {
 			fmt.Fprintln(stderr, "  (the change itself was applied)")
