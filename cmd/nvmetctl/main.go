@@ -102,6 +102,9 @@ func runIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				kept = append(kept, strings.TrimRight(l, " "))
 			}
 		}
+		if len(kept) == 0 {
+			kept = []string{"refused, nothing changed:"}
+		}
 		fmt.Fprintln(stderr, "nvmetctl:", strings.Join(kept, "\n"))
 		for _, l := range lines {
 			fmt.Fprintf(stderr, "  %s\n", l)
