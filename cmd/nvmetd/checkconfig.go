@@ -2,16 +2,21 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/internal/dhchapkey"
+	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -47,7 +52,7 @@ func runCheckConfig(o *options, fs *pflag.FlagSet, stdout, stderr io.Writer) int
 	if err == nil {
 		res.File = lc.File
 		res.Warnings = append(res.Warnings, lc.Warnings...)
-		if cerr := lc.Target.Check(); cerr != nil {
+		if cerr := checkTarget(lc); cerr != nil {
 			where := "configuration"
 			if lc.File != "" {
 				where = "config file " + lc.File
@@ -91,6 +96,30 @@ func runCheckConfig(o *options, fs *pflag.FlagSet, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "nvmetd: the configuration is valid\n")
 	}
 	return exitOK
+}
+
+// checkTarget runs target.Config.Check. The built-in default's host key
+// is generated at the first start: until then it is checked as if it
+// existed (a generated key, in memory only).
+func checkTarget(lc *loadedConfig) error {
+	cfg := lc.Target
+	if lc.DefaultHostKey != "" {
+		if _, err := os.Lstat(lc.DefaultHostKey); errors.Is(err, os.ErrNotExist) {
+			key, err := auth.GenerateKey(auth.KeyOptions{NQN: lc.DefaultHostNQN}, rand.Reader)
+			if err != nil {
+				return err
+			}
+			c := *cfg
+			c.Hosts = slices.Clone(cfg.Hosts)
+			for i := range c.Hosts {
+				if c.Hosts[i].DHCHAPKey == dhchapkey.FilePrefix+lc.DefaultHostKey {
+					c.Hosts[i].DHCHAPKey = key
+				}
+			}
+			cfg = &c
+		}
+	}
+	return cfg.Check()
 }
 
 // problemsOf turns a loading error into problems: a target

@@ -86,6 +86,12 @@ func listenControl(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
+	// A directory another user made (a non-root daemon's default is under
+	// /tmp) or may write to lets that user replace the socket with one of
+	// their own and receive what nvmetctl and nvmetd status send.
+	if err := privateDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("control socket: %s exists and is not a socket", path)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -302,8 +303,17 @@ func (d *daemon) prepareDefaultImage(cfg *loadedConfig) error {
 		return err
 	}
 	if created {
+		cfg.DefaultImageCreated = true
 		d.log.Info("created the default namespace image (sparse)",
 			zap.String("path", cfg.DefaultImage), zap.String("size", backend.FormatSize(cfg.DefaultSize)))
+	}
+	keyCreated, err := ensureHostKey(cfg.DefaultHostKey, cfg.DefaultHostNQN)
+	if err != nil {
+		return err
+	}
+	if keyCreated {
+		d.log.Info("created the default subsystem's DH-HMAC-CHAP host key (mode 0600)",
+			zap.String("path", cfg.DefaultHostKey), zap.String("host", cfg.DefaultHostNQN))
 	}
 	return nil
 }
@@ -338,21 +348,48 @@ func (d *daemon) logReady(cfg *loadedConfig) {
 		zap.String("control_socket", cfg.Daemon.ControlSocket)}
 	// The target logs each port and namespace as it opens them.
 	if len(cfg.Target.Ports) > 0 && len(cfg.Target.Ports[0].Subsystems) > 0 {
-		p := cfg.Target.Ports[0]
-		addr := p.Address
-		if p.IsWildcard() {
-			addr = "<this host's address>"
-		}
-		fields = append(fields,
-			zap.String("connect_nvmeof", fmt.Sprintf("%s connect -t rdma -a %s -s %d -n %s --mount /mnt/nvme --mkfs", hostTool(), addr, p.ServiceID, p.Subsystems[0])),
-			zap.String("mkfs", "--mkfs formats the namespace: the first time only"),
-			zap.String("connect_linux", fmt.Sprintf("modprobe siw nvme-rdma; rdma link add siw0 type siw netdev IFACE; nvme connect -t rdma -a %s -s %d -n %s", addr, p.ServiceID, p.Subsystems[0])))
+		fields = append(fields, connectHints(cfg)...)
 	}
 	d.log.Info("nvmetd ready", fields...)
 	st := d.t.Status()
 	if problems := degradation(&st, ""); len(problems) > 0 {
 		d.log.Warn(fmt.Sprintf("degraded: %d parts of the configuration are not served (nvmetd status):\n  %s", len(problems), strings.Join(problems, "\n  ")))
 	}
+}
+
+// connectHints are the ready line's commands to connect to the first
+// port's first subsystem: with nvmetd's host tool and from a Linux host.
+// --mkfs is shown only when this start created the default namespace's
+// image (a command printed at every start must not format a namespace
+// that holds data). The built-in default's key is referred to by its file,
+// never printed.
+func connectHints(cfg *loadedConfig) []zap.Field {
+	p := cfg.Target.Ports[0]
+	addr := p.Address
+	if p.IsWildcard() {
+		addr = "<this host's address>"
+	}
+	nqn := p.Subsystems[0]
+	nvmeof := fmt.Sprintf("%s connect -t rdma -a %s -s %d -n %s", hostTool(), addr, p.ServiceID, nqn)
+	linux := fmt.Sprintf("modprobe siw nvme-rdma; rdma link add siw0 type siw netdev IFACE; nvme connect -t rdma -a %s -s %d -n %s", addr, p.ServiceID, nqn)
+	if cfg.DefaultHostKey != "" {
+		// nvmeof reads the key file itself when its host NQN is the one
+		// the default admits (as root or the daemon's user); saying so
+		// keeps the command working with any nvmeof.
+		nvmeof += " --dhchap-secret " + dhchapkey.FilePrefix + cfg.DefaultHostKey
+		linux += fmt.Sprintf(" --hostnqn %s --dhchap-secret \"$(cat %s)\"", cfg.DefaultHostNQN, cfg.DefaultHostKey)
+	}
+	fields := []zap.Field{}
+	if cfg.DefaultImageCreated {
+		fields = append(fields,
+			zap.String("connect_nvmeof", nvmeof+" --mount /mnt/nvme --mkfs"),
+			zap.String("mkfs", "this start created the namespace: --mkfs formats it; leave it out from now on"))
+	} else if cfg.DefaultImage != "" {
+		fields = append(fields, zap.String("connect_nvmeof", nvmeof+" --mount /mnt/nvme"))
+	} else {
+		fields = append(fields, zap.String("connect_nvmeof", nvmeof))
+	}
+	return append(fields, zap.String("connect_linux", linux))
 }
 
 // reload re-reads the configuration and applies it. An invalid

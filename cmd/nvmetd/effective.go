@@ -16,9 +16,10 @@ import (
 // keys in declaration order, durations as "30s" and sizes as written. In
 // list entries (ports, subsystems, namespaces, ...) settings at their zero
 // value are left out; the daemon, transport and tuning sections are
-// complete.
+// complete. Literal secrets are redacted (the output goes to terminals
+// and logs).
 func writeEffective(w io.Writer, lc *loadedConfig) error {
-	fc := fileConfig{Daemon: lc.Daemon, Gateway: lc.Gateway, Config: *lc.Target}
+	fc := fileConfig{Daemon: lc.Daemon, Gateway: lc.Gateway, Config: redactSecrets(*lc.Target)}
 	root := toNode(reflect.ValueOf(fc), false)
 	src := "built-in default (no configuration file)"
 	if lc.File != "" {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/testnode"
 )
 
@@ -34,6 +35,18 @@ func isolate(t *testing.T) string {
 	saved := defaultConfigPath
 	defaultConfigPath = filepath.Join(dir, "etc", "nvmetd.yaml")
 	t.Cleanup(func() { defaultConfigPath = saved })
+	// This machine's host identity: derived from its machine ID, written
+	// (by a start of the built-in default) into the test's directory.
+	savedHost := hostPaths
+	hostPaths = initiator.HostPaths{HostNQN: filepath.Join(dir, "etc", "nvme", "hostnqn"), HostID: filepath.Join(dir, "etc", "nvme", "hostid"),
+		MachineID: filepath.Join(dir, "etc", "machine-id")}
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hostPaths.MachineID, []byte("0123456789abcdef0123456789abcdef\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostPaths = savedHost })
 	return dir
 }
 

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -22,7 +23,10 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -72,6 +76,12 @@ type loadedConfig struct {
 	// default configuration is in use.
 	DefaultImage string
 	DefaultSize  int64
+	// DefaultHostNQN and DefaultHostKey are the host the built-in
+	// default admits and its DH-HMAC-CHAP key file (created if missing).
+	DefaultHostNQN, DefaultHostKey string
+	// DefaultImageCreated is set when this start created DefaultImage
+	// (a new, unformatted namespace).
+	DefaultImageCreated bool
 }
 
 // daemonFlags maps daemon.* keys to the flags that set them.
@@ -207,10 +217,19 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 		if err != nil {
 			return nil, err
 		}
-		lc.DefaultImage = filepath.Join(lc.Daemon.DataDir, "default-ns1.img")
+		hostNQN, warning, err := defaultHostNQN(persist)
+		if err != nil {
+			return nil, err
+		}
+		if warning != "" {
+			lc.Warnings = append(lc.Warnings, warning)
+		}
+		lc.DefaultImage = filepath.Join(lc.Daemon.DataDir, defaultImageName)
 		lc.DefaultSize = size
-		builtin := builtinConfig(nqn, lc.DefaultImage, backend.FormatSize(size))
-		cfg.Ports, cfg.Subsystems = builtin.Ports, builtin.Subsystems
+		lc.DefaultHostNQN = hostNQN
+		lc.DefaultHostKey = filepath.Join(lc.Daemon.DataDir, defaultHostKeyName)
+		builtin := builtinConfig(nqn, hostNQN, lc.DefaultHostKey, lc.DefaultImage, backend.FormatSize(size))
+		cfg.Ports, cfg.Subsystems, cfg.Hosts = builtin.Ports, builtin.Subsystems, builtin.Hosts
 	}
 	if len(o.listen) > 0 {
 		if err := applyListen(&cfg, o.listen); err != nil {
@@ -229,7 +248,10 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 		lc.Gateway = fc.Gateway
 	}
 	lc.Target = &cfg
-	lc.Warnings = append(cfg.Warnings(), unknownEnv(os.Environ())...)
+	lc.Warnings = append(append(lc.Warnings, cfg.Warnings()...), unknownEnv(os.Environ())...)
+	if w := secretFileWarning(file, &cfg); w != "" {
+		lc.Warnings = append(lc.Warnings, w)
+	}
 	return lc, nil
 }
 
@@ -377,15 +399,28 @@ func applyListen(cfg *target.Config, addrs []string) error {
 	return nil
 }
 
+// Files of the built-in default in the data directory.
+const (
+	defaultImageName   = "default-ns1.img"
+	defaultUUIDName    = "default-subsystem.uuid"
+	defaultHostKeyName = "default-host.key"
+)
+
 // builtinConfig is the configuration used without a configuration file:
-// one port on 127.0.0.1:4420 serving one subsystem that allows any host,
-// with one namespace on a sparse file.
-func builtinConfig(nqn, image, size string) target.Config {
+// one port on 127.0.0.1:4420 serving one subsystem, with one namespace on
+// a sparse file. Loopback is no boundary between local users (and the Go
+// host needs no privilege), so the subsystem admits only this machine's
+// host NQN, and only after DH-HMAC-CHAP with the key generated into the
+// data directory (keyFile, mode 0600: root, or the daemon's user, can read
+// it; nvmeof connect on this machine picks it up).
+func builtinConfig(nqn, hostNQN, keyFile, image, size string) target.Config {
 	return target.Config{
 		Ports: []target.PortConfig{{ID: 1, Address: "127.0.0.1", ServiceID: nvmeof.DefaultPort, Subsystems: []string{nqn}}},
+		Hosts: []target.HostConfig{{NQN: hostNQN, Description: "this machine (built-in default)", DHCHAPKey: dhchapkey.FilePrefix + keyFile}},
 		Subsystems: []target.SubsystemConfig{{
 			NQN:          nqn,
-			AllowAnyHost: true,
+			AllowedHosts: []string{hostNQN},
+			AuthRequired: true,
 			Namespaces: []target.NamespaceConfig{{
 				NSID:    1,
 				Backend: target.BackendConfig{Kind: string(backend.KindFile), Path: image, Size: size, CreateDirs: true},
@@ -394,16 +429,96 @@ func builtinConfig(nqn, image, size string) target.Config {
 	}
 }
 
+// hostPaths are where this machine's host identity is read from (and
+// written to when neither file exists); tests replace them.
+var hostPaths = initiator.DefaultHostPaths
+
+// defaultHostNQN is this machine's host NQN, the one nvmeof and nvme-cli
+// present (initiator.HostIdentity). If neither /etc/nvme/hostnqn nor
+// /etc/nvme/hostid exists and persist is set, it writes both, as nvme-cli
+// does on first use, so that the NQN stays the one the default subsystem
+// admits. It returns a warning when it could not.
+func defaultHostNQN(persist bool) (nqn, warning string, err error) {
+	id, err := initiator.HostIdentityFrom(hostPaths)
+	if err != nil {
+		return "", "", fmt.Errorf("this machine's host NQN: %w", err)
+	}
+	if !persist || exists(hostPaths.HostNQN) || exists(hostPaths.HostID) {
+		return id.NQN, "", nil
+	}
+	if err := initiator.WriteHostIdentity(hostPaths, id); err != nil {
+		return id.NQN, fmt.Sprintf("the built-in default admits host %s, which is not saved (%v): hosts may present another NQN", id.NQN, err), nil
+	}
+	return id.NQN, "", nil
+}
+
+func exists(path string) bool {
+	if path == "" {
+		return false
+	}
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
 // machineIDFiles are where the machine ID is read from (machine-id(5)).
 var machineIDFiles = []string{"/etc/machine-id", "/var/lib/dbus/machine-id"}
 
 // defaultSubsystemNQN is the NQN of the built-in default subsystem, of the
-// UUID form, unique per machine and stable: the UUID is derived from the
-// machine ID, or where there is none, generated once and kept in the data
-// directory (written only if persist). It must differ between machines: a
-// host connecting to two targets with one NQN would take them for two
-// paths to one subsystem.
+// UUID form, unique per instance and stable: a random UUID generated once
+// into <dataDir>/default-subsystem.uuid (written only if persist). It must
+// differ between targets: a host connecting to two targets with one NQN
+// takes them for two paths to one subsystem; VM clones share a machine ID,
+// and two instances on one machine share it too.
+//
+// A data directory made by an earlier version (its image exists, the UUID
+// file does not) keeps the NQN derived from the machine ID, and writes it
+// to the file: the hosts that know it keep seeing the same subsystem.
 func defaultSubsystemNQN(idFiles []string, dataDir string, persist bool) (string, error) {
+	idFile := filepath.Join(dataDir, defaultUUIDName)
+	b, err := os.ReadFile(idFile)
+	if err == nil {
+		u, err := nvmeof.ParseUUID(strings.TrimSpace(string(b)))
+		if err != nil {
+			return "", fmt.Errorf("%s: not a UUID; delete it to generate a new one", idFile)
+		}
+		return nvmeof.UUIDNQN(u), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("default subsystem UUID: %w", err)
+	}
+	var u [16]byte
+	derived := false
+	if _, err := os.Stat(filepath.Join(dataDir, defaultImageName)); err == nil {
+		u, derived = machineDerivedUUID(idFiles)
+	}
+	if !derived {
+		if _, err := rand.Read(u[:]); err != nil {
+			return "", err
+		}
+		u[6] = u[6]&0x0F | 0x40 // version 4: random
+		u[8] = u[8]&0x3F | 0x80
+	}
+	if persist {
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return "", fmt.Errorf("data directory: %w", err)
+		}
+		f, err := createPrivate(idFile)
+		if err == nil {
+			_, err = f.WriteString(nvmeof.FormatUUID(u) + "\n")
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("default subsystem UUID: %w", err)
+		}
+	}
+	return nvmeof.UUIDNQN(u), nil
+}
+
+// machineDerivedUUID is the default subsystem's UUID of versions before
+// 0.1.0: derived from the machine ID.
+func machineDerivedUUID(idFiles []string) ([16]byte, bool) {
 	for _, f := range idFiles {
 		b, err := os.ReadFile(f)
 		if id := strings.TrimSpace(string(b)); err == nil && len(id) >= 32 {
@@ -412,31 +527,44 @@ func defaultSubsystemNQN(idFiles []string, dataDir string, persist bool) (string
 			copy(u[:], sum[:16])
 			u[6] = u[6]&0x0F | 0x80 // version 8: custom (RFC 9562 §5.8)
 			u[8] = u[8]&0x3F | 0x80 // RFC 9562 variant
-			return nvmeof.UUIDNQN(u), nil
+			return u, true
 		}
 	}
-	idFile := filepath.Join(dataDir, "default-subsystem.uuid")
-	if b, err := os.ReadFile(idFile); err == nil {
-		if u, err := nvmeof.ParseUUID(strings.TrimSpace(string(b))); err == nil {
-			return nvmeof.UUIDNQN(u), nil
-		}
-		return "", fmt.Errorf("%s: not a UUID; delete it to generate a new one", idFile)
+	return [16]byte{}, false
+}
+
+// ensureHostKey creates the built-in default's DH-HMAC-CHAP host key if
+// it does not exist: one line, a DHHC-1 secret as nvme gen-dhchap-key
+// makes it (32 random bytes, no transformation), mode 0600, created with
+// O_EXCL|O_NOFOLLOW and owned by the daemon's user. It reports whether it
+// created the file.
+func ensureHostKey(path, hostNQN string) (bool, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return false, fmt.Errorf("data directory: %w", err)
 	}
-	var u [16]byte
-	if _, err := rand.Read(u[:]); err != nil {
-		return "", err
+	key, err := auth.GenerateKey(auth.KeyOptions{NQN: hostNQN}, rand.Reader)
+	if err != nil {
+		return false, fmt.Errorf("default host key: %w", err)
 	}
-	u[6] = u[6]&0x0F | 0x40 // version 4: random
-	u[8] = u[8]&0x3F | 0x80
-	if persist {
-		if err := os.MkdirAll(dataDir, 0o700); err != nil {
-			return "", fmt.Errorf("data directory: %w", err)
-		}
-		if err := os.WriteFile(idFile, []byte(nvmeof.FormatUUID(u)+"\n"), 0o600); err != nil {
-			return "", fmt.Errorf("default subsystem UUID: %w", err)
-		}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return false, nil // dhchapkey checks it when the target loads it
 	}
-	return nvmeof.UUIDNQN(u), nil
+	if err != nil {
+		return false, fmt.Errorf("default host key: %w", err)
+	}
+	_, err = f.WriteString(key + "\n")
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return false, fmt.Errorf("default host key %s: %w", path, err)
+	}
+	return true, nil
 }
 
 // ensureImage creates the default namespace's image, sparse, if it does not

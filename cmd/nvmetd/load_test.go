@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -271,8 +272,17 @@ func TestBuiltinDefault(t *testing.T) {
 		t.Fatalf("ports: %+v", c.Ports)
 	}
 	s := c.Subsystems[0]
-	if _, ok := nvmeof.UUIDFromNQN(s.NQN); !ok || !s.AllowAnyHost || !slices.Equal(c.Ports[0].Subsystems, []string{s.NQN}) {
+	if _, ok := nvmeof.UUIDFromNQN(s.NQN); !ok || s.AllowAnyHost || !slices.Equal(c.Ports[0].Subsystems, []string{s.NQN}) {
 		t.Errorf("subsystem: %+v", s)
+	}
+	// Only this machine's host, with the key in the data directory.
+	hostID, err := initiator.HostIdentityFrom(hostPaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.AuthRequired || !slices.Equal(s.AllowedHosts, []string{hostID.NQN}) || len(c.Hosts) != 1 || c.Hosts[0].NQN != hostID.NQN ||
+		c.Hosts[0].DHCHAPKey != "file:"+filepath.Join(data, "default-host.key") {
+		t.Errorf("access: %+v, hosts %+v", s, c.Hosts)
 	}
 	n := s.Namespaces[0]
 	img := filepath.Join(data, "default-ns1.img")
@@ -285,10 +295,26 @@ func TestBuiltinDefault(t *testing.T) {
 	if len(lc.Warnings) != 0 {
 		t.Errorf("warnings: %q", lc.Warnings)
 	}
-	// The NQN is stable.
-	lc2, err := load(t, "--data-dir", data)
-	if err != nil || lc2.Target.Subsystems[0].NQN != s.NQN {
-		t.Errorf("second load: %v, NQN %s vs %s", err, lc2.Target.Subsystems[0].NQN, s.NQN)
+	// The NQN is generated once per data directory and stable.
+	persistLoad := func(args ...string) *loadedConfig {
+		t.Helper()
+		o, fs, err := parseFlags(args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc, err := loadConfig(o, fs, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lc
+	}
+	first := persistLoad("--data-dir", data).Target.Subsystems[0].NQN
+	if again := persistLoad("--data-dir", data).Target.Subsystems[0].NQN; again != first {
+		t.Errorf("second load: NQN %s vs %s", again, first)
+	}
+	// Another instance on the same machine (same machine ID) has another.
+	if other := persistLoad("--data-dir", filepath.Join(dir, "data2")).Target.Subsystems[0].NQN; other == first {
+		t.Errorf("two data directories share the default subsystem NQN %s", first)
 	}
 	if _, err := load(t, "--default-size", "1.5"); err == nil || !strings.Contains(err.Error(), "--default-size") {
 		t.Errorf("--default-size 1.5: %v", err)
@@ -336,47 +362,57 @@ func TestEnsureImage(t *testing.T) {
 	}
 }
 
-// TestDefaultSubsystemNQN checks both sources of the default subsystem's
-// UUID: the machine ID, and a UUID generated once into the data directory.
+// TestDefaultSubsystemNQN checks the default subsystem's UUID: random,
+// generated once per data directory (unique per instance: VM clones share a
+// machine ID), except in a data directory of an earlier version (an image,
+// no UUID file), which keeps the UUID derived from the machine ID.
 func TestDefaultSubsystemNQN(t *testing.T) {
 	dir := t.TempDir()
 	id1 := writeFile(t, dir, "machine-id-1", "3d1219c7c4c5404aaa1f6d2a48adfda4\n")
-	id2 := writeFile(t, dir, "machine-id-2", "0123456789abcdef0123456789abcdef\n")
-	empty := writeFile(t, dir, "machine-id-empty", "\n")
-	a, err := defaultSubsystemNQN([]string{id1}, dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nvmeof.ValidateNQN(a); err != nil || !strings.HasPrefix(a, nvmeof.UUIDNQNPrefix) {
-		t.Fatalf("%q: %v", a, err)
-	}
-	if a != "nqn.2014-08.org.nvmexpress:uuid:3ce88d67-1bac-8641-be3a-46d0c2359975" {
-		t.Errorf("the machine-id derivation changed (hosts would see a new NQN): %s", a)
-	}
-	b, _ := defaultSubsystemNQN([]string{filepath.Join(dir, "missing"), empty, id2}, dir, false)
-	if b == a {
-		t.Error("two machine IDs give one NQN")
-	}
+	const derived = "nqn.2014-08.org.nvmexpress:uuid:3ce88d67-1bac-8641-be3a-46d0c2359975"
 
-	// No machine ID: random, kept in the data directory only if persist.
+	// A new data directory: random, kept only if persist.
 	data := filepath.Join(dir, "data")
-	r1, err := defaultSubsystemNQN([]string{empty}, data, false)
+	r1, err := defaultSubsystemNQN([]string{id1}, data, false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := nvmeof.ValidateNQN(r1); err != nil || !strings.HasPrefix(r1, nvmeof.UUIDNQNPrefix) || r1 == derived {
+		t.Fatalf("%q: %v", r1, err)
 	}
 	if _, err := os.Stat(filepath.Join(data, "default-subsystem.uuid")); !os.IsNotExist(err) {
 		t.Errorf("written without persist: %v", err)
 	}
-	r2, err := defaultSubsystemNQN([]string{empty}, data, true)
-	if err != nil || r2 == r1 {
+	r2, err := defaultSubsystemNQN([]string{id1}, data, true)
+	if err != nil || r2 == r1 || r2 == derived {
 		t.Fatalf("persist: %s %v", r2, err)
 	}
-	r3, err := defaultSubsystemNQN([]string{empty}, data, true)
+	if fi, err := os.Stat(filepath.Join(data, "default-subsystem.uuid")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("UUID file: %v %v", fi, err)
+	}
+	r3, err := defaultSubsystemNQN([]string{id1}, data, true)
 	if err != nil || r3 != r2 {
 		t.Errorf("not stable: %s then %s (%v)", r2, r3, err)
 	}
+	// A clone of the machine (same machine ID), a new data directory.
+	if c, _ := defaultSubsystemNQN([]string{id1}, filepath.Join(dir, "clone"), true); c == r2 {
+		t.Error("two instances with one machine ID share the NQN")
+	}
+
+	// Migration: an image and no UUID file keep the machine-ID NQN.
+	old := filepath.Join(dir, "old")
+	writeFile(t, old, "default-ns1.img", "")
+	m, err := defaultSubsystemNQN([]string{filepath.Join(dir, "missing"), id1}, old, true)
+	if err != nil || m != derived {
+		t.Errorf("the machine-id derivation changed (hosts would see a new NQN): %s %v", m, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(old, "default-subsystem.uuid")); !strings.HasPrefix(derived, nvmeof.UUIDNQNPrefix) ||
+		strings.TrimSpace(string(b)) != strings.TrimPrefix(derived, nvmeof.UUIDNQNPrefix) {
+		t.Errorf("migrated UUID file holds %q", b)
+	}
+
 	writeFile(t, data, "default-subsystem.uuid", "garbage")
-	if _, err := defaultSubsystemNQN([]string{empty}, data, true); err == nil || !strings.Contains(err.Error(), "not a UUID") {
+	if _, err := defaultSubsystemNQN([]string{id1}, data, true); err == nil || !strings.Contains(err.Error(), "not a UUID") {
 		t.Errorf("garbage UUID file: %v", err)
 	}
 }
@@ -434,6 +470,10 @@ func TestCheckConfig(t *testing.T) {
 			args := []string{"--check-config", "--data-dir", filepath.Join(dir, "data")}
 			if file != "" {
 				args = append(args, "--config", file)
+			} else {
+				// The data directory of a daemon that has run once: the
+				// default subsystem's UUID is generated at the first start.
+				writeFile(t, filepath.Join(dir, "data"), "default-subsystem.uuid", "0f0f3a3e-3e9c-4c1e-8a55-5b2f4a7d1c01\n")
 			}
 			var stdout, stderr bytes.Buffer
 			if code := run(args, &stdout, &stderr); code != exitOK {
@@ -443,8 +483,8 @@ func TestCheckConfig(t *testing.T) {
 				t.Errorf("stderr: %s", stderr.String())
 			}
 			if file == "" {
-				if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
-					t.Errorf("--check-config created the data directory: %v", err)
+				if ents, err := os.ReadDir(filepath.Join(dir, "data")); err != nil || len(ents) != 1 {
+					t.Errorf("--check-config wrote into the data directory: %v %v", ents, err)
 				}
 			}
 			eff := writeFile(t, dir, "effective.yaml", stdout.String())

@@ -37,7 +37,7 @@ func (d *daemon) startMetrics(mc target.MetricsConfig) (*metricserve.Server, err
 	}
 	cfg := metricserve.Config{Address: mc.Address, Socket: mc.Socket, Path: mc.Path, TLSCert: mc.TLSCert, TLSKey: mc.TLSKey, User: mc.BasicAuthUser}
 	if mc.BasicAuthPasswordFile != "" {
-		if cfg.Password, err = target.ReadMetricsPassword(mc.BasicAuthPasswordFile); err != nil {
+		if cfg.Password, err = metricserve.ReadPasswordFile(mc.BasicAuthPasswordFile); err != nil {
 			return nil, fmt.Errorf("metrics.basic_auth_password_file: %w", err)
 		}
 	}

@@ -70,6 +70,9 @@ func TestDaemonMetrics(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", notifySock)
 	cert, key, pool := selfSigned(t, dir)
 	pwFile := writeFile(t, dir, "metrics.pw", "s3cret\n")
+	if err := os.Chmod(pwFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	msock := filepath.Join(dir, "metrics.sock")
 	const (
 		subnqn  = "nqn.2014-08.org.example:metrics"

@@ -50,10 +50,22 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 		return sum, fmt.Errorf("config file %s: the document is not a mapping", file)
 	}
 	m := root.Content[0]
-	out := cfg.WithoutDefaults()
-	setKey(m, "ports", listNode(reflect.ValueOf(out.Ports)))
-	setKey(m, "subsystems", listNode(reflect.ValueOf(out.Subsystems)))
-	setKey(m, "hosts", listNode(reflect.ValueOf(out.Hosts)))
+	run := cfg.Clone()
+	run.ApplyDefaults()
+	out := run.WithoutDefaults()
+	old := decodeFileConfig(doc)
+	if logLevel == "" && old != nil && target.Diff(old, run).Empty() && reflect.DeepEqual(old.Ports, run.Ports) &&
+		reflect.DeepEqual(old.Subsystems, run.Subsystems) && reflect.DeepEqual(old.Hosts, run.Hosts) {
+		// Nothing to save: the file is left as it is, byte for byte,
+		// but for its mode when it holds a literal secret.
+		if hasLiteralSecrets(out) {
+			if err := privateMode(file); err != nil {
+				return sum, fmt.Errorf("config file %s: %w", file, err)
+			}
+		}
+		return sha256.Sum256(doc), nil
+	}
+	mergeConfig(m, old, run, out)
 	if logLevel != "" {
 		dm := getKey(m, "daemon")
 		if dm == nil || dm.Kind != yaml.MappingNode {
@@ -71,7 +83,10 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 	if err := enc.Close(); err != nil {
 		return sum, err
 	}
-	if err := writeFileAtomic(file, b.Bytes()); err != nil {
+	// A file that holds a literal secret is written 0600 whatever its
+	// mode was (an admin's 0644 conffile would hand the key to every
+	// local user).
+	if err := writeFileAtomic(file, b.Bytes(), hasLiteralSecrets(out)); err != nil {
 		return sum, fmt.Errorf("config file %s: %w", file, err)
 	}
 	return sha256.Sum256(b.Bytes()), nil
@@ -112,8 +127,8 @@ func setKey(m *yaml.Node, key string, v *yaml.Node) {
 // writeFileAtomic replaces path with data: a temporary file beside it with
 // path's mode and owner, fsync, rename over path, fsync of the directory.
 // A reader sees the old or the new file, never a part; a crash leaves one
-// of them.
-func writeFileAtomic(path string, data []byte) error {
+// of them. private makes the new file mode 0600 whatever path's mode was.
+func writeFileAtomic(path string, data []byte, private bool) error {
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real // replace the file a symbolic link points to, not the link
 	}
@@ -124,6 +139,9 @@ func writeFileAtomic(path string, data []byte) error {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
+	}
+	if private {
+		mode = 0o600
 	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
@@ -165,4 +183,20 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// privateMode makes the file path (or the one its link points to) mode
+// 0600 if others could read it.
+func privateMode(path string) error {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return os.Chmod(path, 0o600)
+	}
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -95,7 +94,9 @@ func (d *daemon) traceRoutes(mux *http.ServeMux) {
 				fail(w, http.StatusBadRequest, fmt.Errorf("file %q is not an absolute path", req.File))
 				return
 			}
-			f, err := os.OpenFile(req.File, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+			// The daemon runs as root: never write through a link or
+			// into a file another user made (createPrivate).
+			f, err := createPrivate(req.File)
 			if err != nil {
 				fail(w, http.StatusBadRequest, err)
 				return
@@ -148,9 +149,12 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
        nvmetd trace status
 
 A wire trace of the selected queues as a pcap file that Wireshark and tshark
-dissect as iWARP MPA/DDP/RDMAP; with deploy/wireshark/nvmeof-iwarp.lua also
-the NVMe-oF capsules:
+dissect as iWARP MPA/DDP/RDMAP; with the NVMe-oF dissector (the package
+installs it as /usr/share/nvmetd/wireshark/nvmeof-iwarp.lua; in the source,
+deploy/wireshark/nvmeof-iwarp.lua) also the NVMe-oF capsules:
   tshark -X lua_script:nvmeof-iwarp.lua -o tcp.try_heuristic_first:TRUE -r FILE
+A trace by --host has the queues that connect while it runs from their
+first FPDU on, the Connect capsule included.
 It stops at --max-size or after --duration, whichever comes first.
 
 flags:
@@ -161,6 +165,10 @@ flags:
 		return exitUsage
 	}
 	action := args[0]
+	if action == "-h" || action == "--help" || action == "help" {
+		fs.Usage() // as nvmetd --help and nvmetd status --help: on stderr, exit 0
+		return exitOK
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			return exitOK

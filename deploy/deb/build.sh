@@ -68,7 +68,8 @@ install -d -m 0755 "$root/lib/systemd/system"
 sed -e 's|/usr/local/sbin/nvmetd|/usr/sbin/nvmetd|' -e 's|^# Installed by deploy/install.sh.|# Installed by the nvmetd package.|' \
 	"$src/deploy/nvmetd.service" > "$root/lib/systemd/system/nvmetd.service"
 chmod 0644 "$root/lib/systemd/system/nvmetd.service"
-install -D -m 0644 "$src/configs/nvmetd.yaml" "$root/etc/nvmetd/nvmetd.yaml"
+# 0640 root:root: the file may come to hold literal DH-HMAC-CHAP secrets.
+install -D -m 0640 "$src/configs/nvmetd.yaml" "$root/etc/nvmetd/nvmetd.yaml"
 for m in "$work"/docs/man/*; do
 	sec=${m##*.}
 	install -D -m 0644 "$m" "$root/usr/share/man/man$sec/$(basename "$m")"

@@ -11,10 +11,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +98,12 @@ func Start(cfg Config, g prometheus.Gatherer, log *zap.Logger) (*Server, error) 
 	})
 	if cfg.User != "" {
 		h = basicAuth(h, cfg.User, cfg.Password)
+		if cfg.Address != "" && cfg.TLSCert == "" {
+			// RFC 7617 §4: the credentials are only encoded; without TLS
+			// anyone on the path reads the password.
+			log.Warn("metrics: basic authentication over plain HTTP sends the password in clear text to anyone on the path: set tls_cert and tls_key, or serve on a unix socket",
+				zap.String("address", cfg.Address))
+		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
@@ -178,4 +187,41 @@ func basicAuth(h http.Handler, user, password string) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// ReadPasswordFile reads a basic authentication password: the first line
+// of path. The file must be a regular file owned by root or this process's
+// user that neither its group nor others may access (as key files): a
+// password another user can read, or chose, protects nothing.
+func ReadPasswordFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("%s is not a regular file", path)
+	case !ok:
+		return "", fmt.Errorf("%s: no owner information", path)
+	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
+		return "", fmt.Errorf("%s is owned by uid %d, neither root nor this process's user (uid %d)", path, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o077 != 0:
+		return "", fmt.Errorf("%s is accessible by group or others (mode %04o): keep it mode 0600 or 0400 (chmod go-rwx)", path, fi.Mode().Perm())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimRight(line, "\r")
+	if line == "" {
+		return "", fmt.Errorf("%s: the first line (the password) is empty", path)
+	}
+	return line, nil
 }
