@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -258,4 +260,54 @@ subsystems:
 		t.Errorf("autoconnect output:\n%s", out)
 	}
 	e.must("disconnect-all")
+}
+
+// TestE2EBuiltinDefault (issue 22.5): nvmetd run with no configuration
+// (its built-in default: DH-HMAC-CHAP required of this machine's host
+// NQN, the key generated into its data directory). connect as root, with
+// nothing but the address and the NQN, finds the key there and connects
+// and mounts; nobody, with this machine's host NQN but no key it may read,
+// fails authentication.
+func TestE2EBuiltinDefault(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	if err := os.Chmod(e.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, bin := bins(t)
+	data := filepath.Join(e.dir, "data")
+	port := strconv.Itoa(freePort(t))
+	p := testnode.Start(t, bin, testnode.Env(e.dir), "127.0.0.1:"+port, "--data-dir", data, "--listen", "127.0.0.1:"+port,
+		"--control-socket", filepath.Join(e.dir, "default.sock"), "--default-size", "64MiB", "--log-format", "console")
+	defer p.Stop(syscall.SIGTERM)
+	b, err := os.ReadFile(filepath.Join(data, "default-subsystem.uuid"))
+	if err != nil {
+		t.Fatalf("the built-in default wrote no subsystem UUID: %v\n%s", err, p.Stderr.String())
+	}
+	u, err := nvmeof.ParseUUID(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nqn := nvmeof.UUIDNQN(u)
+	t.Setenv("NVMETD_DATA_DIR", data) // e.run passes the environment on
+
+	nvmeofBin, _ := bins(t)
+	if err := os.Chmod(filepath.Dir(nvmeofBin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := asNobody(t, "env", "NVMETD_DATA_DIR="+data, "HOME=/nonexistent", "NVMEOF_STATE_DIR="+filepath.Join(e.dir, "nobody"),
+		nvmeofBin, "bench", "-a", "127.0.0.1", "-s", port, "-n", nqn, "--rw", "write", "--runtime", "100ms", "-l", "0")
+	if err == nil || !strings.Contains(out, "authentication") {
+		t.Fatalf("nobody reached the built-in default's namespace: %v\n%s", err, out)
+	}
+
+	mnt := filepath.Join(e.dir, "mnt")
+	out = e.must("connect", "-a", "127.0.0.1", "-s", port, "-n", nqn, "--mount", mnt, "--mkfs", "--ctrl-loss-tmo", "0")
+	if !strings.Contains(out, "connecting to device: nvme0") {
+		t.Fatalf("connect:\n%s", out)
+	}
+	if err := writeFileSync(filepath.Join(mnt, "f"), []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	e.must("disconnect", "-n", nqn)
 }

@@ -104,3 +104,33 @@ func badAdvice(t *testing.T, msg string) {
 		}
 	}
 }
+
+// TestE2EDisconnectStandbyOnly (issue 23.15): a host connected only to a
+// standby gateway (its ANA group inaccessible there) wrote nothing, yet
+// disconnect's Flush waited for a usable path until its deadline and
+// ended with "flush namespace 1: ... context deadline exceeded". Now the
+// flush is skipped, and the log says why.
+func TestE2EDisconnectStandbyOnly(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	port := freePort(t)
+	img := filepath.Join(e.dir, "ns1.img")
+	mpNvmetd(e, "standby", port, mpTargetConfig(filepath.Join(e.dir, "s.sock"), []int{port}, []string{"inaccessible"}, 1, 0xFFEF, img))
+	e.must("connect", "-a", "127.0.0.1", "-s", strconv.Itoa(port), "-n", testNQN)
+	e.waitPaths("live inaccessible")
+	logPath := e.list()[0].Log
+	out := e.must("disconnect", "-d", "nvme0")
+	if !strings.Contains(out, "nvme0: disconnected") {
+		t.Fatalf("disconnect: %s", out)
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "flush namespace") {
+		t.Errorf("disconnect waited on a Flush no path could carry:\n%s", b)
+	}
+	if !strings.Contains(string(b), "no flush: no usable path and nothing written") {
+		t.Errorf("the log does not say why there was no flush:\n%s", b)
+	}
+}

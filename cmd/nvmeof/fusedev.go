@@ -58,6 +58,9 @@ type nsFile struct {
 	// opens counts the file's open handles (a loop device, a program):
 	// bench refuses a namespace whose file is open.
 	opens atomic.Int32
+	// wrote is set by the first write: disconnect flushes only a
+	// namespace written through this host.
+	wrote atomic.Bool
 }
 
 var (
@@ -119,6 +122,16 @@ func (r *devRoot) openCount(nsid uint32) int {
 		return int(f.opens.Load())
 	}
 	return 0
+}
+
+// written reports whether namespace nsid's file was ever written.
+func (r *devRoot) written(nsid uint32) bool {
+	if ch := r.GetChild(nsName(nsid)); ch != nil {
+		if f, ok := ch.Operations().(*nsFile); ok {
+			return f.wrote.Load()
+		}
+	}
+	return false
 }
 
 // Getattr reports the namespace's size.
@@ -196,6 +209,7 @@ func (f *nsFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off i
 	if f.ns.ReadOnly() {
 		return 0, syscall.EROFS
 	}
+	f.wrote.Store(true)
 	size := f.ns.Size()
 	if off+int64(len(data)) > size {
 		return 0, syscall.ENOSPC

@@ -11,7 +11,8 @@ import (
 
 func runList(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("list", stderr)
-	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
+	output := fs.StringP("output-format", "o", "normal", "output format: normal or json (nvme list's \"Devices\", and \"controllers\")")
+	verbose := fs.BoolP("verbose", "v", false, "with -o json: \"Devices\" in nvme list -v's form (hosts, subsystems, namespaces, paths)")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
@@ -27,7 +28,11 @@ func runList(args []string, stdout, stderr io.Writer) int {
 		if all == nil {
 			all = []*ctrlState{}
 		}
-		b, _ := json.MarshalIndent(map[string]any{"controllers": all}, "", "  ")
+		var devices any = nvmeListItems(all)
+		if *verbose {
+			devices = nvmeListDetail(all)
+		}
+		b, _ := json.MarshalIndent(map[string]any{"Devices": devices, "controllers": all}, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 		return exitOK
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,10 @@ type daemon struct {
 	// may already belong to the next controller).
 	removed bool
 	wg      sync.WaitGroup
+	// otherWrites is set once a bench that writes or an admin command
+	// (which may write) ran: with the FUSE files' own flags, what says
+	// whether disconnect must flush.
+	otherWrites atomic.Bool
 }
 
 // ctlRequest is a request on the control socket (one JSON line).
@@ -454,6 +459,7 @@ func (d *daemon) handle(c net.Conn) {
 	}
 	switch req.Op {
 	case "admin":
+		d.otherWrites.Store(true)
 		d.handleAdmin(line, enc)
 	case "status":
 		_ = enc.Encode(ctlResponse{OK: true, State: d.state()})
@@ -478,6 +484,9 @@ func (d *daemon) handle(c net.Conn) {
 			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("%sn%d is in use (%s): a benchmark would read and write under it, and a write load destroys its filesystem; "+
 				"unmount or disconnect it first, or give --force", d.dev, req.Bench.NSID, why)})
 			return
+		}
+		if b := req.Bench; b.Verify || b.PrefillOnly || (b.RW != "read" && b.RW != "randread") {
+			d.otherWrites.Store(true)
 		}
 		res, err := runBenchmark(context.Background(), ns, *req.Bench, func(s string) {
 			_ = enc.Encode(ctlResponse{OK: true, Progress: s})
@@ -598,13 +607,35 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	if d.sub != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		for _, ns := range d.sub.Namespaces() {
+			// Issue 23.15: with no usable path (a standby gateway's
+			// inaccessible ANA group) the Flush waited for one until its
+			// deadline. Nothing written through this host: nothing to
+			// flush. Written: the Flush waits a short while for a path.
+			ctx := ctx
+			if !d.usablePath(ns.NSID()) {
+				if !d.otherWrites.Load() && (d.root == nil || !d.root.written(ns.NSID())) {
+					d.log.Info("no flush: no usable path and nothing written through this host", zap.Uint32("nsid", ns.NSID()))
+					continue
+				}
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, noPathFlushWait)
+				defer cancel()
+				d.log.Warn("no usable path for the flush of written data: waiting for one", zap.Uint32("nsid", ns.NSID()), zap.Duration("at_most", noPathFlushWait))
+			}
 			if err := ns.Flush(ctx); err != nil && !errors.Is(err, initiator.ErrControllerLost) &&
 				!errors.Is(err, initiator.ErrNoPath) && !errors.Is(err, initiator.ErrControllerClosed) {
 				errs = append(errs, fmt.Errorf("flush namespace %d: %w", ns.NSID(), err))
 			}
 		}
 		if err := d.sub.Close(ctx); err != nil {
-			errs = append(errs, err)
+			if !d.anyWritten() {
+				// The controller's own closing Flush on a path whose
+				// ANA group refuses I/O: nothing was written to flush.
+				err = dropANAStatus(err)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
 		cancel()
 	}
@@ -620,6 +651,62 @@ func (d *daemon) stop(force bool) ([]string, error) {
 		d.log.Error("left behind by disconnect", zap.String("what", l))
 	}
 	return left, nil
+}
+
+// anyWritten reports whether anything was written through this host.
+func (d *daemon) anyWritten() bool {
+	if d.otherWrites.Load() {
+		return true
+	}
+	for _, ns := range d.sub.Namespaces() {
+		if d.root != nil && d.root.written(ns.NSID()) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropANAStatus removes from err (a join of errors) those that are an
+// ANA status (persistent loss, inaccessible, transition: the path may not
+// carry I/O), and returns what is left, or nil.
+func dropANAStatus(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var keep []error
+		for _, e := range j.Unwrap() {
+			if e = dropANAStatus(e); e != nil {
+				keep = append(keep, e)
+			}
+		}
+		return errors.Join(keep...)
+	}
+	var st nvmeof.Status
+	if errors.As(err, &st) {
+		switch st.Code() {
+		case nvmeof.StatusANAPersistentLoss, nvmeof.StatusANAInaccessible, nvmeof.StatusANATransition:
+			return nil
+		}
+	}
+	return err
+}
+
+// noPathFlushWait bounds disconnect's Flush of a namespace that was
+// written but that no path may carry now.
+const noPathFlushWait = 5 * time.Second
+
+// usablePath reports whether some path may carry namespace nsid's I/O
+// now: its controller live, the namespace's ANA state optimized or
+// non-optimized (NVMe Base 2.0 §8.1.3: no I/O in the inaccessible,
+// persistent loss and change states).
+func (d *daemon) usablePath(nsid uint32) bool {
+	for _, p := range d.sub.Paths() {
+		if p.Controller().State() != initiator.StateLive {
+			continue
+		}
+		if st := p.ANAState(nsid); st == nvmeof.ANAOptimized || st == nvmeof.ANANonOptimized {
+			return true
+		}
+	}
+	return false
 }
 
 // anyPathLive reports whether some path's controller is live.
