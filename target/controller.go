@@ -1,11 +1,13 @@
 package target
 
 import (
+	"net"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -44,6 +46,7 @@ type controller struct {
 	hostNQN string
 	hostID  [16]byte
 	port    *port
+	remote  net.Addr // of the admin queue
 	// inline and maxQueue are the port's settings when the controller was
 	// created (IOCCSZ, CAP.MQES and MAXCMD must not change under a host).
 	inline   int
@@ -256,7 +259,7 @@ func (c *controller) teardown(reason string) {
 	c.aers = nil
 	c.csts.Store(0)
 	c.mu.Unlock()
-	c.log.Info("controller removed", zap.String("reason", reason))
+	c.logBulk(zap.InfoLevel, "controller_removed", "controller removed", zap.String("reason", reason))
 	for _, q := range queues {
 		if q != nil {
 			q.close()
@@ -267,6 +270,23 @@ func (c *controller) teardown(reason string) {
 		// (nvmet_async_events_failall answers Internal Error).
 		queues[0].completeHeld(r, nvmeof.StatusInternalError|nvmeof.StatusDNR)
 	}
+}
+
+// logBulk logs a line about the controller that a peer can cause in bulk
+// (controller created or removed, I/O queue connected: any peer that
+// reaches a port can connect, and with a forged host NQN fail to
+// authenticate, in a loop) through the rate-limited log, with the
+// controller's fields (those of c.log).
+func (c *controller) logBulk(level zapcore.Level, event, msg string, fields ...zap.Field) {
+	lf := append([]zap.Field{zap.String("host_nqn", c.hostNQN), zap.Stringer("remote", c.remote),
+		zap.Uint16("cntlid", c.cntlid), zap.String("subsystem", c.sub.nqn)}, fields...)
+	if c.s.adm == nil {
+		if ce := c.s.log.Check(level, msg); ce != nil {
+			ce.Write(lf...)
+		}
+		return
+	}
+	c.s.adm.Log(level, event, msg, lf...)
 }
 
 // releaseHostSlot gives back, once, the controller's count against the
