@@ -722,3 +722,68 @@ func TestForgedIOQueueKeepsNothingAlive(t *testing.T) {
 	}
 	waitFor(t, "the controller torn down", hang, func() bool { return controllers(s) == 0 })
 }
+
+// shutdownAndClose notifies a normal shutdown (CC.SHN), waits for
+// CSTS.SHST complete and disconnects, as `nvme disconnect` and `nvmeof`
+// do.
+func (h *host) shutdownAndClose() {
+	t := h.t
+	t.Helper()
+	v, err := h.propGet(nvmeof.PropCC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := nvmeof.CC(uint32(v))
+	cc.SetSHN(nvmeof.CCSHNNormal)
+	if err := h.propSet(nvmeof.PropCC, uint64(cc)); err != nil {
+		t.Fatalf("set CC.SHN: %v", err)
+	}
+	waitFor(t, "CSTS.SHST complete", hang, func() bool {
+		v, err := h.propGet(nvmeof.PropCSTS)
+		return err == nil && nvmeof.CSTS(v).SHST() == nvmeof.SHSTComplete
+	})
+	h.close()
+}
+
+// TestReconnectOnlyAfterUncleanEnd: five hosts' sessions that each end
+// with a shutdown notification (CC.SHN, as five `nvmeof bench` runs) are
+// no reconnects, and end with reason host_shutdown; a session whose
+// connection is lost (no CC.SHN) ends with admin_queue_disconnected, and
+// only the association after it counts as a reconnect (issue 23 item 7:
+// every new controller of a known host counted, and the flapping alert
+// fired after five benches).
+func TestReconnectOnlyAfterUncleanEnd(t *testing.T) {
+	s := startServer(t, testConfig(t, memNS(1, "1MiB")))
+	addr := portAddr(s, 1)
+	reg := metricsRegistry(t, s)
+	sub := "subsystem=" + testSubNQN
+	recon := normKey("nvmetd_controller_reconnects_total{" + sub + "}")
+	endedBy := func(reason string) string {
+		return normKey("nvmetd_controllers_ended_total{reason=" + reason + "," + sub + "}")
+	}
+	session := func(clean bool) {
+		h := mustConnect(t, addr, testSubNQN)
+		h.enable()
+		if clean {
+			h.shutdownAndClose()
+		} else {
+			h.close()
+		}
+		waitFor(t, "the controller gone", hang, func() bool { return controllers(s) == 0 })
+	}
+	for range 5 {
+		session(true)
+	}
+	v, _ := scrape(t, reg)
+	if v[recon] != 0 || v[endedBy("host_shutdown")] != 5 {
+		t.Fatalf("after 5 sessions ended by CC.SHN: reconnects %v, ended by host_shutdown %v; want 0 and 5", v[recon], v[endedBy("host_shutdown")])
+	}
+	session(false) // lost
+	session(true)  // the host comes back: a reconnect
+	session(true)  // and again, after a clean end: none
+	v, _ = scrape(t, reg)
+	if v[recon] != 1 || v[endedBy("admin_queue_disconnected")] != 1 || v[endedBy("host_shutdown")] != 7 {
+		t.Fatalf("reconnects %v (want 1), ended by admin_queue_disconnected %v (want 1), host_shutdown %v (want 7)",
+			v[recon], v[endedBy("admin_queue_disconnected")], v[endedBy("host_shutdown")])
+	}
+}

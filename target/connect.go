@@ -180,7 +180,7 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 	if q.isClosed() {
 		// The connection ended while we were connecting it, and
 		// QueueClosed may not have seen the controller.
-		c.teardown("admin queue disconnected")
+		c.teardown(reasonAdminQueueClosed)
 	}
 	q.connectDone(r, nvmeof.StatusSuccess, uint32(resp))
 }

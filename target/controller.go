@@ -65,6 +65,9 @@ type controller struct {
 	// revoked is set when a reload disallows the host: from then on its
 	// I/O is refused (Access Denied) until the controller is torn down.
 	revoked atomic.Bool
+	// shutdown: the host notified a shutdown (CC.SHN), so the end of the
+	// association that follows is a clean one.
+	shutdown atomic.Bool
 	// slotGiven: the controller no longer counts against the host's
 	// limits.max_controllers_per_host (releaseHostSlot).
 	slotGiven atomic.Bool
@@ -181,6 +184,7 @@ func (c *controller) updateCC(v nvmeof.CC) {
 		c.ka.reset()
 	}
 	if shutdown {
+		c.shutdown.Store(true)
 		c.log.Debug("shutdown notification")
 		c.s.goFlush(c.sub, func() {
 			c.mu.Lock()
@@ -243,7 +247,15 @@ func (c *controller) teardown(reason string) {
 	if c.dead.Swap(true) {
 		return
 	}
-	c.s.met.event(eventControllerEnded, c.sub.nqn, reasonLabel(reason))
+	clean := c.shutdown.Load()
+	if clean && reason == reasonAdminQueueClosed {
+		// The host shut the controller down, then disconnected.
+		reason = reasonHostShutdown
+	}
+	c.mu.Lock()
+	admin := c.queues[0]
+	c.mu.Unlock()
+	c.s.met.controllerEnded(c.sub.nqn, c.hostNQN, reasonLabel(reason), clean, admin != nil && admin.authorized())
 	c.ka.stop()
 	c.sub.removeController(c)
 	// Commands not yet at a backend are dropped from now on; a new
@@ -289,6 +301,18 @@ func (c *controller) logBulk(level zapcore.Level, event, msg string, fields ...z
 	c.s.adm.Log(level, event, msg, lf...)
 }
 
+// Teardown reasons that say how an association ended (the reason label of
+// nvmetd_controllers_ended_total).
+const (
+	// reasonAdminQueueClosed: the admin queue's connection ended without a
+	// shutdown notification (lost, or closed by a host that did not shut
+	// the controller down).
+	reasonAdminQueueClosed = "admin queue disconnected"
+	// reasonHostShutdown: the host notified a shutdown (CC.SHN), then
+	// disconnected: a clean end.
+	reasonHostShutdown = "host shutdown"
+)
+
 // releaseHostSlot gives back, once, the controller's count against the
 // host's limits.max_controllers_per_host: at its teardown, or earlier when
 // its authentication failed.
@@ -302,7 +326,7 @@ func (c *controller) releaseHostSlot() {
 // the admin queue takes the controller with it; an I/O queue frees its QID.
 func (c *controller) queueClosed(q *queue) {
 	if q.qid == 0 {
-		c.teardown("admin queue disconnected")
+		c.teardown(reasonAdminQueueClosed)
 		return
 	}
 	c.mu.Lock()
