@@ -618,3 +618,172 @@ func TestAuthForgedIOQueuesCounted(t *testing.T) {
 	}
 	t.Logf("%d forged I/O queues attached, %d refused (controller of %d queue IDs)", accepted, busy, maxQID)
 }
+
+// TestControllerLogRateLimited: a peer that connects and drops
+// controllers in a loop (here 40, failing authentication with host NQNs
+// of its choosing) does not write a "controller created" and a
+// "controller removed" line each: the lines are rate-limited, the rest
+// summed up in the summary line (issue 22 item 9).
+func TestControllerLogRateLimited(t *testing.T) {
+	cfg := testConfig(t, memNS(1, "1MiB"))
+	cfg.Subsystems[0].AuthRequired = true
+	s, l, stop := startServerJSON(t, cfg)
+	addr := portAddr(s, 1)
+	const n = 40
+	for i := range n {
+		host := fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-%012d", i)
+		g, err := dialGuesser(t, addr, host, testKATO, auth.DHGroupNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.guess(true); err != nil {
+			t.Fatal(err)
+		}
+		g.q.Close()
+		<-g.q.Done()
+	}
+	waitFor(t, "the controllers gone", hang, func() bool { return controllers(s) == 0 })
+	created, removed := len(l.lines(t, "controller created")), len(l.lines(t, "controller removed"))
+	stop()
+	t.Logf("%d controllers: %d \"controller created\" lines, %d \"controller removed\"", n, created, removed)
+	if created+removed >= n {
+		t.Fatalf("%d controllers made %d created/removed lines: not rate-limited", n, created+removed)
+	}
+	if got := loggedEvents(t, l, "controller created", "controller_created"); got != n {
+		t.Fatalf("the log accounts for %d controllers created, want %d", got, n)
+	}
+}
+
+// TestForgedIOQueueKeepsNothingAlive: a peer that forged the host's NQN
+// and attaches I/O queues to the real host's controller, sending commands
+// on them (all refused: the queues never authenticate), does not keep the
+// controller alive once the real host is gone silent: its keep-alive
+// timer (1 s) expires all the same (issue 22 item 9: every command on the
+// forged queue fed the real controller's keep-alive).
+func TestForgedIOQueueKeepsNothingAlive(t *testing.T) {
+	key := genKey(t, testHostNQN)
+	s, addr := authTarget(t, key)
+	h := authenticatedHost(t, addr, key, 1000, 1)
+	stopping := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			evil, err := dial(t, addr, 1, 32)
+			if err != nil {
+				return
+			}
+			_, err = connectCmd(t, evil, testSubNQN, testHostNQN, h.cntlid, 0)
+			var st nvmeof.Status
+			if errors.As(err, &st) && st.Code() == nvmeof.StatusConnectControllerBusy {
+				// The previous forged queue still holds the free QID.
+				evil.Close()
+				select {
+				case <-stopping:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				continue
+			}
+			if err != nil {
+				evil.Close()
+				return // the controller is gone
+			}
+			for {
+				select {
+				case <-stopping:
+					evil.Close()
+					return
+				default:
+				}
+				if readBlock(t, evil) == nil {
+					t.Error("a read on a forged I/O queue succeeded")
+				}
+				select {
+				case <-evil.Done():
+				case <-time.After(50 * time.Millisecond):
+					continue
+				}
+				break
+			}
+			evil.Close()
+		}
+	}()
+	defer func() {
+		close(stopping)
+		wg.Wait()
+	}()
+	// The guard: thirty times the keep-alive timeout.
+	select {
+	case <-h.admin.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the real host's controller outlived 30 × its 1 s keep-alive timeout while a forged I/O queue sent commands")
+	}
+	waitFor(t, "the controller torn down", hang, func() bool { return controllers(s) == 0 })
+}
+
+// shutdownAndClose notifies a normal shutdown (CC.SHN), waits for
+// CSTS.SHST complete and disconnects, as `nvme disconnect` and `nvmeof`
+// do.
+func (h *host) shutdownAndClose() {
+	t := h.t
+	t.Helper()
+	v, err := h.propGet(nvmeof.PropCC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := nvmeof.CC(uint32(v))
+	cc.SetSHN(nvmeof.CCSHNNormal)
+	if err := h.propSet(nvmeof.PropCC, uint64(cc)); err != nil {
+		t.Fatalf("set CC.SHN: %v", err)
+	}
+	waitFor(t, "CSTS.SHST complete", hang, func() bool {
+		v, err := h.propGet(nvmeof.PropCSTS)
+		return err == nil && nvmeof.CSTS(v).SHST() == nvmeof.SHSTComplete
+	})
+	h.close()
+}
+
+// TestReconnectOnlyAfterUncleanEnd: five hosts' sessions that each end
+// with a shutdown notification (CC.SHN, as five `nvmeof bench` runs) are
+// no reconnects, and end with reason host_shutdown; a session whose
+// connection is lost (no CC.SHN) ends with admin_queue_disconnected, and
+// only the association after it counts as a reconnect (issue 23 item 7:
+// every new controller of a known host counted, and the flapping alert
+// fired after five benches).
+func TestReconnectOnlyAfterUncleanEnd(t *testing.T) {
+	s := startServer(t, testConfig(t, memNS(1, "1MiB")))
+	addr := portAddr(s, 1)
+	reg := metricsRegistry(t, s)
+	sub := "subsystem=" + testSubNQN
+	recon := normKey("nvmetd_controller_reconnects_total{" + sub + "}")
+	endedBy := func(reason string) string {
+		return normKey("nvmetd_controllers_ended_total{reason=" + reason + "," + sub + "}")
+	}
+	session := func(clean bool) {
+		h := mustConnect(t, addr, testSubNQN)
+		h.enable()
+		if clean {
+			h.shutdownAndClose()
+		} else {
+			h.close()
+		}
+		waitFor(t, "the controller gone", hang, func() bool { return controllers(s) == 0 })
+	}
+	for range 5 {
+		session(true)
+	}
+	v, _ := scrape(t, reg)
+	if v[recon] != 0 || v[endedBy("host_shutdown")] != 5 {
+		t.Fatalf("after 5 sessions ended by CC.SHN: reconnects %v, ended by host_shutdown %v; want 0 and 5", v[recon], v[endedBy("host_shutdown")])
+	}
+	session(false) // lost
+	session(true)  // the host comes back: a reconnect
+	session(true)  // and again, after a clean end: none
+	v, _ = scrape(t, reg)
+	if v[recon] != 1 || v[endedBy("admin_queue_disconnected")] != 1 || v[endedBy("host_shutdown")] != 7 {
+		t.Fatalf("reconnects %v (want 1), ended by admin_queue_disconnected %v (want 1), host_shutdown %v (want 7)",
+			v[recon], v[endedBy("admin_queue_disconnected")], v[endedBy("host_shutdown")])
+	}
+}

@@ -133,7 +133,7 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 	}
 	k, required := s.hostAuth(sub, &pc, host)
 	c := &controller{
-		s: s, sub: sub, hostNQN: host, hostID: d.HostID(), port: q.port,
+		s: s, sub: sub, hostNQN: host, hostID: d.HostID(), port: q.port, remote: q.remote,
 		inline: pc.InlineDataSize, maxQueue: pc.MaxQueueSize, created: time.Now(),
 		io: newIORef(), authRequired: required,
 	}
@@ -175,12 +175,12 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 	if hc := s.cfg.Host(host); hc != nil && hc.Description != "" {
 		lf = append(lf, zap.String("host", hc.Description))
 	}
-	c.log.Info("controller created", lf...)
+	c.logBulk(zap.InfoLevel, "controller_created", "controller created", lf...)
 	s.met.controllerCreated(sub.nqn, host)
 	if q.isClosed() {
 		// The connection ended while we were connecting it, and
 		// QueueClosed may not have seen the controller.
-		c.teardown("admin queue disconnected")
+		c.teardown(reasonAdminQueueClosed)
 	}
 	q.connectDone(r, nvmeof.StatusSuccess, uint32(resp))
 }
@@ -271,6 +271,6 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 	if q.isClosed() {
 		c.queueClosed(q)
 	}
-	c.log.Info("I/O queue connected", zap.Uint16("qid", qid), zap.Int("size", cmd.QueueSize()), zap.Stringer("queue_remote", q.remote), zap.Bool("auth_required", required))
+	c.logBulk(zap.InfoLevel, "io_queue_connected", "I/O queue connected", zap.Uint16("qid", qid), zap.Int("size", cmd.QueueSize()), zap.Stringer("queue_remote", q.remote), zap.Bool("auth_required", required))
 	q.connectDone(r, nvmeof.StatusSuccess, uint32(resp))
 }

@@ -1,11 +1,13 @@
 package target
 
 import (
+	"net"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -44,6 +46,7 @@ type controller struct {
 	hostNQN string
 	hostID  [16]byte
 	port    *port
+	remote  net.Addr // of the admin queue
 	// inline and maxQueue are the port's settings when the controller was
 	// created (IOCCSZ, CAP.MQES and MAXCMD must not change under a host).
 	inline   int
@@ -62,6 +65,9 @@ type controller struct {
 	// revoked is set when a reload disallows the host: from then on its
 	// I/O is refused (Access Denied) until the controller is torn down.
 	revoked atomic.Bool
+	// shutdown: the host notified a shutdown (CC.SHN), so the end of the
+	// association that follows is a clean one.
+	shutdown atomic.Bool
 	// slotGiven: the controller no longer counts against the host's
 	// limits.max_controllers_per_host (releaseHostSlot).
 	slotGiven atomic.Bool
@@ -178,6 +184,7 @@ func (c *controller) updateCC(v nvmeof.CC) {
 		c.ka.reset()
 	}
 	if shutdown {
+		c.shutdown.Store(true)
 		c.log.Debug("shutdown notification")
 		c.s.goFlush(c.sub, func() {
 			c.mu.Lock()
@@ -240,7 +247,15 @@ func (c *controller) teardown(reason string) {
 	if c.dead.Swap(true) {
 		return
 	}
-	c.s.met.event(eventControllerEnded, c.sub.nqn, reasonLabel(reason))
+	clean := c.shutdown.Load()
+	if clean && reason == reasonAdminQueueClosed {
+		// The host shut the controller down, then disconnected.
+		reason = reasonHostShutdown
+	}
+	c.mu.Lock()
+	admin := c.queues[0]
+	c.mu.Unlock()
+	c.s.met.controllerEnded(c.sub.nqn, c.hostNQN, reasonLabel(reason), clean, admin != nil && admin.authorized())
 	c.ka.stop()
 	c.sub.removeController(c)
 	// Commands not yet at a backend are dropped from now on; a new
@@ -256,7 +271,7 @@ func (c *controller) teardown(reason string) {
 	c.aers = nil
 	c.csts.Store(0)
 	c.mu.Unlock()
-	c.log.Info("controller removed", zap.String("reason", reason))
+	c.logBulk(zap.InfoLevel, "controller_removed", "controller removed", zap.String("reason", reason))
 	for _, q := range queues {
 		if q != nil {
 			q.close()
@@ -268,6 +283,35 @@ func (c *controller) teardown(reason string) {
 		queues[0].completeHeld(r, nvmeof.StatusInternalError|nvmeof.StatusDNR)
 	}
 }
+
+// logBulk logs a line about the controller that a peer can cause in bulk
+// (controller created or removed, I/O queue connected: any peer that
+// reaches a port can connect, and with a forged host NQN fail to
+// authenticate, in a loop) through the rate-limited log, with the
+// controller's fields (those of c.log).
+func (c *controller) logBulk(level zapcore.Level, event, msg string, fields ...zap.Field) {
+	lf := append([]zap.Field{zap.String("host_nqn", c.hostNQN), zap.Stringer("remote", c.remote),
+		zap.Uint16("cntlid", c.cntlid), zap.String("subsystem", c.sub.nqn)}, fields...)
+	if c.s.adm == nil {
+		if ce := c.s.log.Check(level, msg); ce != nil {
+			ce.Write(lf...)
+		}
+		return
+	}
+	c.s.adm.Log(level, event, msg, lf...)
+}
+
+// Teardown reasons that say how an association ended (the reason label of
+// nvmetd_controllers_ended_total).
+const (
+	// reasonAdminQueueClosed: the admin queue's connection ended without a
+	// shutdown notification (lost, or closed by a host that did not shut
+	// the controller down).
+	reasonAdminQueueClosed = "admin queue disconnected"
+	// reasonHostShutdown: the host notified a shutdown (CC.SHN), then
+	// disconnected: a clean end.
+	reasonHostShutdown = "host shutdown"
+)
 
 // releaseHostSlot gives back, once, the controller's count against the
 // host's limits.max_controllers_per_host: at its teardown, or earlier when
@@ -282,7 +326,7 @@ func (c *controller) releaseHostSlot() {
 // the admin queue takes the controller with it; an I/O queue frees its QID.
 func (c *controller) queueClosed(q *queue) {
 	if q.qid == 0 {
-		c.teardown("admin queue disconnected")
+		c.teardown(reasonAdminQueueClosed)
 		return
 	}
 	c.mu.Lock()

@@ -272,7 +272,9 @@ type metricsState struct {
 	// other held, nothing taken under it).
 	evMu   sync.Mutex
 	events map[eventKey]uint64
-	seen   map[[2]string]struct{}
+	// seen holds the (host, subsystem) pairs that had a controller, and
+	// whether the last one that ended did so without a clean shutdown.
+	seen map[[2]string]bool
 
 	// mu guards the totals and every queue's folded flag; it comes before
 	// the port, subsystem and controller locks (the collector holds it
@@ -287,7 +289,7 @@ type metricsState struct {
 func newMetricsState() *metricsState {
 	return &metricsState{
 		retiredSub: map[string]*cmdSnap{}, retiredPort: map[uint16]*qpTotals{},
-		events: map[eventKey]uint64{}, seen: map[[2]string]struct{}{},
+		events: map[eventKey]uint64{}, seen: map[[2]string]bool{},
 	}
 }
 
@@ -297,17 +299,36 @@ func (m *metricsState) event(name, sub, reason string) {
 	m.evMu.Unlock()
 }
 
-// controllerCreated counts a new controller, and a reconnect when its host
-// had a controller on the subsystem before.
+// controllerCreated counts a new controller, and a reconnect when the
+// host's last controller on the subsystem ended without a clean shutdown
+// (lost connection, keep-alive timeout, Terminate): a host that shut its
+// controller down (CC.SHN) and comes back, as every `nvmeof bench` or
+// `nvme connect` after a disconnect does, is no reconnect.
 func (m *metricsState) controllerCreated(sub, host string) {
 	m.evMu.Lock()
 	defer m.evMu.Unlock()
 	m.events[eventKey{eventControllerCreated, sub, ""}]++
 	k := [2]string{host, sub}
-	if _, ok := m.seen[k]; ok {
+	if m.seen[k] {
 		m.events[eventKey{eventReconnect, sub, ""}]++
-	} else if len(m.seen) < maxReconnectPairs {
-		m.seen[k] = struct{}{}
+		m.seen[k] = false
+	}
+}
+
+// controllerEnded counts an ended controller by reason, and remembers for
+// the host's next one whether it ended cleanly. A controller that never
+// authenticated was no association of the host (a peer may forge its
+// NQN): it leaves nothing to reconnect after.
+func (m *metricsState) controllerEnded(sub, host, reason string, clean, authenticated bool) {
+	m.evMu.Lock()
+	defer m.evMu.Unlock()
+	m.events[eventKey{eventControllerEnded, sub, reason}]++
+	if !authenticated {
+		return
+	}
+	k := [2]string{host, sub}
+	if _, ok := m.seen[k]; ok || len(m.seen) < maxReconnectPairs {
+		m.seen[k] = !clean
 	}
 }
 

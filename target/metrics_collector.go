@@ -68,7 +68,7 @@ var (
 	dKAExpired    = desc("keepalive_expiries_total", "Controllers torn down because their keep-alive timeout expired.", subLabels...)
 	dCtrlCreated  = desc("controllers_created_total", "Controllers created (successful admin Connects).", subLabels...)
 	dCtrlEnded    = desc("controllers_ended_total", "Controllers ended, by reason.", "subsystem", "reason")
-	dReconnects   = desc("controller_reconnects_total", "Controllers created for a host that had a controller on the subsystem before.", subLabels...)
+	dReconnects   = desc("controller_reconnects_total", "Controllers created for a host whose previous controller on the subsystem ended without a shutdown notification (CC.SHN): lost connection, keep-alive timeout, Terminate.", subLabels...)
 	dAuthFailures = desc("auth_failures_total", "Failed in-band authentications of hosts.", subLabels...)
 
 	dNSState       = desc("namespace_state", "The namespace's state (1 for the current one: online, disabled, failed).", "subsystem", "nsid", "state")

@@ -138,6 +138,9 @@ type config struct {
 	// LegitKATO is the keep-alive timeout of the legitimate host that
 	// checks the daemon after a case (0: legitKATO).
 	LegitKATO time.Duration
+	// Hosts are YAML flow maps of the hosts section (DH-HMAC-CHAP keys);
+	// the legitimate host must not be among them.
+	Hosts []string
 }
 
 func (c *config) yaml(port int, sock string) string {
@@ -168,6 +171,12 @@ func (c *config) yaml(port int, sock string) string {
 	section("transport", transport)
 	section("tuning", c.Tuning)
 	section("limits", c.Limits)
+	if len(c.Hosts) > 0 {
+		fmt.Fprintf(&b, "hosts:\n")
+		for _, h := range c.Hosts {
+			fmt.Fprintf(&b, "  - %s\n", h)
+		}
+	}
 	return b.String()
 }
 
