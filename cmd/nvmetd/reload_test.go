@@ -114,6 +114,8 @@ metrics: {socket: %s}
 	if c, out := cli("reload"); c != exitFailure || !strings.Contains(out, "hosts[0].nqn") {
 		t.Errorf("nvmetd reload of a refused configuration: exit %d, want %d with the reason:\n%s", c, exitFailure, out)
 	}
+	wait("RELOADING=1") // the notifications of that reload, so that later waits see later ones
+	wait("READY=1")
 	if c, out := cli("status"); c != exitDegraded || !strings.Contains(out, "DEGRADED") || !strings.Contains(out, "the last reload") {
 		t.Errorf("status after a refused reload: exit %d, want %d:\n%s", c, exitDegraded, out)
 	}
@@ -122,11 +124,12 @@ metrics: {socket: %s}
 	}
 
 	// Fixed: reload succeeds, health is back, the timestamp moves.
-	time.Sleep(10 * time.Millisecond) // the timestamp has nanoseconds; make sure they differ
 	writeFile(t, dir, "nvmetd.yaml", config(""))
 	if c, out := cli("reload"); c != exitOK {
 		t.Errorf("nvmetd reload of a good configuration: exit %d:\n%s", c, out)
 	}
+	wait("RELOADING=1")
+	wait("READY=1")
 	if c, out := cli("status"); c != exitOK {
 		t.Errorf("status after a good reload: exit %d:\n%s", c, out)
 	}
