@@ -33,8 +33,8 @@ import (
 // daemonConfig is the "daemon" section of the configuration file: settings
 // of the program rather than of the target.
 type daemonConfig struct {
-	// DataDir holds the default namespace's image and the fallback
-	// subsystem UUID.
+	// DataDir holds the built-in default's namespace image, subsystem
+	// UUID and host key.
 	DataDir string `mapstructure:"data_dir"`
 	// LogLevel is debug, info, warn or error. It changes on SIGHUP.
 	LogLevel string `mapstructure:"log_level"`
