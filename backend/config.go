@@ -83,7 +83,8 @@ type Config struct {
 	// DeferClaim opens the storage without its claim (the flock of a file
 	// unless NoLock, the O_EXCL of a block device with Exclusive); the
 	// backend then implements [Claimer] and takes the claim when Claim is
-	// called. A reload uses it to open a namespace's new backend while the
+	// called (kind rbd: the process's claim on the image, and writes). A
+	// reload uses it to open a namespace's new backend while the
 	// old one, on the same storage, still holds the claim.
 	DeferClaim bool
 }
@@ -298,7 +299,9 @@ func Open(cfg Config) (Backend, error) {
 			b = d
 		}
 	case KindRBD:
-		if b, err = openRBD(cfg.rbdOptions()); err == nil {
+		o := cfg.rbdOptions()
+		o.DeferClaim = cfg.DeferClaim
+		if b, err = openRBD(o); err == nil {
 			noteCephClient(b)
 		}
 	case KindNull:

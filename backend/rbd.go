@@ -2,16 +2,59 @@
 
 package backend
 
+/*
+#cgo LDFLAGS: -lrbd
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <rbd/librbd.h>
+
+// nvmetd_rbd_conf copies the value of librbd option name as the image
+// sees it (rbd_config_image_list: the client's configuration overridden by
+// the pool's and the image's conf_ metadata) into out, and its source. It
+// returns 1 if found, 0 if librbd has no such option, or a negative errno.
+static int nvmetd_rbd_conf(rbd_image_t img, const char *name, char *out, size_t outlen, int *source) {
+	int n = 0;
+	int r = rbd_config_image_list(img, NULL, &n);
+	if (r < 0 && r != -ERANGE)
+		return r;
+	rbd_config_option_t *opts = calloc(n > 0 ? n : 1, sizeof(*opts));
+	if (opts == NULL)
+		return -ENOMEM;
+	r = rbd_config_image_list(img, opts, &n);
+	if (r < 0) {
+		free(opts);
+		return r;
+	}
+	int found = 0;
+	for (int i = 0; i < n; i++) {
+		if (strcmp(opts[i].name, name) == 0) {
+			strncpy(out, opts[i].value, outlen - 1);
+			out[outlen - 1] = 0;
+			*source = opts[i].source;
+			found = 1;
+			break;
+		}
+	}
+	rbd_config_image_list_cleanup(opts, n);
+	free(opts);
+	return found;
+}
+*/
+import "C"
+
 import (
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
@@ -85,6 +128,21 @@ type RBD struct {
 
 	opTimeout time.Duration
 
+	// The claim on the image (see Claim, [WriteLocker]). claimKey keys
+	// this process's claim (rbdClaims); claimed is set while it is held
+	// (unset only between an open with DeferClaim and Claim). exclusive:
+	// the image has the exclusive-lock feature. writable and lockHeld are
+	// changed under lockMu; the write path reads them without it.
+	claimKey  string
+	claimed   atomic.Bool
+	inProcess bool // the claim in rbdClaims is ours (under lockMu)
+	exclusive bool
+	lockMu    sync.Mutex
+	writable  atomic.Bool
+	lockHeld  atomic.Bool
+	lockErr   error     // the last failure to take the lock
+	lockTried time.Time // when it failed
+
 	size    atomic.Int64  // the image size rounded down to bs
 	sizeMu  sync.Mutex    // serialises size refreshes
 	changed chan struct{} // SizeChanged: capacity 1
@@ -98,7 +156,42 @@ var (
 	_ SizeNotifier = (*RBD)(nil)
 	_ CephClient   = (*RBD)(nil)
 	_ AsyncIO      = (*RBD)(nil)
+	_ Claimer      = (*RBD)(nil)
+	_ WriteLocker  = (*RBD)(nil)
 )
+
+// rbdClaims are the images open in this process, by cluster fsid, pool
+// id, RADOS namespace and image id (what Info().ID holds): one image is
+// one namespace, as one file is (its flock), whatever its name or the
+// ceph.conf it was reached through. The librbd exclusive lock keeps
+// other processes out; this keeps a second backend of this process out,
+// which would be a second RADOS client and so a second lock owner.
+var rbdClaims = struct {
+	mu sync.Mutex
+	m  map[string]string // key → the spec of the holder
+}{m: map[string]string{}}
+
+// claimImage takes this process's claim on key.
+func claimImage(key, spec string) error {
+	rbdClaims.mu.Lock()
+	defer rbdClaims.mu.Unlock()
+	if holder, ok := rbdClaims.m[key]; ok {
+		return fmt.Errorf("backend rbd %s: the image is already open in this process (as %s): %w", spec, holder, ErrBusy)
+	}
+	rbdClaims.m[key] = spec
+	return nil
+}
+
+// unclaimImage releases it.
+func unclaimImage(key string) {
+	rbdClaims.mu.Lock()
+	delete(rbdClaims.m, key)
+	rbdClaims.mu.Unlock()
+}
+
+// rbdLockRetry is how long a failure to take the exclusive lock is
+// returned to writes before the next one tries again.
+const rbdLockRetry = time.Second
 
 // rbdZeroes is the block WriteZeroes repeats (rbd_writesame).
 var rbdZeroes [4096]byte
@@ -107,17 +200,33 @@ var rbdZeroes [4096]byte
 // refuses more than INT_MAX bytes), a multiple of every block size.
 const maxWriteSame = 1 << 30
 
-// openRBD is the kind rbd case of [Open].
+// openRBD is the kind rbd case of [Open]: the image, with this process's
+// claim on it (unless opts.DeferClaim).
 func openRBD(opts RBDOptions) (Backend, error) {
-	r, err := OpenRBD(opts)
+	r, err := openRBDClaim(opts, !opts.DeferClaim)
 	if err != nil {
 		return nil, err
+	}
+	if opts.DeferClaim {
+		r.claimed.Store(false)
 	}
 	return r, nil
 }
 
-// OpenRBD connects to the cluster and opens the image.
-func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
+// OpenRBD connects to the cluster and opens the image. It takes no claim
+// in this process ([Open] does): two OpenRBD of one image are two RADOS
+// clients, as two gateways are, and librbd's exclusive lock
+// ([WriteLocker]) lets one of them write at a time.
+func OpenRBD(opts RBDOptions) (*RBD, error) {
+	r, err := openRBDClaim(opts, false)
+	if err == nil && opts.DeferClaim {
+		r.claimed.Store(false)
+	}
+	return r, err
+}
+
+// openRBDClaim opens the image, with this process's claim if claim.
+func openRBDClaim(opts RBDOptions, claim bool) (_ *RBD, err error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -146,8 +255,13 @@ func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
 		{"rados_osd_op_timeout", secs(o.OpTimeout)},
 		{"rados_mon_op_timeout", secs(o.OpTimeout)},
 		{"client_mount_timeout", secs(o.ConnectTimeout)},
-		// No write-back cache in this process (see RBD).
+		// No write-back cache in this process (see RBD): neither
+		// librbd's in-memory cache nor the persistent write-back cache
+		// (pwl_cache plugin). Pool and image conf_ metadata override
+		// these; the effective values are checked after the open.
 		{"rbd_cache", "false"},
+		{"rbd_persistent_cache_mode", "disabled"},
+		{"rbd_plugins", ""},
 		// WriteZeroes relies on it (see RBD).
 		{"rbd_discard_on_zeroed_write_same", "true"},
 	}
@@ -208,6 +322,13 @@ func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
 	if err != nil {
 		return nil, fail("client address: %w", rbdErr(err))
 	}
+	if err := checkNoCache(image, o.Pool, spec); err != nil {
+		return nil, fail("%w", err)
+	}
+	features, err := image.GetFeatures()
+	if err != nil {
+		return nil, fail("features: %w", rbdErr(err))
+	}
 
 	r := &RBD{
 		spec: spec, bs: bs, ro: o.ReadOnly,
@@ -220,6 +341,8 @@ func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
 			FSID: fsid, Entity: "client." + o.ClientID, Addrs: addrs, InstanceID: conn.GetInstanceID(),
 		},
 	}
+	r.exclusive = features&rbd.FeatureExclusiveLock != 0
+	r.writable.Store(true)
 	r.size.Store(size)
 	r.info = Info{
 		Kind: KindRBD,
@@ -237,6 +360,19 @@ func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
 		ReadOnly:           o.ReadOnly,
 		Discard:            !o.ReadOnly,
 		WriteZeroesOffload: true,
+	}
+	r.claimKey = r.info.ID
+	r.claimed.Store(true)
+	if claim {
+		if err := claimImage(r.claimKey, spec); err != nil {
+			return nil, err
+		}
+		r.inProcess = true
+		defer func() {
+			if err != nil {
+				unclaimImage(r.claimKey)
+			}
+		}()
 	}
 	// The header watch: librbd calls back (on its own thread) after the
 	// image header changed, e.g. after a resize; the refresher goroutine
@@ -307,7 +443,8 @@ func (r *RBD) acquire() error {
 
 func (r *RBD) release() { r.mu.RUnlock() }
 
-// acquireWrite is acquire for calls that modify data.
+// acquireWrite is acquire for calls that modify data: it also checks the
+// claim and holds (or takes) the exclusive lock ([WriteLocker]).
 func (r *RBD) acquireWrite() error {
 	if err := r.acquire(); err != nil {
 		return err
@@ -315,6 +452,180 @@ func (r *RBD) acquireWrite() error {
 	if r.ro {
 		r.release()
 		return ErrReadOnly
+	}
+	if r.lockHeld.Load() || (!r.exclusive && r.claimed.Load() && r.writable.Load()) {
+		return nil
+	}
+	if err := r.writeGate(); err != nil {
+		r.release()
+		return err
+	}
+	return nil
+}
+
+// writeGate is acquireWrite's slow path: writes refused, or the lock to
+// take. The caller holds the guard.
+func (r *RBD) writeGate() error {
+	r.lockMu.Lock()
+	defer r.lockMu.Unlock()
+	switch {
+	case !r.claimed.Load():
+		return fmt.Errorf("backend rbd %s: write before the claim (the namespace's previous backend still holds the image): %w", r.spec, ErrUnavailable)
+	case !r.writable.Load():
+		return fmt.Errorf("backend rbd %s: writes are not allowed here (the namespace's ANA group is not served optimized by this target): %w", r.spec, ErrUnavailable)
+	case !r.exclusive || r.lockHeld.Load():
+		return nil
+	case r.lockErr != nil && time.Since(r.lockTried) < rbdLockRetry:
+		return r.lockErr
+	}
+	return r.takeLock()
+}
+
+// takeLock takes the exclusive lock with rbd_lock_acquire; lockMu and the
+// guard are held. librbd breaks a holder's lock when that holder is gone
+// (its watch dropped: dead, or blocklisted by a gateway's fence) and
+// refuses (EROFS) while a live client holds it in that mode.
+func (r *RBD) takeLock() error {
+	err := r.image.LockAcquire(rbd.LockModeExclusive)
+	if err == nil {
+		r.lockHeld.Store(true)
+		r.lockErr = nil
+		return nil
+	}
+	holder := "another client"
+	if owners, oerr := r.image.LockGetOwners(); oerr == nil && len(owners) > 0 {
+		holder = "client " + owners[0].Owner
+	}
+	errno := rbdErrno(err)
+	if errno == syscall.EROFS || errno == syscall.EBUSY {
+		err = fmt.Errorf("the image's exclusive lock is held by %s (rbd status %s; rbd lock ls): %w: %w", holder, r.spec, ErrUnavailable, errno)
+	} else {
+		err = fmt.Errorf("take the image's exclusive lock: %w", rbdErr(err))
+	}
+	r.lockErr = fmt.Errorf("backend rbd %s: %w", r.spec, err)
+	r.lockTried = time.Now()
+	if !errors.Is(r.lockErr, ErrUnavailable) {
+		r.lockErr = fmt.Errorf("%w: %w", r.lockErr, ErrUnavailable)
+	}
+	return r.lockErr
+}
+
+// SetWritable allows or refuses writes and takes or releases the image's
+// exclusive lock. See [WriteLocker].
+func (r *RBD) SetWritable(writable bool) error {
+	if err := r.acquire(); err != nil {
+		return err
+	}
+	defer r.release()
+	r.lockMu.Lock()
+	defer r.lockMu.Unlock()
+	r.writable.Store(writable)
+	if r.ro || !r.exclusive {
+		return nil
+	}
+	if !writable {
+		if !r.lockHeld.Swap(false) {
+			return nil
+		}
+		// librbd blocks new writes and waits for those in flight before it
+		// releases the lock.
+		if err := r.image.LockRelease(); err != nil {
+			return fmt.Errorf("backend rbd %s: release the exclusive lock: %w", r.spec, rbdErr(err))
+		}
+		return nil
+	}
+	if !r.claimed.Load() || r.lockHeld.Load() {
+		return nil
+	}
+	return r.takeLock()
+}
+
+// WriteLockErr reports whether writes are protected by the exclusive
+// lock. See [WriteLocker].
+func (r *RBD) WriteLockErr() error {
+	if r.ro || r.exclusive {
+		return nil
+	}
+	return fmt.Errorf("backend rbd %s: %w: a second client could write it at the same time; enable it with `rbd feature enable %s exclusive-lock`",
+		r.spec, ErrNoExclusiveLock, r.spec)
+}
+
+// Claim takes this process's claim on the image, which an open with
+// DeferClaim left out, and the exclusive lock if writes are allowed; until
+// then writes fail with ErrUnavailable. It fails with ErrBusy if another
+// backend of this process has the image. See [Claimer].
+func (r *RBD) Claim() error {
+	if err := r.acquire(); err != nil {
+		return err
+	}
+	defer r.release()
+	r.lockMu.Lock()
+	defer r.lockMu.Unlock()
+	if r.claimed.Load() {
+		return nil
+	}
+	if err := claimImage(r.claimKey, r.spec); err != nil {
+		return err
+	}
+	r.inProcess = true
+	r.claimed.Store(true)
+	if r.ro || !r.exclusive || !r.writable.Load() {
+		return nil
+	}
+	return r.takeLock()
+}
+
+// checkNoCache checks that librbd does not cache writes for this image
+// with the configuration it has after the open: rbd_cache off and no
+// persistent write-back cache. The client sets both off, but the pool's
+// and the image's conf_ metadata (`rbd config pool|image set`) override
+// the client's configuration.
+func checkNoCache(image *rbd.Image, pool, spec string) error {
+	h := imageHandle(image)
+	if h == nil {
+		return errors.New("check the cache settings: no image handle")
+	}
+	get := func(name string) (string, string, bool, error) {
+		var buf [256]C.char
+		var src C.int
+		cname := C.CString(name)
+		defer C.free(unsafe.Pointer(cname))
+		r := C.nvmetd_rbd_conf(C.rbd_image_t(h), cname, &buf[0], C.size_t(len(buf)), &src)
+		if r < 0 {
+			return "", "", false, fmt.Errorf("read the image's configuration (rbd_config_image_list): %w", syscall.Errno(-r))
+		}
+		where := "the client's configuration"
+		switch src {
+		case C.RBD_CONFIG_SOURCE_POOL:
+			where = fmt.Sprintf("the pool's configuration; `rbd config pool rm %s %s`", pool, name)
+		case C.RBD_CONFIG_SOURCE_IMAGE:
+			where = fmt.Sprintf("the image's configuration; `rbd config image rm %s %s`", spec, name)
+		}
+		return C.GoString(&buf[0]), where, r == 1, nil
+	}
+	refuse := func(name, value, where string) error {
+		return fmt.Errorf("librbd would cache writes in this process: %s=%s (set by %s): an acknowledged write could then live only in this gateway", name, value, where)
+	}
+	v, where, ok, err := get("rbd_cache")
+	if err != nil {
+		return err
+	}
+	if ok && v != "false" {
+		return refuse("rbd_cache", v, where)
+	}
+	v, where, ok, err = get("rbd_persistent_cache_mode")
+	if err != nil {
+		return err
+	}
+	if ok && v != "disabled" && v != "" {
+		return refuse("rbd_persistent_cache_mode", v, where)
+	}
+	v, where, ok, err = get("rbd_plugins")
+	if err != nil {
+		return err
+	}
+	if ok && strings.Contains(v, "pwl_cache") {
+		return refuse("rbd_plugins", v, where)
 	}
 	return nil
 }
@@ -430,6 +741,12 @@ func (r *RBD) Flush() error {
 		return nil
 	}
 	if err := r.image.Flush(); err != nil {
+		if rbdErrno(err) == syscall.EROFS && r.exclusive && !r.lockHeld.Load() {
+			// librbd refuses to flush an image whose exclusive lock
+			// another client holds; this one has nothing to flush: no
+			// cache, and releasing the lock waited for its writes.
+			return nil
+		}
 		return r.fail(OpFlush, 0, 0, 0, err)
 	}
 	return nil
@@ -539,6 +856,12 @@ func (r *RBD) Close() error {
 	}
 	r.ioctx.Destroy()
 	r.conn.Shutdown()
+	r.lockMu.Lock()
+	if r.inProcess {
+		r.inProcess = false
+		unclaimImage(r.claimKey)
+	}
+	r.lockMu.Unlock()
 	close(r.changed)
 	if err := errors.Join(errs...); err != nil {
 		return &IOError{Kind: KindRBD, Path: r.spec, Op: OpClose, Err: err}
@@ -569,6 +892,12 @@ func (r *RBD) opErr(op Op, off, length int64, err error) error {
 	switch {
 	case unavailableErrno(errno):
 		return fmt.Errorf("backend rbd %s: %s at %d length %d: %w: %w", r.spec, op, off, length, ErrUnavailable, errno)
+	case errno == syscall.EROFS && !r.ro && op != OpRead:
+		// The image is writable: librbd refuses the write because another
+		// client holds the exclusive lock (rbd_lock_acquire) or took it
+		// from this one. A path error: the host retries on another path.
+		r.lockHeld.Store(false)
+		return fmt.Errorf("backend rbd %s: %s at %d length %d: the image's exclusive lock is held by another client: %w: %w", r.spec, op, off, length, ErrUnavailable, errno)
 	case errno == syscall.EROFS:
 		return fmt.Errorf("backend rbd %s: %s at %d length %d: %w: %w", r.spec, op, off, length, ErrReadOnly, errno)
 	case errno == syscall.EDQUOT:

@@ -58,6 +58,12 @@ type RBDOptions struct {
 	// ConnectTimeout bounds connecting and authenticating
 	// (client_mount_timeout, whole seconds); 0: DefaultRBDConnectTimeout.
 	ConnectTimeout time.Duration
+
+	// DeferClaim opens the image without this process's claim on it
+	// (Config.DeferClaim): a reload opens a namespace's new backend while
+	// the old one, on the same image, still holds it; writes fail with
+	// ErrUnavailable until Claim ([Claimer]).
+	DeferClaim bool
 }
 
 // withDefaults returns o with the defaults filled in.
@@ -110,3 +116,28 @@ type CephClientInfo struct {
 	// number in "client.4123" in the cluster's logs and watcher lists.
 	InstanceID uint64
 }
+
+// WriteLocker is implemented by the rbd backend: storage that other
+// processes (another gateway, a stand-alone nvmetd) can open too, and that
+// one client at a time may write, by librbd's exclusive lock taken with
+// rbd_lock_acquire(RBD_LOCK_MODE_EXCLUSIVE). In that mode librbd never
+// hands the lock over on request: a second client's write fails (EROFS,
+// here ErrUnavailable) until the holder releases it or is blocklisted.
+type WriteLocker interface {
+	// SetWritable(true) allows writes and takes the lock now (a holder
+	// that was blocklisted loses it: librbd breaks the lock of a client
+	// whose watch is gone); if that fails, each write tries again and
+	// fails with ErrUnavailable while another client holds it.
+	// SetWritable(false) refuses writes with ErrUnavailable from now on
+	// and releases the lock, which librbd does only once the writes it
+	// has in flight have completed. A backend opens writable.
+	SetWritable(writable bool) error
+	// WriteLockErr is nil if writes are protected by the lock (held now,
+	// or taken on the next write, or the backend is read-only), else why
+	// not: the image lacks the exclusive-lock feature.
+	WriteLockErr() error
+}
+
+// ErrNoExclusiveLock is in WriteLockErr's error for an image without the
+// exclusive-lock feature: nothing stops a second client from writing it.
+var ErrNoExclusiveLock = errors.New("the image does not have the exclusive-lock feature")

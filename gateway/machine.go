@@ -31,8 +31,9 @@ const (
 	// ActRead reads the group's lock holders and its record (Observed).
 	ActRead ActionKind = iota + 1
 	// ActAcquire takes the group's exclusive lock for one lease and writes
-	// this gateway's record (name, session, Addrs) on the group object;
-	// success only if both were done.
+	// this gateway's record (name, session, Addrs, Epoch) on the group
+	// object, asserting that the lock is held (cls_lock assert_locked in
+	// the same operation); success only if both were done.
 	ActAcquire
 	// ActRenew renews the lock for one lease (must-renew: fails with
 	// ErrLockBusy if the lock is no longer this session's) and reads the
@@ -81,6 +82,9 @@ type Action struct {
 	Optimized bool     // ActSetANA: optimized (true) or inaccessible
 	To        string   // ActRelease: the gateway the group is handed to
 	Reason    string   // ActStepDown, ActFence, ActExitFenced: why
+	// Epoch is the epoch of the record that ActAcquire, ActRenew and
+	// ActRelease write.
+	Epoch uint64
 }
 
 func (a Action) String() string {
@@ -115,7 +119,13 @@ type Record struct {
 	// stopped serving and flushed before it unlocked; nobody fences it.
 	Released bool
 	// HandoverTo is the gateway a released group was handed to.
-	HandoverTo string
+	HandoverTo string `json:",omitempty"`
+	// Epoch numbers the holders of the group: each acquisition writes one
+	// more than the highest it has seen. A record with a lower epoch than
+	// one seen before (or none, after one was seen) means that the
+	// object was removed or rewritten: its last known holder may still
+	// write, and is fenced.
+	Epoch uint64 `json:",omitempty"`
 }
 
 // Observed is what ActRead found on the group object.
@@ -230,6 +240,14 @@ type group struct {
 	// to make it optimized, [Machine.ServeFailed]); it is not acquired
 	// again before this time, so that a survivor takes it meanwhile.
 	serveAfter time.Time
+	// last is the record of the highest epoch seen on the group object
+	// or written here: kept so that a record that disappears (the object
+	// removed) or goes back to a lower epoch does not hide a holder that
+	// may still write.
+	last Record
+	// epoch is the epoch of this gateway's record while it holds the
+	// group (Acquiring, Owner, Releasing).
+	epoch uint64
 }
 
 // Machine is the group-ownership logic of one gateway: a pure state
@@ -332,7 +350,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 			}
 			if !g.pending && !now.Before(g.lastRenew.Add(m.cfg.RenewInterval)) {
 				g.pending, g.issued, g.lastRenew = true, now, now
-				acts = append(acts, Action{Kind: ActRenew, Group: g.id})
+				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch})
 			}
 		case Standby:
 			// A standby gateway reads the group every RenewInterval, and
@@ -399,6 +417,20 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 	if err != nil {
 		return nil
 	}
+	// The record seen may have replaced a lost one (lost: a lower epoch
+	// than one seen before, or none): then both its holder and the last
+	// known one may still write.
+	lost := o.Record.Epoch < g.last.Epoch || (o.Record.Session == "" && g.last.Session != "")
+	var suspects []string // lost: the addresses of both
+	if lost {
+		for _, r := range []Record{g.last, o.Record} {
+			if r.Session != "" && r.Session != m.cfg.Session {
+				suspects = append(suspects, r.Addrs...)
+			}
+		}
+	} else if o.Record.Session != "" {
+		g.last = o.Record
+	}
 	if o.Locked {
 		g.freeSince = time.Time{}
 		if o.LockerSession == m.cfg.Session {
@@ -429,6 +461,17 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 	}
 	r := o.Record
 	switch {
+	case lost && len(suspects) > 0:
+		// The record was lost (the object removed) or rolled back: the
+		// holder is unknown, so the last known one (and the one the
+		// record now names) is fenced, whatever the record says.
+		g.role, g.pending, g.issued, g.fenceSess = Fencing, true, now, g.last.Session
+		return []Action{{Kind: ActFence, Group: g.id, Addrs: suspects,
+			Reason: fmt.Sprintf("the group's record went from epoch %d (%s, session %s) to %d: the last known holder may still write",
+				g.last.Epoch, g.last.Name, g.last.Session, o.Record.Epoch)}}
+	case lost:
+		// Lost, but the last record known was this gateway's own.
+		return m.acquire(g, now)
 	case r.Session == "" || r.Released:
 		// Never held, or released cleanly: no fence. A group released
 		// to nobody (its holder stopped) goes to whoever is first; one
@@ -452,8 +495,8 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 }
 
 func (m *Machine) acquire(g *group, now time.Time) []Action {
-	g.role, g.pending, g.issued = Acquiring, true, now
-	return []Action{{Kind: ActAcquire, Group: g.id}}
+	g.role, g.pending, g.issued, g.epoch = Acquiring, true, now, g.last.Epoch+1
+	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch}}
 }
 
 // FenceDone reports the result of ActFence at time now. On failure the
@@ -492,6 +535,7 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	}
 	// The lease runs from no earlier than when the request was sent.
 	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
+	g.last = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}
 	return []Action{{Kind: ActSetANA, Group: g.id, Optimized: true}}
 }
 
@@ -520,7 +564,7 @@ func (m *Machine) RenewDone(id uint32, handoverRequest string, err error) []Acti
 		g.role, g.pending = Releasing, true
 		return []Action{
 			{Kind: ActSetANA, Group: g.id, Optimized: false},
-			{Kind: ActRelease, Group: g.id, To: handoverRequest},
+			{Kind: ActRelease, Group: g.id, To: handoverRequest, Epoch: g.epoch},
 		}
 	}
 	return nil
@@ -541,7 +585,7 @@ func (m *Machine) ServeFailed(id uint32, now time.Time, err error) []Action {
 	return []Action{
 		{Kind: ActSetANA, Group: g.id, Optimized: false},
 		{Kind: ActStepDown, Group: g.id, Reason: "the target could not serve it: " + err.Error()},
-		{Kind: ActRelease, Group: g.id}}
+		{Kind: ActRelease, Group: g.id, Epoch: g.epoch}}
 }
 
 // ReleaseDone reports the result of ActRelease. Failed or not, the group
@@ -585,7 +629,7 @@ func (m *Machine) Shutdown() []Action {
 	var acts []Action
 	for _, g := range m.groups {
 		if g.role == Owner {
-			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false}, Action{Kind: ActRelease, Group: g.id})
+			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false}, Action{Kind: ActRelease, Group: g.id, Epoch: g.epoch})
 		}
 		g.role, g.pending = Standby, false
 	}

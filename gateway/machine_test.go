@@ -88,11 +88,11 @@ func oneGroup(name string) *Machine {
 var free = Observed{}
 
 func heldBy(name string) Observed {
-	return Observed{Locked: true, LockerSession: name + "-s1", Record: Record{Name: name, Session: name + "-s1", Addrs: []string{name + "-addr"}}}
+	return Observed{Locked: true, LockerSession: name + "-s1", Record: Record{Name: name, Session: name + "-s1", Addrs: []string{name + "-addr"}, Epoch: 1}}
 }
 
 func expiredFrom(name string) Observed {
-	return Observed{Record: Record{Name: name, Session: name + "-s1", Addrs: []string{name + "-conn", name + "-rbd"}}}
+	return Observed{Record: Record{Name: name, Session: name + "-s1", Addrs: []string{name + "-conn", name + "-rbd"}, Epoch: 1}}
 }
 
 // ownedSteps brings a (preferred) to owner of group 1 at time 0.
@@ -252,7 +252,7 @@ func TestMachineFailback(t *testing.T) {
 		{released(1, nil), nil},
 		{tick(16400), []string{"group 1: read"}},
 	})
-	rel := Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-addr"}, Released: true, HandoverTo: "a"}}
+	rel := Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-addr"}, Released: true, HandoverTo: "a", Epoch: 1}}
 	run(t, a, []step{
 		{poke, nil},
 		{tick(16500), []string{"group 1: read"}},
@@ -401,7 +401,7 @@ func TestMachineServeFailed(t *testing.T) {
 		step{released(1, nil), nil},
 		// Released to nobody and free: not taken again within the lease.
 		step{tick(2000), []string{"group 1: read"}},
-		step{read(1, 2000, Observed{Record: Record{Name: "a", Session: "a-s1", Released: true}}, nil), nil},
+		step{read(1, 2000, Observed{Record: Record{Name: "a", Session: "a-s1", Released: true, Epoch: 1}}, nil), nil},
 		// Nor is its own lock, if the release had not gone through.
 		step{tick(5000), []string{"group 1: read"}},
 		step{read(1, 5000, heldBy("a"), nil), nil},
@@ -415,5 +415,99 @@ func TestMachineServeFailed(t *testing.T) {
 	// A refusal reported for a group not owned changes nothing.
 	if acts := m.ServeFailed(2, at(0), refused); acts != nil {
 		t.Fatalf("ServeFailed of an unknown group: %v", acts)
+	}
+}
+
+// epochOf runs in and returns the epoch of the ActAcquire it emits (it
+// must emit one).
+func epochOf(t *testing.T, m *Machine, in func(*Machine) []Action) uint64 {
+	t.Helper()
+	for _, a := range in(m) {
+		if a.Kind == ActAcquire {
+			return a.Epoch
+		}
+	}
+	t.Fatal("no acquire")
+	return 0
+}
+
+// TestMachineEpochs: each acquisition writes one more than the highest
+// epoch seen; renewals and the release write the same epoch.
+func TestMachineEpochs(t *testing.T) {
+	m := oneGroup("b")
+	run(t, m, []step{{tick(0), []string{"group 1: read"}}})
+	exp := expiredFrom("a")
+	exp.Record.Epoch = 5
+	run(t, m, []step{{read(1, 0, exp, nil), []string{"group 1: fence [a-conn a-rbd] (lease of a (session a-s1) expired without release)"}}})
+	if e := epochOf(t, m, fenceDone(1, 100, nil)); e != 6 {
+		t.Fatalf("acquire epoch %d, want 6", e)
+	}
+	run(t, m, []step{{acquired(1, nil), []string{"group 1: set-ana optimized"}}})
+	if acts := m.Tick(at(3100)); len(acts) != 1 || acts[0].Kind != ActRenew || acts[0].Epoch != 6 {
+		t.Fatalf("renew %+v, want one with epoch 6", acts)
+	}
+	acts := m.RenewDone(1, "a", nil)
+	if len(acts) != 2 || acts[1].Kind != ActRelease || acts[1].Epoch != 6 {
+		t.Fatalf("release %+v, want epoch 6", acts)
+	}
+}
+
+// TestMachineRecordLostFences (issue 21.7): a standby saw a hold group 1;
+// the group object is then removed (`rados rm`: lock and record gone)
+// while a may still write. The standby must not take the group as one
+// never held: it fences a (its last known record) first, and writes a
+// higher epoch.
+func TestMachineRecordLostFences(t *testing.T) {
+	m := oneGroup("b")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, heldBy("a"), nil), nil},
+		{tick(3000), []string{"group 1: read"}},
+		{read(1, 3000, free, nil), []string{"group 1: fence [a-addr] (the group's record went from epoch 1 (a, session a-s1) to 0: the last known holder may still write)"}},
+	})
+	if e := epochOf(t, m, fenceDone(1, 3100, nil)); e != 2 {
+		t.Fatalf("acquire epoch %d, want 2", e)
+	}
+	if st := m.Status()[0]; st.Fences != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestMachineRecordRolledBackFences: the record goes back to a lower epoch
+// (rewritten by a gateway that did not see the higher one, after the
+// object was removed): both its holder and the last known one are fenced.
+func TestMachineRecordRolledBackFences(t *testing.T) {
+	m := oneGroup("b")
+	held := heldBy("a")
+	held.Record.Epoch = 3
+	c := expiredFrom("c")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, held, nil), nil},
+		{tick(3000), []string{"group 1: read"}},
+		// c took the removed object (epoch 1) and holds it: nothing to do.
+		{read(1, 3000, heldBy("c"), nil), nil},
+		{tick(6000), []string{"group 1: read"}},
+		{read(1, 6000, c, nil), []string{"group 1: fence [a-addr c-conn c-rbd] (the group's record went from epoch 3 (a, session a-s1) to 1: the last known holder may still write)"}},
+	})
+	if e := epochOf(t, m, fenceDone(1, 6100, nil)); e != 4 {
+		t.Fatalf("acquire epoch %d, want 4", e)
+	}
+}
+
+// TestMachineOwnRecordLost: the group object is removed while this
+// gateway holds it: its renewal fails (the lock is gone), it steps down,
+// and, the last record known being its own, takes the group again
+// without fencing itself.
+func TestMachineOwnRecordLost(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{tick(3000), []string{"group 1: renew"}},
+		step{renewed(1, "", fmt.Errorf("renew: %w (it expired)", ErrLockBusy)), []string{"group 1: set-ana inaccessible",
+			"group 1: step-down (the lock is no longer ours: renew: gateway: the group's lock is held by another gateway (it expired))"}},
+		step{tick(3001), []string{"group 1: read"}},
+	))
+	if e := epochOf(t, m, read(1, 3001, free, nil)); e != 2 {
+		t.Fatalf("acquire epoch %d, want 2", e)
 	}
 }

@@ -33,7 +33,23 @@ type RADOSOptions struct {
 	MonOpTimeout time.Duration
 	// ConnectTimeout bounds connecting (client_mount_timeout).
 	ConnectTimeout time.Duration
+	// BlocklistExpire is how long a fence's blocklist entries last
+	// (`osd blocklist add ADDR EXPIRE`); 0: DefaultBlocklistExpire. An
+	// entry that lapses lets a fenced client that was frozen longer resend
+	// its writes, so it must outlive any freeze: the monitor's own default
+	// (mon_osd_blocklist_default_expire) is one hour.
+	BlocklistExpire time.Duration
 }
+
+// DefaultBlocklistExpire is the blocklist expiry of a fence: ten years.
+// The monitor adds it to its clock as a utime_t, whose seconds are 32
+// bits (until 2106): MaxBlocklistExpire keeps the sum below that.
+const DefaultBlocklistExpire = 10 * 365 * 24 * time.Hour
+
+// MaxBlocklistExpire is the longest blocklist expiry accepted: beyond
+// about 2106 the monitor's utime_t (32-bit seconds) would wrap, and the
+// entry would expire at once.
+const MaxBlocklistExpire = 50 * 365 * 24 * time.Hour
 
 // ErrRADOSNotBuilt is DialRADOS's error in a build without the rbd tag.
 var ErrRADOSNotBuilt = errors.New("gateway: the gateway group needs the Ceph client libraries: " +

@@ -6,10 +6,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,12 +18,12 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/testing/verify"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
 )
@@ -69,6 +67,9 @@ type gwProc struct {
 	stderr *syncBuffer
 	// logs keeps the stderr of the process's earlier runs.
 	logs []string
+	// cgroup, if set, is the cgroup (v2) directory the process starts in
+	// (a partition's nftables rules match its sockets by cgroup).
+	cgroup *os.File
 }
 
 func (p *gwProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
@@ -115,6 +116,9 @@ func (p *gwProc) start() {
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
+	if p.cgroup != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(p.cgroup.Fd())}
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -213,155 +217,43 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// completion is one I/O completion: when, and through which path.
-type completion struct {
-	at   time.Time
-	path *initiator.Path
-}
-
-// workload writes and verifies blocks through the multipath head (as
-// initiator's multipath tests): each worker owns its blocks; every write
-// carries (block, sequence) in every 16 bytes and is read back and
-// compared before the next.
-type workload struct {
-	h       *initiator.Head
-	blocks  int
-	workers int
-
-	ioErrs, verifyErrs atomic.Int64
-	ops                atomic.Int64
-	firstErr           atomic.Pointer[error]
-
-	mu   sync.Mutex
-	log  []completion
-	cond chan struct{}
-
-	stop chan struct{}
-	wg   sync.WaitGroup
-}
-
-func startWorkload(h *initiator.Head, workers, blocks int) *workload {
-	w := &workload{h: h, blocks: blocks, workers: workers, cond: make(chan struct{}, 1), stop: make(chan struct{})}
-	for i := range workers {
-		w.wg.Go(func() { w.run(i) })
+// startWorkload starts the verified workload (internal/testing/verify)
+// on the multipath head: workers writing versioned 4 KiB blocks in the
+// first blocks of the image, each write read back and checked; the
+// completions are counted per path (controller address).
+func startWorkload(t *testing.T, h *initiator.Head, workers int, blocks int64) *verify.Workload {
+	t.Helper()
+	w, err := verify.Start(verify.Head(h), verify.Config{BlockSize: 4096, Blocks: blocks, Workers: workers, ReadBack: true})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return w
 }
 
-func (w *workload) fail(c *atomic.Int64, err error) {
-	c.Add(1)
-	w.firstErr.CompareAndSwap(nil, &err)
-}
-
-func (w *workload) run(id int) {
-	wbuf, rbuf := make([]byte, 4096), make([]byte, 4096)
-	ch := make(chan struct{}, 1)
-	r := &initiator.Request{Done: func(*initiator.Request) { ch <- struct{}{} }}
-	do := func(op initiator.Op, buf []byte, off int64) error {
-		r.Op, r.Data, r.Offset = op, buf, off
-		if err := w.h.Submit(context.Background(), r); err != nil {
-			return err
-		}
-		<-ch
-		if r.Err == nil {
-			w.mu.Lock()
-			w.log = append(w.log, completion{time.Now(), r.Path()})
-			w.mu.Unlock()
-			select {
-			case w.cond <- struct{}{}:
-			default:
-			}
-			w.ops.Add(1)
-		}
-		return r.Err
-	}
-	for seq := uint64(1); ; seq++ {
-		select {
-		case <-w.stop:
-			return
-		default:
-		}
-		blk := uint64(id + w.workers*int(seq%uint64(w.blocks/w.workers)))
-		off := int64(blk) * 4096
-		for i := 0; i < len(wbuf); i += 16 {
-			binary.LittleEndian.PutUint64(wbuf[i:], blk)
-			binary.LittleEndian.PutUint64(wbuf[i+8:], seq)
-		}
-		if err := do(initiator.OpWrite, wbuf, off); err != nil {
-			w.fail(&w.ioErrs, fmt.Errorf("write block %d: %w", blk, err))
-			continue
-		}
-		if err := do(initiator.OpRead, rbuf, off); err != nil {
-			w.fail(&w.ioErrs, fmt.Errorf("read block %d: %w", blk, err))
-			continue
-		}
-		for i := 0; i < len(rbuf); i += 16 {
-			if b, s := binary.LittleEndian.Uint64(rbuf[i:]), binary.LittleEndian.Uint64(rbuf[i+8:]); b != blk || s != seq {
-				w.fail(&w.verifyErrs, fmt.Errorf("block %d byte %d: read (block %d, seq %d), wrote seq %d", blk, i, b, s, seq))
-				break
-			}
-		}
-	}
-}
-
-func (w *workload) finish() {
-	close(w.stop)
-	w.wg.Wait()
-}
-
-// waitOn waits until n completions came through p after since.
-func (w *workload) waitOn(t *testing.T, p *initiator.Path, since time.Time, n int) {
+// waitOn waits until n I/Os of w completed through path p after since.
+func waitOn(t *testing.T, w *verify.Workload, p *initiator.Path, since time.Time, n int) {
 	t.Helper()
-	deadline := time.NewTimer(hang)
-	defer deadline.Stop()
-	for {
-		w.mu.Lock()
-		k := 0
-		for _, c := range w.log {
-			if c.path == p && !c.at.Before(since) {
-				k++
-			}
-		}
-		w.mu.Unlock()
-		if k >= n {
-			return
-		}
-		select {
-		case <-w.cond:
-		case <-deadline.C:
-			t.Fatalf("no %d completions on path %s within %v (errors: %d I/O, %d verify)", n, p.Address(), hang, w.ioErrs.Load(), w.verifyErrs.Load())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	if err := w.WaitCompletions(ctx, p.Address(), since, n); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// failover is the time from the last completion on from before since to
-// the first completion on another path after since.
-func (w *workload) failover(from *initiator.Path, since time.Time) (time.Duration, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	first := -1
-	for i, c := range w.log {
-		if c.path != from && !c.at.Before(since) {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return 0, errors.New("no completion on another path")
-	}
-	for i := first - 1; i >= 0; i-- {
-		if w.log[i].path == from {
-			return w.log[first].at.Sub(w.log[i].at), nil
-		}
-	}
-	return 0, errors.New("no completion on the first path before")
-}
-
-func (w *workload) check(t *testing.T) {
+// sweep stops w and reads the whole image back through h: every block
+// must hold its last acknowledged write or a later one, and the workload
+// must have had no error.
+func sweep(t *testing.T, w *verify.Workload, h *initiator.Head) *verify.Report {
 	t.Helper()
-	if n, v := w.ioErrs.Load(), w.verifyErrs.Load(); n != 0 || v != 0 {
-		t.Fatalf("%d I/O errors, %d verification errors (first: %v)", n, v, *w.firstErr.Load())
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	r := w.Sweep(ctx, verify.Head(h))
+	if err := r.Err(); err != nil {
+		t.Errorf("sweep of the whole image: %v\n%s", err, r)
+		return r
 	}
+	t.Logf("sweep of the whole image: %s", r)
+	return r
 }
 
 // waitOptimized waits until path p reports group 1 optimized.
@@ -400,24 +292,27 @@ func blocklisted(t *testing.T, c *cephtest.Cluster, log string) []string {
 	return addrs
 }
 
-// TestGatewayProcesses is the acceptance test of the gateway group with
-// real processes: two nvmetd-rbd gateways serve one subsystem with one RBD
-// image namespace (ANA group 1, preferred owner gw-a; distinct CNTLID
-// ranges); the host is connected to both (multipath) and runs a verified
-// write/read workload while (1) gw-a is SIGKILLed: gw-b fences every
-// RADOS client of gw-a (checked in the cluster's blocklist) before it goes
-// optimized, and the I/O continues through it; (2) gw-a is restarted: it
-// takes the group back (failback: gw-b hands over, nobody is fenced);
-// (3) gw-a is frozen (SIGSTOP): gw-b fences it and takes over; after
-// SIGCONT gw-a's cluster operations are refused (it was blocklisted) and it
-// exits 75 (EX_TEMPFAIL); (4) it is restarted: failback again; (5) it is
-// stopped cleanly (SIGTERM): it releases the group and gw-b takes it
-// without fencing. Zero I/O and verification errors; failover times
-// printed.
-func TestGatewayProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
-	}
+// gwPair is two nvmetd-rbd gateways, gw-a (the preferred owner of ANA
+// group 1) and gw-b, serving one subsystem with one RBD image namespace,
+// and the host connected to both.
+type gwPair struct {
+	c      *cephtest.Cluster
+	image  string
+	a, b   *gwProc
+	s      *initiator.Subsystem
+	pa, pb *initiator.Path // the host's paths to gw-a and gw-b
+	h      *initiator.Head
+}
+
+// kato is the host's keep-alive timeout on both paths.
+const kato = 2 * time.Second
+
+// startGatewayPair starts gw-a, waits until it owns group 1, starts gw-b,
+// connects the host to both (gw-a optimized, gw-b inaccessible) and
+// stops everything at the end of the test. setup, if not nil, is called
+// before the processes start.
+func startGatewayPair(t *testing.T, setup func(a, b *gwProc)) *gwPair {
+	t.Helper()
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 64<<20)
 	bin := buildGateway(t)
@@ -435,6 +330,9 @@ func TestGatewayProcesses(t *testing.T) {
 		procs[i].writeConfig(c, image, group, 1+100*i)
 	}
 	a, b := procs[0], procs[1]
+	if setup != nil {
+		setup(a, b)
+	}
 	a.start()
 	a.waitLog(`group 1: set-ana optimized`, 0)
 	b.start()
@@ -460,7 +358,7 @@ func TestGatewayProcesses(t *testing.T) {
 	for _, p := range procs {
 		ctx, cancel := context.WithTimeout(context.Background(), hang)
 		_, err := s.AddPath(ctx, initiator.Config{Address: p.addr(), SubNQN: gwSubNQN, HostNQN: gwHostNQN,
-			NrIOQueues: 2, QueueSize: 32, ReconnectDelay: 100 * time.Millisecond, KeepAliveTimeout: 2 * time.Second})
+			NrIOQueues: 2, QueueSize: 32, ReconnectDelay: 100 * time.Millisecond, KeepAliveTimeout: kato})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -476,22 +374,41 @@ func TestGatewayProcesses(t *testing.T) {
 		t.Fatalf("gw-b reports group 1 %v, want inaccessible while gw-a owns it", st)
 	}
 	h := s.Namespace(1)
-	w := startWorkload(h, 8, 256)
-	finished := false
-	defer func() {
-		if !finished {
-			w.finish()
-		}
-	}()
-	w.waitOn(t, pa, time.Time{}, 100)
+	return &gwPair{c: c, image: image, a: a, b: b, s: s, pa: pa, pb: pb, h: h}
+}
+
+// TestGatewayProcesses is the acceptance test of the gateway group with
+// real processes: two nvmetd-rbd gateways serve one subsystem with one RBD
+// image namespace (ANA group 1, preferred owner gw-a; distinct CNTLID
+// ranges); the host is connected to both (multipath) and runs a verified
+// write/read workload while (1) gw-a is SIGKILLed: gw-b fences every
+// RADOS client of gw-a (checked in the cluster's blocklist) before it goes
+// optimized, and the I/O continues through it; (2) gw-a is restarted: it
+// takes the group back (failback: gw-b hands over, nobody is fenced);
+// (3) gw-a is frozen (SIGSTOP): gw-b fences it and takes over; after
+// SIGCONT gw-a's cluster operations are refused (it was blocklisted) and it
+// exits 75 (EX_TEMPFAIL); (4) it is restarted: failback again; (5) it is
+// stopped cleanly (SIGTERM): it releases the group and gw-b takes it
+// without fencing. Zero I/O and verification errors; at the end the whole
+// image is read back (verify.Workload.Sweep): every block holds its last
+// acknowledged write or a later one. Failover times printed.
+func TestGatewayProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
+	}
+	g := startGatewayPair(t, nil)
+	c, a, b, pa, pb, h := g.c, g.a, g.b, g.pa, g.pb, g.h
+	w := startWorkload(t, h, 8, 256)
+	defer w.Stop()
+	waitOn(t, w, pa, time.Time{}, 100)
 
 	// (1) SIGKILL the owner.
 	bmark := len(b.stderr.String())
 	at := time.Now()
 	a.signal(syscall.SIGKILL)
 	a.wait()
-	w.waitOn(t, pb, at, 100)
-	d, err := w.failover(pa, at)
+	waitOn(t, w, pb, at, 100)
+	d, err := w.Stall(pa.Address(), at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,8 +427,8 @@ func TestGatewayProcesses(t *testing.T) {
 	at = time.Now()
 	a.start()
 	waitOptimized(t, pa)
-	w.waitOn(t, pa, at, 100)
-	if d, err := w.failover(pb, at); err == nil {
+	waitOn(t, w, pa, at, 100)
+	if d, err := w.Stall(pb.Address(), at); err == nil {
 		t.Logf("failback after the restart of gw-a (failback delay 2s): %v between the last completion through gw-b and the first through gw-a", d)
 	}
 	b.waitLog(`group 1: release to gw-a: done`, bmark)
@@ -550,8 +467,8 @@ func TestGatewayProcesses(t *testing.T) {
 	bmark = len(b.stderr.String())
 	at = time.Now()
 	a.signal(syscall.SIGSTOP)
-	w.waitOn(t, pb, at, 100)
-	d, err = w.failover(pa, at)
+	waitOn(t, w, pb, at, 100)
+	d, err = w.Stall(pa.Address(), at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +498,7 @@ func TestGatewayProcesses(t *testing.T) {
 	at = time.Now()
 	a.start()
 	waitOptimized(t, pa)
-	w.waitOn(t, pa, at, 100)
+	waitOn(t, w, pa, at, 100)
 
 	// (5) A clean stop (SIGTERM) of the owner: it releases the group, and
 	// gw-b takes it at once (the release notifies), without fencing.
@@ -593,19 +510,19 @@ func TestGatewayProcesses(t *testing.T) {
 	if !strings.Contains(a.stderr.String(), "released group at shutdown") {
 		t.Errorf("gw-a did not release its group on SIGTERM:\n%s", tail(a.stderr.String(), 4000))
 	}
-	w.waitOn(t, pb, at, 100)
-	if d, err := w.failover(pa, at); err == nil {
+	waitOn(t, w, pb, at, 100)
+	if d, err := w.Stall(pa.Address(), at); err == nil {
 		t.Logf("failover on SIGTERM of the owner (released, no fence): %v", d)
 	}
-	w.finish()
-	finished = true
-	w.check(t)
+	// The whole image read back: no write lost or landed late across
+	// the five hand-overs.
+	r := sweep(t, w, h)
 	// gw-b fenced twice (SIGKILL, SIGSTOP), never on a failback or a clean
 	// stop.
 	if st := b.readStatus(); st.Gateway == nil || st.Gateway.Fences != 2 || !st.Gateway.Groups[0].Owned {
 		t.Errorf("gw-b status at the end: %+v, want the owner with 2 fences", st.Gateway)
 	}
-	t.Logf("%d verified I/Os, %d failovers, 0 errors", w.ops.Load(), h.Failovers())
+	t.Logf("%d verified writes (each read back), %d failovers, 0 errors", r.Workload.Writes, h.Failovers())
 }
 
 // procStatus is the part of `nvmetd status -o json` the test reads.

@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,9 @@ var _ Cluster = (*RADOS)(nil)
 func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 	if o.Pool == "" || o.GroupName == "" || o.Lease <= 0 {
 		return nil, errors.New("gateway: RADOS options need a pool, a group name and a lease")
+	}
+	if o.BlocklistExpire < 0 || o.BlocklistExpire > MaxBlocklistExpire {
+		return nil, fmt.Errorf("gateway: blocklist expiry %s is out of range (0 for the default, up to %s)", o.BlocklistExpire, MaxBlocklistExpire)
 	}
 	conn, err := rados.NewConnWithUser(o.ClientID)
 	if err != nil {
@@ -295,6 +299,35 @@ func (r *RADOS) lock(g uint32, rec Record, flags byte) error {
 	return nil
 }
 
+// clsLockExclusive is cls_lock's LOCK_EXCLUSIVE (cls_lock_types.h
+// ClsLockType).
+const clsLockExclusive = 1
+
+// assertLockedOp is the input of cls_lock's assert_locked method, an
+// encoded cls_lock_assert_op (cls_lock_ops.h): ENCODE_START(1, 1) (struct
+// version, compat version, u32 length), the lock name, the lock type (u8),
+// the cookie and the tag (strings: u32 length and bytes; little-endian).
+// The OSD checks that the object's lock is held, exclusive, with that tag,
+// by this client (its entity name) with that cookie.
+func assertLockedOp(name, cookie, tag string) []byte {
+	var body []byte
+	str := func(s string) {
+		body = binary.LittleEndian.AppendUint32(body, uint32(len(s)))
+		body = append(body, s...)
+	}
+	str(name)
+	body = append(body, clsLockExclusive)
+	str(cookie)
+	str(tag)
+	out := []byte{1, 1}
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(body)))
+	return append(out, body...)
+}
+
+// writeRecord writes rec as the group's record in one operation that
+// first asserts that this client holds the group's lock with rec's
+// session (cls_lock assert_locked): a holder whose lock was lost (expired
+// and taken, or its object removed) cannot overwrite a successor's record.
 func (r *RADOS) writeRecord(g uint32, rec Record, clearRequest bool) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -302,11 +335,15 @@ func (r *RADOS) writeRecord(g uint32, rec Record, clearRequest bool) error {
 	}
 	op := rados.CreateWriteOp()
 	defer op.Release()
+	op.Exec("lock", "assert_locked", assertLockedOp(LockName, rec.Session, ""))
 	op.SetOmap(map[string][]byte{keyHolder: b})
 	if clearRequest {
 		op.RmOmapKeys([]string{keyRequest})
 	}
 	if err := op.Operate(r.ioctx, r.oid(g), rados.OperationNoFlag); err != nil {
+		if e := errnoOf(err); e == syscall.EBUSY || e == syscall.ENOENT {
+			return fmt.Errorf("write the record of %s: %w (the lock is not held by this session: %w)", r.oid(g), ErrLockBusy, e)
+		}
 		return fmt.Errorf("write the record of %s: %w", r.oid(g), classify(err))
 	}
 	r.mu.Lock()
@@ -353,13 +390,27 @@ func (r *RADOS) Renew(g uint32, rec Record) (string, error) {
 	return string(vals[keyRequest]), nil
 }
 
-// Fence blocklists every address of every vector, then waits until this
-// client has the OSD map with the entries (as librbd does when it breaks a
-// lock).
+// blocklistCmd is the monitor command that blocklists addr for expire.
+// The monitor's "expire" is a CephFloat: it is sent as a JSON number with
+// a fraction, since an integer would not decode as a double.
+func blocklistCmd(addr string, expire time.Duration) []byte {
+	a, _ := json.Marshal(addr)
+	return fmt.Appendf(nil, `{"prefix":"osd blocklist","blocklistop":"add","addr":%s,"expire":%.1f}`, a, math.Floor(expire.Seconds()))
+}
+
+// Fence blocklists every address of every vector for the blocklist expiry
+// (RADOSOptions.BlocklistExpire: years, never the monitor's default hour,
+// after which a fenced client that was frozen would write again), then
+// waits until this client has the OSD map with the entries (as librbd
+// does when it breaks a lock).
 func (r *RADOS) Fence(vecs []string) error {
+	expire := r.o.BlocklistExpire
+	if expire <= 0 {
+		expire = DefaultBlocklistExpire
+	}
 	for _, v := range vecs {
 		for _, a := range SplitAddrs(v) {
-			cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "add", "addr": a})
+			cmd := blocklistCmd(a, expire)
 			if _, status, err := r.conn.MonCommand(cmd); err != nil {
 				return fmt.Errorf("osd blocklist add %s: %w (%s)", a, classify(err), status)
 			}
@@ -376,8 +427,12 @@ func (r *RADOS) Release(g uint32, rec Record) error {
 	if err := r.writeRecord(g, rec, false); err != nil {
 		return err
 	}
-	if _, err := r.ioctx.Unlock(r.oid(g), LockName, rec.Session); err != nil {
+	ret, err := r.ioctx.Unlock(r.oid(g), LockName, rec.Session)
+	switch {
+	case err != nil:
 		return fmt.Errorf("unlock %s: %w", r.oid(g), classify(err))
+	case ret == -int(syscall.ENOENT):
+		return fmt.Errorf("unlock %s: %w (not held by this session)", r.oid(g), ErrLockBusy)
 	}
 	r.notify(r.oid(g))
 	return nil

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -52,7 +53,9 @@ func (g *gw) SetANA(group uint32, optimized bool) error {
 	g.mu.Lock()
 	g.ana[group] = optimized
 	g.mu.Unlock()
-	return nil
+	// As the target does (target.server.syncWritable): the backend writes,
+	// and holds the image's exclusive lock, while its group is optimized.
+	return g.be.SetWritable(optimized)
 }
 
 func (g *gw) Flush(group uint32) error { return g.be.Flush() }
@@ -380,6 +383,9 @@ func TestFrozenOwnerExits(t *testing.T) {
 	case <-time.After(hang):
 		t.Fatalf("a's runner still runs after it was fenced:\n%s", a.dump())
 	}
+	// a tries to write again (it stepped down, so it must take the image's
+	// exclusive lock first): the fence refuses it.
+	_ = a.be.SetWritable(true)
 	if err := a.be.WriteAt(block("a after the fence"), 0, false); !errors.Is(err, syscall.ESHUTDOWN) {
 		t.Fatalf("a's write after the fence: %v, want ESHUTDOWN", err)
 	}
@@ -402,4 +408,165 @@ func TestConfigMismatch(t *testing.T) {
 		t.Fatalf("CheckConfig: %v %q %v", ok, diff, err)
 	}
 	t.Logf("difference: %s", diff)
+}
+
+// blocklistExpiry returns the expiry of addr in the cluster's blocklist
+// (`ceph osd blocklist ls`: "ADDR EXPIRY" lines).
+func blocklistExpiry(t *testing.T, c *cephtest.Cluster, addr string) time.Time {
+	t.Helper()
+	out, err := c.Ceph("osd", "blocklist", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[0] == addr {
+			exp, err := time.Parse("2006-01-02T15:04:05.999999-0700", f[1])
+			if err != nil {
+				t.Fatalf("blocklist entry %q: %v", l, err)
+			}
+			return exp
+		}
+	}
+	t.Fatalf("%s is not in the blocklist:\n%s", addr, out)
+	return time.Time{}
+}
+
+// admin runs a Ceph tool (ceph, rados) as client.admin: what an operator
+// (or a mistake) does, beyond a gateway's caps.
+func admin(t *testing.T, c *cephtest.Cluster, tool string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, tool, append([]string{"--conf", c.Conf, "--name", "client.admin", "--keyring", c.AdminKeyring}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", tool, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// unblock removes the test's blocklist entries from the shared cluster
+// when the test ends (they would last years).
+func unblock(t *testing.T, c *cephtest.Cluster, addrs ...string) {
+	t.Cleanup(func() {
+		for _, a := range addrs {
+			admin(t, c, "ceph", "osd", "blocklist", "rm", a)
+		}
+	})
+}
+
+// TestFenceBlocklistExpiry (issue 21.6): a fence's blocklist entries last
+// years, not the monitor's default hour: a fenced gateway frozen for more
+// than an hour must not come back unfenced and resend its writes. The
+// fenced client's operations then fail with ErrFenced.
+func TestFenceBlocklistExpiry(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 4 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	fencer, victim := dial(), dial()
+	addrs := gateway.SplitAddrs(victim.Addrs())
+	unblock(t, f.c, addrs...)
+	if err := fencer.Fence([]string{victim.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		exp := blocklistExpiry(t, f.c, a)
+		t.Logf("%s blocklisted until %s", a, exp.UTC().Format(time.RFC3339))
+		if min := time.Now().Add(gateway.DefaultBlocklistExpire - 24*time.Hour); exp.Before(min) {
+			t.Errorf("%s blocklisted until %s only: a fence must last about %s (after %s)", a, exp, gateway.DefaultBlocklistExpire, min)
+		}
+	}
+	if _, err := victim.Read(1); !errors.Is(err, gateway.ErrFenced) {
+		t.Errorf("the fenced client's read: %v, want ErrFenced", err)
+	}
+	if _, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: time.Second, BlocklistExpire: 100 * 365 * 24 * time.Hour}); err == nil {
+		t.Error("a blocklist expiry past 2106 (the monitor's 32-bit seconds) was accepted")
+	}
+}
+
+// TestRecordWriteAssertsLock (issue 21.7): a record is written only by the
+// lock's holder: a gateway that lost the lock (here one that never had it)
+// cannot overwrite the holder's record, e.g. with a released one that
+// would let a successor take the group without fencing the holder.
+func TestRecordWriteAssertsLock(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 30 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	x, y := dial(), dial()
+	recX := gateway.Record{Name: "x", Session: "x-1", Addrs: []string{x.Addrs()}, Epoch: 1}
+	if err := x.Acquire(1, recX); err != nil {
+		t.Fatal(err)
+	}
+	// y, with x's session even: the lock is x's client's.
+	for _, sess := range []string{"y-1", "x-1"} {
+		err := y.Release(1, gateway.Record{Name: "y", Session: sess, Released: true, Epoch: 1})
+		if !errors.Is(err, gateway.ErrLockBusy) {
+			t.Errorf("release by a gateway that does not hold the lock (session %s): %v, want ErrLockBusy", sess, err)
+		}
+	}
+	o, err := x.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Locked || o.Record.Session != "x-1" || o.Record.Released {
+		t.Fatalf("after the refused writes: %+v, want x's record, locked", o)
+	}
+	if _, err := x.Renew(1, recX); err != nil {
+		t.Fatalf("x's renewal: %v", err)
+	}
+}
+
+// TestRemovedObjectFences (issue 21.7): a holds group 1 and stops (its
+// clients stay connected: a crash as far as the cluster can tell); the
+// group object is then removed (`rados rm`: the lock and the record go
+// with it). b, which saw a's record, must fence a before it serves: at the
+// moment b goes optimized a write by a's backend is refused.
+func TestRemovedObjectFences(t *testing.T) {
+	f := newFixture(t)
+	a := f.start(t, "a", "a-1", nil)
+	a.waitEvent("a optimized", 0, isANA(true))
+	var fencedWrite error
+	b := f.start(t, "b", "b-1", nil)
+	b.onOptimized = func() { fencedWrite = a.be.WriteAt(block("a after the fence"), 0, false) }
+	b.waitStatus("b sees a as the holder", func(s gateway.GroupStatus) bool { return s.Holder == "a" })
+	unblock(t, f.c, append(gateway.SplitAddrs(a.cl.Addrs()), gateway.SplitAddrs(a.be.CephClient().Addrs)...)...)
+	a.stop()
+	admin(t, f.c, "rados", "-p", f.c.Pool, "rm", gateway.ObjectName(f.group, 1))
+	iOpt := b.waitEvent("b optimized", 0, isANA(true))
+	t.Logf("b after the removal:\n%s", b.dump())
+	iFence := b.waitEvent("b fence", 0, isAct(gateway.ActFence, true))
+	if iFence > iOpt {
+		t.Fatalf("b went optimized (event %d) before it fenced (event %d)", iOpt, iFence)
+	}
+	b.mu.Lock()
+	fence := b.events[iFence].Action
+	b.mu.Unlock()
+	if !slices.Contains(fence.Addrs, a.be.CephClient().Addrs) {
+		t.Errorf("fence %v lacks a's backend client %s", fence.Addrs, a.be.CephClient().Addrs)
+	}
+	if !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
+		t.Fatalf("a's write when b went optimized: %v, want ESHUTDOWN: a was not fenced first", fencedWrite)
+	}
+	o, err := b.cl.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Record.Name != "b" || o.Record.Epoch != 2 {
+		t.Errorf("b's record %+v, want epoch 2 (a had 1)", o.Record)
+	}
 }

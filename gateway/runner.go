@@ -193,14 +193,14 @@ func (r *Runner) publish() {
 	r.mu.Unlock()
 }
 
-func (r *Runner) record() Record {
+func (r *Runner) record(epoch uint64) Record {
 	addrs := []string{r.cl.Addrs()}
 	for _, a := range r.ap.Addrs() {
 		if !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
 	}
-	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs}
+	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs, Epoch: epoch}
 }
 
 func (r *Runner) event(a Action, err error) {
@@ -265,11 +265,11 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 			async(func() (err error) { o, err = r.cl.Read(g); return err },
 				func(err error) []Action { return r.m.ReadDone(g, time.Now(), o, err) })
 		case ActAcquire:
-			rec := r.record()
+			rec := r.record(a.Epoch)
 			async(func() error { return r.cl.Acquire(g, rec) },
 				func(err error) []Action { return r.m.AcquireDone(g, err) })
 		case ActRenew:
-			rec := r.record()
+			rec := r.record(a.Epoch)
 			var req string
 			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
 				func(err error) []Action { return r.m.RenewDone(g, req, err) })
@@ -286,7 +286,7 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					return r.m.FenceDone(g, time.Now(), err)
 				})
 		case ActRelease:
-			rec := r.record()
+			rec := r.record(a.Epoch)
 			rec.Released, rec.HandoverTo = true, a.To
 			async(func() error {
 				if err := r.ap.Flush(g); err != nil {
@@ -340,7 +340,7 @@ func (r *Runner) shutdown(d time.Duration, pending int) error {
 		case ActSetANA:
 			r.event(a, r.ap.SetANA(a.Group, false))
 		case ActRelease:
-			rec := r.record()
+			rec := r.record(a.Epoch)
 			rec.Released = true
 			done := make(chan error, 1)
 			r.ops.Add(1)

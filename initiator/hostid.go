@@ -29,6 +29,10 @@ type Identity struct {
 	// "file+derived" (one file, the other derived from it), "dmi"
 	// (product_uuid), "device-tree", "machine-id" or "random".
 	Source string
+	// Persisted says what PersistentHostIdentity did with an identity it
+	// derived (Source not "file..."): "saved to FILE and FILE", or why it
+	// did not save it ("not saved: ..."). Empty otherwise.
+	Persisted string
 }
 
 // HostPaths are the files HostIdentityFrom and WriteHostIdentity use.
@@ -185,6 +189,98 @@ func readFirstLine(path string) (string, error) {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	return strings.TrimSpace(line), nil
+}
+
+// PersistentHostIdentity returns this machine's host identity as
+// HostIdentityFrom does and, when neither p.HostNQN nor p.HostID exists,
+// saves the identity it derived to both (as nvme-cli's packaging and
+// nvmf-autoconnect do on first use), so that the host NQN stays the same
+// from now on, whatever installs or derives one later (nvme-cli writes a
+// random one when it finds none; allowed_hosts lists and DH-HMAC-CHAP
+// keys are bound to the NQN).
+//
+// An existing file is never replaced: each file is written to a temporary
+// file in its directory and linked into place (link(2) fails if the name
+// exists), so two first uses at once agree on the winner's identity, which
+// is then read back. Saving needs write access to the directories (root
+// for /etc/nvme); without it the derived identity is returned unsaved, and
+// Persisted says why. Only an identity that cannot be determined is an
+// error.
+func PersistentHostIdentity(p HostPaths) (Identity, error) {
+	id, err := HostIdentityFrom(p)
+	if err != nil || strings.HasPrefix(id.Source, "file") {
+		return id, err
+	}
+	if p.HostNQN == "" || p.HostID == "" {
+		id.Persisted = "not saved: no path for the host NQN or the host ID file"
+		return id, nil
+	}
+	for _, f := range []string{p.HostNQN, p.HostID} {
+		if _, err := os.Lstat(f); !errors.Is(err, fs.ErrNotExist) {
+			// It exists (or cannot be examined) but was not read:
+			// not ours to replace.
+			id.Persisted = fmt.Sprintf("not saved: %s exists but cannot be read", f)
+			return id, nil
+		}
+	}
+	for _, w := range []struct{ path, content string }{
+		{p.HostNQN, id.NQN + "\n"},
+		{p.HostID, nvmeof.FormatUUID(id.ID) + "\n"},
+	} {
+		err := createFileExclusive(w.path, w.content)
+		if errors.Is(err, fs.ErrExist) {
+			// Another first use saved its identity meanwhile: take it.
+			return HostIdentityFrom(p)
+		}
+		if err != nil {
+			id.Persisted = "not saved: " + err.Error()
+			return id, nil
+		}
+	}
+	id.Persisted = fmt.Sprintf("saved to %s and %s", p.HostNQN, p.HostID)
+	return id, nil
+}
+
+// createFileExclusive creates path with content, mode 0644, unless it
+// exists (fs.ErrExist): written and synced under a temporary name in the
+// same directory, then linked to path, so that path is either absent or
+// complete, and never replaced.
+func createFileExclusive(path, content string) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.WriteString(content)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Link(tmp, path); err != nil {
+		var le *os.LinkError
+		if errors.As(err, &le) && errors.Is(le.Err, fs.ErrExist) {
+			return fs.ErrExist
+		}
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // GenerateHostIdentity returns a new host identity from this machine's

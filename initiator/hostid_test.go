@@ -1,9 +1,12 @@
 package initiator
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -145,4 +148,101 @@ func TestWriteHostIdentity(t *testing.T) {
 	if len(entries) != 2 {
 		t.Errorf("temporary files left: %v", entries)
 	}
+}
+
+// TestPersistentHostIdentity (issue 23.3): with neither /etc/nvme/hostnqn
+// nor /etc/nvme/hostid, the identity derived on first use is saved to both
+// and used from then on; an existing file is never replaced; a directory
+// that cannot be written leaves the derived identity in use, unsaved.
+func TestPersistentHostIdentity(t *testing.T) {
+	const machineID = "0123456789abcdef0123456789abcdef\n"
+	t.Run("saved-on-first-use", func(t *testing.T) {
+		p := writeFiles(t, map[string]string{"machine-id": machineID})
+		id, err := PersistentHostIdentity(p)
+		if err != nil || id.Source != "machine-id" || !strings.HasPrefix(id.Persisted, "saved to ") {
+			t.Fatalf("first use: %+v, %v", id, err)
+		}
+		nqn, _ := os.ReadFile(p.HostNQN)
+		hid, _ := os.ReadFile(p.HostID)
+		if string(nqn) != id.NQN+"\n" || string(hid) != nvmeof.FormatUUID(id.ID)+"\n" {
+			t.Fatalf("saved %q %q, want %s %s", nqn, hid, id.NQN, nvmeof.FormatUUID(id.ID))
+		}
+		for _, f := range []string{p.HostNQN, p.HostID} {
+			if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o644 {
+				t.Errorf("%s: %v %v", f, st.Mode(), err)
+			}
+		}
+		// The machine's ID changes (a clone): the saved identity stays.
+		if err := os.WriteFile(p.MachineID, []byte("fedcba9876543210fedcba9876543210\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		again, err := PersistentHostIdentity(p)
+		if err != nil || again.NQN != id.NQN || again.ID != id.ID || again.Source != "file" || again.Persisted != "" {
+			t.Fatalf("second use: %+v, %v; want %s from the files", again, err, id.NQN)
+		}
+		if left, _ := filepath.Glob(filepath.Join(filepath.Dir(p.HostNQN), ".*tmp*")); len(left) != 0 {
+			t.Errorf("temporary files left: %v", left)
+		}
+	})
+	t.Run("one-file-exists", func(t *testing.T) {
+		p := writeFiles(t, map[string]string{"hostnqn": "nqn.2024-01.com.example:host1\n", "machine-id": machineID})
+		id, err := PersistentHostIdentity(p)
+		if err != nil || id.NQN != "nqn.2024-01.com.example:host1" || id.Source != "file+machine-id" {
+			t.Fatalf("%+v, %v", id, err)
+		}
+		if _, err := os.Stat(p.HostID); !os.IsNotExist(err) {
+			t.Errorf("host ID written beside an existing host NQN: %v", err)
+		}
+		if b, _ := os.ReadFile(p.HostNQN); string(b) != "nqn.2024-01.com.example:host1\n" {
+			t.Errorf("host NQN file changed: %q", b)
+		}
+	})
+	t.Run("never-replaces", func(t *testing.T) {
+		p := writeFiles(t, map[string]string{"hostid": labHostUUID + "\n"})
+		if err := createFileExclusive(p.HostID, "6e766d65-6f66-4c61-9b00-0000000000ff\n"); !errors.Is(err, fs.ErrExist) {
+			t.Fatalf("create over an existing file: %v", err)
+		}
+		if b, _ := os.ReadFile(p.HostID); string(b) != labHostUUID+"\n" {
+			t.Fatalf("existing file replaced: %q", b)
+		}
+	})
+	t.Run("first-uses-race", func(t *testing.T) {
+		// No stable machine UUID: every derivation is random, so only
+		// the files make the identity stable; concurrent first uses
+		// must all end with the one that was saved.
+		p := writeFiles(t, nil)
+		const n = 16
+		ids := make([]Identity, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); ids[i], errs[i] = PersistentHostIdentity(p) }()
+		}
+		wg.Wait()
+		saved, err := HostIdentityFrom(p)
+		if err != nil || saved.Source != "file" {
+			t.Fatalf("after the race: %+v, %v", saved, err)
+		}
+		for i := range n {
+			if errs[i] != nil || ids[i].NQN != saved.NQN || ids[i].ID != saved.ID {
+				t.Errorf("use %d: %+v, %v; saved %s", i, ids[i], errs[i], saved.NQN)
+			}
+		}
+	})
+	t.Run("not-writable", func(t *testing.T) {
+		p := writeFiles(t, map[string]string{"machine-id": machineID})
+		// /etc/nvme cannot be made, as on a read-only /etc or for a user
+		// without write access (procfs takes no new directory, not even
+		// from root).
+		p.HostNQN, p.HostID = "/proc/nvmetd-test-no-such-dir/nvme/hostnqn", "/proc/nvmetd-test-no-such-dir/nvme/hostid"
+		id, err := PersistentHostIdentity(p)
+		if err != nil || id.Source != "machine-id" || !strings.HasPrefix(id.Persisted, "not saved: ") {
+			t.Fatalf("%+v, %v", id, err)
+		}
+		want, _ := GenerateHostIdentity(p)
+		if id.NQN != want.NQN {
+			t.Errorf("unsaved identity %s, want the derived %s", id.NQN, want.NQN)
+		}
+	})
 }

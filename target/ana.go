@@ -31,11 +31,19 @@ const (
 // anaView is one port's state of every ANA group, indexed by ANAGRPID.
 type anaView [MaxANAGroup + 1]nvmeof.ANAState
 
-// newANAView builds a port's view from its configuration.
-func newANAView(pc *PortConfig) *anaView {
+// newANAView builds a port's view from its configuration. A group the
+// port does not list is optimized (as nvmet's default group), except in a
+// gateway (g not nil), where a group the gateway group manages is
+// inaccessible unless the port lists it: only the gateway that owns the
+// group says optimized (the daemon lists every managed group on every
+// port), so that a port the overlay missed never makes it optimized.
+func newANAView(pc *PortConfig, g *GatewayGuard) *anaView {
 	var v anaView
 	for i := range v {
 		v[i] = nvmeof.ANAOptimized
+		if g != nil && g.manages(uint32(i)) {
+			v[i] = nvmeof.ANAInaccessible
+		}
 	}
 	for _, g := range pc.ANAGroups {
 		if g.ID >= 1 && int(g.ID) < len(v) {
@@ -131,7 +139,7 @@ func (c *controller) anaLogMaxSize() int {
 
 // setANA publishes a port's ANA states; it reports whether any changed.
 func (p *port) setANA(pc *PortConfig) bool {
-	nv := newANAView(pc)
+	nv := newANAView(pc, p.s.guard.Load())
 	old := p.ana.Swap(nv)
 	return old == nil || *old != *nv
 }

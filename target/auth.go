@@ -2,6 +2,8 @@ package target
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +39,15 @@ import (
 //     controller). nvmet only ends the transaction.
 //   - Re-authentication keeps the queue usable (its previous
 //     authentication stands until a transaction fails).
+//   - The deadline of an unauthenticated queue is set at its Connect and
+//     nothing the peer sends moves it; its first failed transaction ends
+//     it (a new AUTH_Negotiate does not wipe a failure whose AUTH_Failure1
+//     was not fetched; nvmet restarts), and a refused command does not
+//     feed the controller's keep-alive.
+//   - Diffie-Hellman exponentiations (the costly steps, ffdhe8192 above
+//     all) run at most dhSlots at a time: however many peers try, their
+//     share of the CPU is bounded, and a queue waits for a slot no longer
+//     than its deadline.
 
 // maxAuthTimeout bounds the authentication timeout: the wait for a
 // queue's first authentication after its Connect, and for each message of
@@ -52,6 +63,13 @@ const maxAuthTimeout = auth.DefaultTimeout
 // connection end before it has processed the answer misses the failure
 // and waits for its command timeout instead.
 const failureGrace = 2 * time.Second
+
+// dhSlots bounds the Diffie-Hellman exponentiations that run at once, so
+// that peers without a key (who pay nothing for the target's work) get a
+// bounded share of the CPU: half the CPUs the Go scheduler uses, at least
+// one. A queue waits for a slot in arrival order (a channel's waiters are
+// served first come, first served).
+var dhSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
 
 // authTimeout is the authentication timeout of a controller with
 // keep-alive timeout kato.
@@ -109,8 +127,12 @@ type queueAuth struct {
 	timeout time.Duration
 	timer   *time.Timer
 	gen     uint64 // bumped whenever the timer is re-armed or stopped
-	done    bool   // the queue has ended
-	failed  bool   // the authentication failed: the queue is being dropped
+	// deadline is when an unauthenticated queue is dropped: its Connect
+	// plus the authentication timeout. Nothing the peer sends moves it;
+	// zero for a queue that need not authenticate.
+	deadline time.Time
+	done     bool // the queue has ended
+	failed   bool // the authentication failed: the queue is being dropped
 	// ioSize is the size of an I/O queue, recorded when it takes its QID.
 	ioSize int
 }
@@ -134,6 +156,7 @@ func newQueueAuth(q *queue, c *controller, k *hostKeys, required bool, timeout t
 	a := &queueAuth{q: q, c: c, ac: ac, timeout: timeout}
 	a.ok.Store(!required)
 	if required {
+		a.deadline = time.Now().Add(timeout)
 		a.mu.Lock()
 		a.armLocked(timeout)
 		a.mu.Unlock()
@@ -150,8 +173,12 @@ func (a *queueAuth) setKeys(k *hostKeys) {
 	}
 }
 
-// armLocked (re)starts the timer. The caller holds mu.
+// armLocked (re)starts the timer, never beyond the deadline of a queue
+// not yet authenticated. The caller holds mu.
 func (a *queueAuth) armLocked(d time.Duration) {
+	if !a.ok.Load() && !a.deadline.IsZero() {
+		d = min(d, max(time.Until(a.deadline), 0))
+	}
 	a.gen++
 	gen := a.gen
 	if a.timer != nil {
@@ -169,12 +196,18 @@ func (a *queueAuth) stopLocked() {
 	}
 }
 
-// closed stops the timer for good (the queue has ended).
+// closed stops the timer for good (the queue has ended). A failure the
+// host did not stay to fetch is logged and counted all the same.
 func (a *queueAuth) closed() {
 	a.mu.Lock()
 	a.done = true
 	a.stopLocked()
+	pending := a.ac.Failed()
+	failed := a.failed
 	a.mu.Unlock()
+	if pending != nil && !failed {
+		a.fail(pending, "auth_failed", 0)
+	}
 }
 
 // expired is the timer's end: a queue not yet authenticated is dropped; an
@@ -187,6 +220,7 @@ func (a *queueAuth) expired(gen uint64) {
 		return
 	}
 	a.timer = nil
+	pending := a.ac.Failed()
 	busy := a.ac.Expire()
 	authenticated := a.ac.Authenticated()
 	a.mu.Unlock()
@@ -196,15 +230,25 @@ func (a *queueAuth) expired(gen uint64) {
 		}
 		return
 	}
+	if pending != nil {
+		// The host did not fetch its AUTH_Failure1 in time.
+		a.fail(pending, "auth_failed", 0)
+		return
+	}
 	a.fail(&auth.Error{Detail: "no authentication within " + a.timeout.String(), Err: auth.ErrTimeout}, "auth_timeout", 0)
 }
 
-// fail logs a failed authentication (rate-limited: a peer can cause it in
-// bulk) and drops the queue, at once or after failureGrace: the admin
-// queue takes its controller along.
+// fail logs a failed authentication (one line, rate-limited: a peer can
+// cause it in bulk), counts it on the subsystem's series and drops the
+// queue, at once or after failureGrace: the admin queue takes its
+// controller along, and gives back the host's controller slot at once.
 func (a *queueAuth) fail(err error, reason string, grace time.Duration) {
 	a.ok.Store(false)
 	a.mu.Lock()
+	if a.failed {
+		a.mu.Unlock()
+		return
+	}
 	a.failed = true
 	a.stopLocked()
 	a.mu.Unlock()
@@ -212,7 +256,13 @@ func (a *queueAuth) fail(err error, reason string, grace time.Duration) {
 	lf := append(q.fields(), zap.String("host_nqn", c.hostNQN), zap.String("subsystem", c.sub.nqn),
 		zap.Uint16("cntlid", c.cntlid), zap.Error(err))
 	q.s.adm.Log(zap.WarnLevel, reason, "authentication failed", lf...)
-	q.s.metricAuthFailed(c.hostNQN)
+	q.s.metricAuthFailed(c.sub.nqn)
+	if q.qid == 0 {
+		// The controller is as good as gone: it no longer counts
+		// against limits.max_controllers_per_host, so that the real host
+		// gets in while the failed peer reads its answer.
+		c.releaseHostSlot()
+	}
 	drop := func() {
 		if q.qid == 0 {
 			c.teardown("authentication failed")
@@ -264,24 +314,66 @@ func (q *queue) handleAuth(c *controller, r *rdma.Request) {
 		r.FetchData() // DataReady calls authSend
 		return
 	}
-	a.mu.Lock()
-	res := a.ac.Receive(r.SQE(), uint32(len(r.Data())))
-	a.mu.Unlock()
-	if res.Status == nvmeof.StatusSuccess {
-		d := r.Data()
-		n := copy(d, res.Data)
-		clear(d[n:])
-	}
-	a.finish(r, res)
+	a.run(r, false, func() auth.Result {
+		res := a.ac.Receive(r.SQE(), uint32(len(r.Data())))
+		if res.Status == nvmeof.StatusSuccess {
+			d := r.Data()
+			n := copy(d, res.Data)
+			clear(d[n:])
+		}
+		return res
+	})
 }
 
 // authSend continues an Authentication Send whose data has arrived.
 func (q *queue) authSend(r *rdma.Request) {
 	a := q.auth.Load()
+	a.run(r, true, func() auth.Result { return a.ac.Send(r.SQE(), r.Data()) })
+}
+
+// run runs step (an Authentication Send or Receive on the state machine,
+// under mu) and finishes r with its result. A step that computes a
+// Diffie-Hellman exponentiation runs on its own goroutine once it holds
+// one of dhSlots; a queue that gets none before its deadline (the Connect's,
+// or the transaction's) is answered Command Interrupted and left to its
+// timer.
+func (a *queueAuth) run(r *rdma.Request, send bool, step func() auth.Result) {
 	a.mu.Lock()
-	res := a.ac.Send(r.SQE(), r.Data())
+	dh := a.ac.NeedsDH(send)
 	a.mu.Unlock()
-	a.finish(r, res)
+	if !dh {
+		a.mu.Lock()
+		res := step()
+		a.mu.Unlock()
+		a.finish(r, res)
+		return
+	}
+	wait := a.timeout
+	if !a.ok.Load() && !a.deadline.IsZero() {
+		wait = time.Until(a.deadline)
+	}
+	var done <-chan struct{}
+	if conn := a.q.conn.Load(); conn != nil {
+		done = conn.Done()
+	}
+	go func() {
+		t := time.NewTimer(max(wait, 0))
+		defer t.Stop()
+		select {
+		case dhSlots <- struct{}{}:
+		case <-t.C:
+			a.q.respond(r, nvmeof.StatusCommandInterrupted)
+			return
+		case <-done:
+			a.q.respond(r, nvmeof.StatusCommandInterrupted) // only releases: the queue is gone
+			return
+		}
+		a.mu.Lock()
+		res := step()
+		a.mu.Unlock()
+		<-dhSlots
+		a.finish(r, res)
+	}()
 }
 
 // finish carries out a Result: the timer, the queue's state, the answer,
@@ -291,7 +383,13 @@ func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
 	a.mu.Lock()
 	switch res.Timer {
 	case auth.TimerArm:
-		a.armLocked(res.Timeout)
+		d := res.Timeout
+		if a.ac.Failed() != nil {
+			// A failed transaction: the host has failureGrace to fetch
+			// its AUTH_Failure1, then the queue is dropped.
+			d = min(d, failureGrace)
+		}
+		a.armLocked(d)
 	case auth.TimerStop:
 		if res.Authenticated || res.Fatal {
 			a.stopLocked()
@@ -303,8 +401,15 @@ func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
 	if first && q.qid != 0 && !c.installQueue(q) {
 		// Another queue of the host took the QID meanwhile.
 		res.Fatal, res.Err = true, errors.New("QID already connected by an authenticated queue")
+	} else if err := a.admit(first); err != nil {
+		res.Fatal, res.Err, res.Status = true, err, nvmeof.StatusInternalError
 	} else if first {
 		a.ok.Store(true)
+		if q.qid == 0 {
+			// The keep-alive counts from here: nothing before
+			// authentication fed it.
+			c.ka.reset()
+		}
 		h, g := a.ac.Negotiated()
 		if q.qid == 0 {
 			c.log.Info("host authenticated", zap.Stringer("hash", h), zap.Stringer("dhgroup", g))
@@ -324,6 +429,23 @@ func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
 		lf := append(q.fields(), zap.String("host_nqn", c.hostNQN), zap.String("subsystem", c.sub.nqn), zap.Error(res.Err))
 		q.s.adm.Log(zap.WarnLevel, "auth_command_refused", "authentication command refused", lf...)
 	}
+}
+
+// admit gives a queue that has just authenticated (first) its full
+// resources, before the answer that tells its host: until then it had only
+// what authentication needs (connectDone).
+func (a *queueAuth) admit(first bool) error {
+	if !first {
+		return nil
+	}
+	conn := a.q.conn.Load()
+	if conn == nil {
+		return nil
+	}
+	if err := conn.Admit(); err != nil {
+		return fmt.Errorf("queue resources unavailable: %w", err)
+	}
+	return nil
 }
 
 // authorized reports whether the queue may carry commands other than

@@ -234,6 +234,11 @@ func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.Conn
 		st, why = nvmeof.StatusCommandSequenceError|nvmeof.StatusDNR, "queue already connected"
 	case !q.checkSQSize(cmd, c.maxQueue-1):
 		st, result, why = nvmeof.StatusConnectInvalidParameters|nvmeof.StatusDNR, nvmeof.ConnectInvalidParamResult(false, nvmeof.ConnectSQEOffSQSIZE), "SQSIZE beyond CAP.MQES"
+	case required && len(c.unauth) >= c.maxQID-c.ioQueues:
+		// Unauthenticated I/O queues count against the controller's free
+		// QIDs (they hold none yet): a peer that forged the host's NQN
+		// cannot attach more of them than the real host could queues.
+		st, why = nvmeof.StatusConnectControllerBusy, "as many unauthenticated I/O queues as free queue IDs"
 	case !required:
 		c.queues[qid] = q
 		c.ioQueues++

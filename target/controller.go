@@ -62,6 +62,9 @@ type controller struct {
 	// revoked is set when a reload disallows the host: from then on its
 	// I/O is refused (Access Denied) until the controller is torn down.
 	revoked atomic.Bool
+	// slotGiven: the controller no longer counts against the host's
+	// limits.max_controllers_per_host (releaseHostSlot).
+	slotGiven atomic.Bool
 	// authRequired: the host had to authenticate the admin queue, so every
 	// I/O queue must authenticate too.
 	authRequired bool
@@ -243,7 +246,7 @@ func (c *controller) teardown(reason string) {
 	// Commands not yet at a backend are dropped from now on; a new
 	// association of the host waits for those that are.
 	c.s.drains.add(c, c.io.close())
-	c.s.hostUse.give(c.hostNQN, 1, 0)
+	c.releaseHostSlot()
 	c.mu.Lock()
 	queues := slices.Clone(c.queues)
 	for q := range c.unauth {
@@ -263,6 +266,15 @@ func (c *controller) teardown(reason string) {
 		// The admin queue is closing: this only releases the request
 		// (nvmet_async_events_failall answers Internal Error).
 		queues[0].completeHeld(r, nvmeof.StatusInternalError|nvmeof.StatusDNR)
+	}
+}
+
+// releaseHostSlot gives back, once, the controller's count against the
+// host's limits.max_controllers_per_host: at its teardown, or earlier when
+// its authentication failed.
+func (c *controller) releaseHostSlot() {
+	if !c.slotGiven.Swap(true) {
+		c.s.hostUse.give(c.hostNQN, 1, 0)
 	}
 }
 

@@ -68,17 +68,24 @@ type namespace struct {
 	qrefsMu perfcount.Mutex
 	qrefs   []*nsRef
 
-	// Counters for the SMART / Health log and Status.
-	readCmds, writeCmds, otherCmds atomic.Uint64
-	readBytes, writeBytes          atomic.Uint64
-	errors, mediaErrors            atomic.Uint64
-	busySeconds                    atomic.Uint64
+	// Counters for the SMART / Health log and Status: shared with the
+	// namespace this one replaced on a reload (same subsystem and NSID), so
+	// that a reload does not restart them (issue 23.13).
+	*nsCounters
 	// met: backend latency for the metrics.
 	met nsStats
 
 	health atomic.Pointer[HealthStatus]
 	// devHealth is the last device-reported sample (for the SMART log).
 	devHealth atomic.Pointer[backend.Health]
+}
+
+// nsCounters are a namespace's SMART / Health and Status counters.
+type nsCounters struct {
+	readCmds, writeCmds, otherCmds atomic.Uint64
+	readBytes, writeBytes          atomic.Uint64
+	errors, mediaErrors            atomic.Uint64
+	busySeconds                    atomic.Uint64
 }
 
 const refClosing = int64(1) << 62
@@ -194,7 +201,7 @@ func (ns *namespace) online() bool { return ns.state == NamespaceOnline }
 // in state failed, never as an error: it stays invisible to hosts and
 // Status says why.
 func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClaim bool) *namespace {
-	ns := &namespace{nsid: cfg.NSID, nqn: nqn, cfg: cfg, drained: make(chan struct{}), field: field}
+	ns := &namespace{nsid: cfg.NSID, nqn: nqn, cfg: cfg, drained: make(chan struct{}), field: field, nsCounters: new(nsCounters)}
 	if !cfg.IsEnabled() {
 		ns.state = NamespaceDisabled
 		return ns

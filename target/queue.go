@@ -176,7 +176,13 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 		q.handleUnconnected(r)
 		return
 	}
-	ctrl.ka.touch()
+	if q.authorized() {
+		// A command refused for want of authentication (a peer that
+		// forged the host's NQN, on its admin queue or on an I/O queue
+		// it attached to the real host's controller) is no sign of the
+		// host: it must not keep the controller alive.
+		ctrl.ka.touch()
+	}
 	if q.s.stopping.Load() {
 		q.park(r)
 		return
@@ -355,7 +361,14 @@ func (q *queue) handleUnconnected(r *rdma.Request) {
 // connectDone completes a Connect; a failed one lets the host try again on
 // the same queue.
 func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
-	if st == nvmeof.StatusSuccess {
+	if st == nvmeof.StatusSuccess && !q.authorized() {
+		// The host must authenticate first: the queue leaves the
+		// listener's pending set (the authentication deadline bounds it
+		// now) with what authentication needs; it gets its full resources
+		// once authenticated (queueAuth.finish).
+		r.Queue().AdmitConnection()
+		q.s.traceQueue(q)
+	} else if st == nvmeof.StatusSuccess {
 		// The host is in: the queue gets its full resources and leaves
 		// the listener's pending set (connect_timeout no longer runs).
 		if err := r.Queue().Admit(); err != nil {

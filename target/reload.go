@@ -137,8 +137,7 @@ func planReload(old, nc *Config, failed, online map[nsKey]bool) *reloadPlan {
 				if n.Old.ANAGroup != n.New.ANAGroup {
 					sp.anaGroupMoved = true
 				}
-				if online[nsKey{sc.NQN, n.NSID}] && n.Old.Backend.Kind == n.New.Backend.Kind && n.Old.Backend.Path == n.New.Backend.Path &&
-					(n.New.Backend.Kind == string(backend.KindFile) || n.New.Backend.Kind == string(backend.KindBlock)) {
+				if online[nsKey{sc.NQN, n.NSID}] && sameStorage(&n.Old.Backend, &n.New.Backend) {
 					sp.sameStorage[n.NSID] = true
 				}
 			}
@@ -239,6 +238,19 @@ func (s *server) prepare(p *reloadPlan) (*prepared, error) {
 	for _, sp := range p.subs {
 		list := s.openNamespaces(p.cfg, sp.nqn, sp.open, sp.sameStorage)
 		pr.ns[sp.nqn] = list
+		// A namespace replaced in place (same NSID) keeps counting where
+		// the old one left off: the SMART log's data units and commands
+		// are the namespace's, not the open file's.
+		s.regMu.RLock()
+		if sub := s.subsystems[sp.nqn]; sub != nil {
+			old := sub.ns.Load()
+			for _, ns := range list {
+				if o := old.byID[ns.nsid]; o != nil {
+					ns.nsCounters = o.nsCounters
+				}
+			}
+		}
+		s.regMu.RUnlock()
 		for _, ns := range list {
 			if ns.state == NamespaceFailed && !sp.retry[ns.nsid] {
 				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err})
@@ -278,6 +290,10 @@ func (s *server) reload(nc *Config) error {
 	defer s.opMu.Unlock()
 	if s.stopped {
 		return errors.New("target: reload after shutdown")
+	}
+	if err := s.checkGuard(nc); err != nil {
+		s.log.Error("reload refused, nothing changed:\n  " + indentLines(err.Error()))
+		return err
 	}
 	if !s.started {
 		s.regMu.Lock()
@@ -454,6 +470,12 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 		s.genctr.Add(1)
 	}
 	s.regMu.Unlock()
+
+	// Backends write, and hold their image's exclusive lock, where their
+	// ANA group is served optimized now; the others stop and release it.
+	if err := s.syncWritable(); err != nil {
+		errs = append(errs, err)
+	}
 
 	// Hosts see the new namespaces now (a replaced namespace answers from
 	// its new backend at once; the old one drains below).
@@ -682,4 +704,21 @@ func indentLines(s string) string {
 		}
 	}
 	return string(out)
+}
+
+// sameStorage reports whether two namespace backends are on the same
+// storage, which the new one claims only once the old one is closed: a
+// file or device (kind and path), or an RBD image (pool, RADOS namespace,
+// image and cluster configuration).
+func sameStorage(o, n *BackendConfig) bool {
+	if o.Kind != n.Kind {
+		return false
+	}
+	switch n.Kind {
+	case string(backend.KindFile), string(backend.KindBlock):
+		return o.Path == n.Path
+	case string(backend.KindRBD):
+		return o.Pool == n.Pool && o.RADOSNamespace == n.RADOSNamespace && o.Image == n.Image && o.CephConf == n.CephConf
+	}
+	return false
 }

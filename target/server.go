@@ -30,6 +30,9 @@ type server struct {
 	log      *zap.Logger
 	firmware string
 
+	// guard is set once when the target becomes a gateway's
+	// (SetGatewayGuard): start, reload and apply check it.
+	guard     atomic.Pointer[GatewayGuard]
 	opMu      sync.Mutex
 	started   bool
 	stopped   bool
@@ -122,6 +125,9 @@ func (s *server) start(ctx context.Context) error {
 		return errors.New("target: already started")
 	}
 	cfg := s.cfg
+	if err := s.checkGuard(cfg); err != nil {
+		return err
+	}
 	keys, err := loadAuthKeys(cfg)
 	if err != nil {
 		return fmt.Errorf("target: start: %w", err)
@@ -174,6 +180,9 @@ func (s *server) start(ctx context.Context) error {
 	for _, p := range s.sortedPorts() {
 		s.log.Info("port listening", zap.Uint16("port_id", p.id), zap.String("address", p.cfg.ListenAddress()), zap.Strings("subsystems", p.cfg.Subsystems))
 	}
+	if err := s.syncWritable(); err != nil {
+		s.log.Error("namespaces that cannot take their image's exclusive lock", zap.Error(err))
+	}
 	return nil
 }
 
@@ -184,6 +193,7 @@ func (s *server) openNamespaces(cfg *Config, nqn string, list []NamespaceConfig,
 	out := make([]*namespace, 0, len(list))
 	for _, nc := range list {
 		ns := s.openNamespace(namespaceField(cfg, nqn, nc.NSID), nqn, nc, deferClaim[nc.NSID])
+		s.guardNamespace(ns)
 		lf := []zap.Field{zap.String("subsystem", nqn), zap.Uint32("nsid", nc.NSID), zap.String("backend", nc.Backend.Kind), zap.String("path", nc.Backend.Path)}
 		switch ns.state {
 		case NamespaceFailed:

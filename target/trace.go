@@ -19,8 +19,8 @@ import (
 // exactly one of Host, Address or Subsystem (with CNTLID).
 type TraceSpec struct {
 	// Host is a host NQN: the queues of its controllers, those connected
-	// now and those that connect while the trace runs (from their Connect
-	// on).
+	// now and those that connect while the trace runs (these from their
+	// first FPDU on: their Connect capsule is in the trace).
 	Host string `json:"host,omitempty"`
 	// Address is a host's IP address: its queues, now and new ones (from
 	// their MPA exchange on).
@@ -68,8 +68,15 @@ type activeTrace struct {
 
 	mu     sync.Mutex
 	tapped []*rdma.ControllerQueue
-	ended  bool
+	// pending: queues not yet connected, recorded while a trace by host
+	// NQN waits for their Connect to say whose they are.
+	pending map[*rdma.ControllerQueue]*wiretrace.Pending
+	ended   bool
 }
+
+// pendingTraceBytes bounds what a queue's pending record keeps (its
+// Connect exchange is about 2 KiB).
+const pendingTraceBytes = 16 << 10
 
 // traceState is the server's side of traces.
 type traceState struct {
@@ -199,6 +206,11 @@ func (s *server) endTrace(at *activeTrace, reason string) {
 	at.mu.Lock()
 	at.ended = true
 	tapped := at.tapped
+	for c, p := range at.pending {
+		c.SetTap(nil)
+		p.Discard()
+	}
+	at.pending = nil
 	at.mu.Unlock()
 	for _, c := range tapped {
 		c.SetTap(nil)
@@ -234,12 +246,16 @@ func (at *activeTrace) matches(q *queue) bool {
 	}
 }
 
-// maybeTap taps q if the trace selects it.
+// maybeTap taps q if the trace selects it. A trace by host NQN records a
+// queue that has not connected yet (wiretrace.Pending), so that when its
+// Connect names the host the trace has the queue from its first FPDU on,
+// the Connect capsule included; a queue of another host is dropped then.
 func (at *activeTrace) maybeTap(q *queue) {
 	conn := q.conn.Load()
-	if conn == nil || !at.matches(q) {
+	if conn == nil {
 		return
 	}
+	match := at.matches(q)
 	at.mu.Lock()
 	defer at.mu.Unlock()
 	if at.ended {
@@ -250,13 +266,40 @@ func (at *activeTrace) maybeTap(q *queue) {
 			return
 		}
 	}
+	p := at.pending[conn]
+	if !match {
+		switch {
+		case p != nil && q.ctrl.Load() != nil: // connected: another host's
+			delete(at.pending, conn)
+			conn.SetTap(nil)
+			p.Discard()
+		case p == nil && at.spec.Host != "" && q.ctrl.Load() == nil:
+			if at.pending == nil {
+				at.pending = map[*rdma.ControllerQueue]*wiretrace.Pending{}
+			}
+			p = wiretrace.NewPending(pendingTraceBytes)
+			at.pending[conn] = p
+			conn.SetTap(p)
+		}
+		return
+	}
 	info := conn.TapInfo()
 	c := at.tr.Conn(wiretrace.ConnInfo{Initiator: info.Remote, Responder: info.Local, LocalIsResponder: info.Responder,
 		Request: info.Request, Reply: info.Reply})
 	if c == nil {
 		return
 	}
-	conn.SetTap(c)
+	if p != nil {
+		delete(at.pending, conn)
+		if !p.Attach(c) {
+			// More crossed than a Connect exchange: the record cannot
+			// start at an FPDU boundary; the queue goes untraced.
+			conn.SetTap(nil)
+			return
+		}
+	} else {
+		conn.SetTap(c)
+	}
 	at.tapped = append(at.tapped, conn)
 }
 

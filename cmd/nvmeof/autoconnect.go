@@ -39,6 +39,49 @@ type autoconnectEntry struct {
 	Source    string   `json:"source"`    // file:line or file:host/subsystem/port
 	Discovery bool     `json:"discovery"` // connect-all (true) or connect
 	Args      []string `json:"args"`
+	// Secrets are the DH-HMAC-CHAP secrets (--dhchap-secret,
+	// --dhchap-ctrl-secret; config.json's dhchap_key, dhchap_ctrl_key),
+	// kept out of Args: they are passed to the connection and never
+	// printed or logged.
+	Secrets entrySecrets `json:"secrets"`
+}
+
+// entrySecrets are an entry's DH-HMAC-CHAP secrets (literal or file:PATH).
+type entrySecrets struct {
+	Host, Ctrl string
+}
+
+// MarshalJSON shows whether a secret is set, never the secret.
+func (s entrySecrets) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Host bool `json:"dhchap_secret"`
+		Ctrl bool `json:"dhchap_ctrl_secret"`
+	}{s.Host != "", s.Ctrl != ""})
+}
+
+// args returns the command line options that carry the secrets (for the
+// in-process connect; never printed).
+func (s entrySecrets) args() []string {
+	var a []string
+	if s.Host != "" {
+		a = append(a, "--dhchap-secret="+s.Host)
+	}
+	if s.Ctrl != "" {
+		a = append(a, "--dhchap-ctrl-secret="+s.Ctrl)
+	}
+	return a
+}
+
+// redacted returns what a dry run prints for the secrets.
+func (s entrySecrets) redacted() []string {
+	var a []string
+	if s.Host != "" {
+		a = append(a, "--dhchap-secret=<secret>")
+	}
+	if s.Ctrl != "" {
+		a = append(a, "--dhchap-ctrl-secret=<secret>")
+	}
+	return a
 }
 
 // unsupportedConnectOpts are nvme-cli connect options that nvmeof has no
@@ -49,12 +92,12 @@ var unsupportedConnectOpts = map[string]bool{
 	"nr-poll-queues": true, "P": true, "hdr-digest": true, "g": true, "data-digest": true, "G": true,
 	"tos": true, "T": true, "duplicate-connect": true, "D": true, "disable-sqflow": true,
 	"persistent": true, "p": true, "tls": true, "concat": true, "fast_io_fail_tmo": true,
-	"fast-io-fail-tmo": true, "F": true, "dhchap-secret": true, "S": true, "dhchap-ctrl-secret": true, "C": true,
+	"fast-io-fail-tmo": true, "F": true,
 	"keyring": true, "tls-key": true, "quiet": true, "hostsymname": true, "nbft": true, "no-nbft": true,
 }
 
 // flagsWithValue are the short options above that take a value.
-var shortWithValue = map[string]bool{"w": true, "f": true, "W": true, "P": true, "T": true, "F": true, "S": true, "C": true}
+var shortWithValue = map[string]bool{"w": true, "f": true, "W": true, "P": true, "T": true, "F": true}
 
 // parseDiscoveryConf parses nvme-cli's discovery.conf: one line of
 // connect-all options per discovery controller. Lines of another
@@ -75,7 +118,7 @@ func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, n
 			continue
 		}
 		src := fmt.Sprintf("%s:%d", name, ln)
-		args, transport, dropped := filterConnectArgs(fields)
+		args, transport, dropped, sec := filterConnectArgs(fields)
 		for _, d := range dropped {
 			notes = append(notes, fmt.Sprintf("%s: option %s not used by nvmeof (NVMe/RDMA over iWARP); ignored", src, d))
 		}
@@ -83,7 +126,7 @@ func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, n
 			notes = append(notes, fmt.Sprintf("%s: transport %q skipped (nvmeof connects NVMe/RDMA only)", src, transport))
 			continue
 		}
-		entries = append(entries, autoconnectEntry{Source: src, Discovery: true, Args: args})
+		entries = append(entries, autoconnectEntry{Source: src, Discovery: true, Args: args, Secrets: sec})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
@@ -91,9 +134,10 @@ func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, n
 	return entries, notes, nil
 }
 
-// filterConnectArgs drops the options nvmeof lacks and returns the
-// transport the line names (default rdma, as nvmeof's -t).
-func filterConnectArgs(fields []string) (args []string, transport string, dropped []string) {
+// filterConnectArgs drops the options nvmeof lacks, takes the
+// DH-HMAC-CHAP secrets out of the arguments, and returns the transport the
+// line names (default rdma, as nvmeof's -t).
+func filterConnectArgs(fields []string) (args []string, transport string, dropped []string, sec entrySecrets) {
 	transport = "rdma"
 	for i := 0; i < len(fields); i++ {
 		f := fields[i]
@@ -116,6 +160,14 @@ func filterConnectArgs(fields []string) (args []string, transport string, droppe
 		takesNext := func() bool {
 			return !hasValue && i+1 < len(fields) && !strings.HasPrefix(fields[i+1], "-")
 		}
+		if p := secretOpt(name); p != nil {
+			if !hasValue && i+1 < len(fields) {
+				i++
+				value = fields[i]
+			}
+			*p(&sec) = value
+			continue
+		}
 		if name == "t" || name == "transport" {
 			if !hasValue && i+1 < len(fields) {
 				i++
@@ -136,13 +188,28 @@ func filterConnectArgs(fields []string) (args []string, transport string, droppe
 		}
 		args = append(args, f)
 	}
-	return args, transport, dropped
+	return args, transport, dropped, sec
+}
+
+// secretOpt returns, for an option carrying a DH-HMAC-CHAP secret, where
+// in entrySecrets it goes; nil for any other option.
+func secretOpt(name string) func(*entrySecrets) *string {
+	switch name {
+	case "S", "dhchap-secret":
+		return func(s *entrySecrets) *string { return &s.Host }
+	case "C", "dhchap-ctrl-secret":
+		return func(s *entrySecrets) *string { return &s.Ctrl }
+	}
+	return nil
 }
 
 // fabricsConfig is libnvme's config.json (config-schema.json).
 type fabricsConfig []struct {
-	HostNQN    string `json:"hostnqn"`
-	HostID     string `json:"hostid"`
+	HostNQN string `json:"hostnqn"`
+	HostID  string `json:"hostid"`
+	// DHCHAPKey is the host's DH-HMAC-CHAP secret for every port
+	// without its own (libnvme: nvme_host_set_dhchap_key).
+	DHCHAPKey  string `json:"dhchap_key"`
 	Subsystems []struct {
 		NQN   string       `json:"nqn"`
 		Ports []configPort `json:"ports"`
@@ -166,7 +233,11 @@ type configPort struct {
 	HdrDigest      bool   `json:"hdr_digest"`
 	DataDigest     bool   `json:"data_digest"`
 	TLS            bool   `json:"tls"`
-	DHCHAPKey      string `json:"dhchap_key"`
+	// DHCHAPKey and DHCHAPCtrlKey are the port's DH-HMAC-CHAP host and
+	// controller secrets (connect's --dhchap-secret and
+	// --dhchap-ctrl-secret).
+	DHCHAPKey     string `json:"dhchap_key"`
+	DHCHAPCtrlKey string `json:"dhchap_ctrl_key"`
 }
 
 // parseConfigJSON parses libnvme's config.json into connections: a
@@ -225,12 +296,16 @@ func parseConfigJSON(name string, r io.Reader) (entries []autoconnectEntry, note
 					set  bool
 					name string
 				}{{p.HostTrAddr != "", "host_traddr"}, {p.HostIface != "", "host_iface"}, {p.HdrDigest, "hdr_digest"},
-					{p.DataDigest, "data_digest"}, {p.TLS, "tls"}, {p.Persistent, "persistent"}, {p.DHCHAPKey != "", "dhchap_key"}} {
+					{p.DataDigest, "data_digest"}, {p.TLS, "tls"}, {p.Persistent, "persistent"}} {
 					if u.set {
 						notes = append(notes, fmt.Sprintf("%s: %s not used by nvmeof; ignored", src, u.name))
 					}
 				}
-				entries = append(entries, autoconnectEntry{Source: src, Discovery: disc, Args: args})
+				sec := entrySecrets{Host: h.DHCHAPKey, Ctrl: p.DHCHAPCtrlKey}
+				if p.DHCHAPKey != "" {
+					sec.Host = p.DHCHAPKey
+				}
+				entries = append(entries, autoconnectEntry{Source: src, Discovery: disc, Args: args, Secrets: sec})
 			}
 		}
 	}
@@ -288,7 +363,7 @@ func runAutoconnect(args []string, stdout, stderr io.Writer) int {
 			cmd = "connect-all"
 		}
 		if *dryRun {
-			fmt.Fprintf(stdout, "nvmeof %s %s\n", cmd, strings.Join(e.Args, " "))
+			fmt.Fprintf(stdout, "nvmeof %s %s\n", cmd, strings.Join(append(append([]string{}, e.Args...), e.Secrets.redacted()...), " "))
 			continue
 		}
 		run := runConnect
@@ -296,7 +371,7 @@ func runAutoconnect(args []string, stdout, stderr io.Writer) int {
 			run = runConnectAll
 		}
 		var errBuf strings.Builder
-		code := run(append([]string{}, e.Args...), stdout, &errBuf)
+		code := run(append(append([]string{}, e.Args...), e.Secrets.args()...), stdout, &errBuf)
 		msg := errBuf.String()
 		if code != exitOK && !strings.Contains(msg, "already connected") {
 			failed++

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -69,5 +72,66 @@ func TestAutoconnectParseErrors(t *testing.T) {
 	long := strings.Repeat("-a x ", 20000)
 	if _, _, err := parseDiscoveryConf("long.conf", strings.NewReader(long)); err == nil {
 		t.Error("a 100 kB line: no error")
+	}
+}
+
+// TestAutoconnectSecrets (issue 22.8): the DH-HMAC-CHAP secrets of
+// discovery.conf (-S/--dhchap-secret, -C/--dhchap-ctrl-secret) and of
+// config.json (a port's dhchap_key and dhchap_ctrl_key, a host's
+// dhchap_key) reach the connection; no note, no dry-run line and no
+// golden output shows one. Before, autoconnect printed discovery.conf's
+// secrets to stderr (the journal) as dropped options and connected
+// without them.
+func TestAutoconnectSecrets(t *testing.T) {
+	dir := filepath.Join("testdata", "autoconnect")
+	entries, notes, err := loadAutoconnect(filepath.Join(dir, "discovery.conf"), filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range notes {
+		if strings.Contains(n, "DHHC-1") {
+			t.Errorf("a note shows a secret: %s", n)
+		}
+	}
+	want := map[string]entrySecrets{
+		"config.json:host[0].subsystems[0].ports[0]": {Host: "DHHC-1:00:cG9ydC1ob3N0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVmMDEy3hL4Vw==:",
+			Ctrl: "DHHC-1:00:cG9ydC1jdHJsLXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVmMDEy3hL4Vw==:"},
+		"config.json:host[1].subsystems[0].ports[0]": {Host: "DHHC-1:00:aG9zdC1sZXZlbC1zZWNyZXQtMDEyMzQ1Njc4OWFiY2RlZjAx3hL4Vw==:"},
+		"discovery.conf:17":                          {Host: "DHHC-1:00:dGVzdC1ob3N0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVmMDEy3hL4Vw==:", Ctrl: "file:/etc/nvme/ctrl.key"},
+	}
+	got := map[string]entrySecrets{}
+	for _, e := range entries {
+		src := strings.TrimPrefix(e.Source, dir+"/")
+		if e.Secrets != (entrySecrets{}) {
+			got[src] = e.Secrets
+		}
+		for _, a := range e.Args {
+			if strings.Contains(a, "DHHC-1") || strings.Contains(a, "dhchap") {
+				t.Errorf("%s: a secret in the printed arguments: %v", src, e.Args)
+			}
+		}
+		// What the connection is given: the secrets as connect's flags.
+		var o connectOpts
+		fs := newFlagSet("connect", io.Discard)
+		o.addFlags(fs)
+		if err := fs.Parse(append(append([]string{}, e.Args...), e.Secrets.args()...)); err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if o.fabrics.dhchapSecret != e.Secrets.Host || o.fabrics.dhchapCtrlSecret != e.Secrets.Ctrl {
+			t.Errorf("%s: connect gets %q %q, want %+v", src, o.fabrics.dhchapSecret, o.fabrics.dhchapCtrlSecret, e.Secrets)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("secrets:\n got %+v\nwant %+v", got, want)
+	}
+	var out, errb bytes.Buffer
+	code := runAutoconnect([]string{"--dry-run", "--discovery-conf", filepath.Join(dir, "discovery.conf"), "--config", filepath.Join(dir, "config.json")}, &out, &errb)
+	if code != exitOK || strings.Contains(out.String()+errb.String(), "DHHC-1") || !strings.Contains(out.String(), "--dhchap-secret=<secret>") {
+		t.Errorf("dry run (exit %d):\n%s\n%s", code, out.String(), errb.String())
+	}
+	for _, g := range []string{"discovery.conf.golden", "config.json.golden"} {
+		if b, _ := os.ReadFile(filepath.Join(dir, g)); strings.Contains(string(b), "DHHC-1") {
+			t.Errorf("%s shows a secret", g)
+		}
 	}
 }

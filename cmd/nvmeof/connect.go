@@ -32,6 +32,9 @@ type connectOpts struct {
 	mountNSID uint32
 	fstype    string
 	mkfs      bool
+	// force lets --mkfs write over an existing filesystem or
+	// partition table.
+	force     bool
 	mountOpts string
 	// loopDirectIO is losetup's --direct-io for the loop device.
 	loopDirectIO bool
@@ -63,6 +66,7 @@ type connectOptsJSON struct {
 	MountNSID                                        uint32
 	FSType                                           string
 	MKFS                                             bool
+	Force                                            bool `json:",omitempty"`
 	MountOpts                                        string
 	LoopDirectIO, FUSEDirectIO                       bool
 	// The secrets go to the daemon on its standard input, never on its
@@ -77,7 +81,7 @@ func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
-		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen, o.iopolicy, o.fastIOFailTmo}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.force, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen, o.iopolicy, o.fastIOFailTmo}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -87,7 +91,7 @@ func (j connectOptsJSON) opts() connectOpts {
 			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, maxFPDU: j.MaxFPDU, connTimeout: j.ConnectTimeout,
 			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer,
 			dhchapSecret: j.DHCHAPSecret, dhchapCtrlSecret: j.DHCHAPCtrlSecret},
-		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, mountOpts: j.MountOpts,
+		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, force: j.Force, mountOpts: j.MountOpts,
 		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO, metricsListen: j.MetricsListen, iopolicy: j.IOPolicy, fastIOFailTmo: j.FastIOFailTmo,
 	}
 }
@@ -98,8 +102,9 @@ func (o *connectOpts) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.loop, "loop", false, "attach the namespace's file to a loop device (implied by --mount)")
 	fs.Uint32Var(&o.mountNSID, "mount-nsid", 0, "namespace for --mount and --loop (default: the first)")
 	fs.StringVar(&o.fstype, "fstype", "ext4", "filesystem type for --mount (ext4, xfs, ...)")
-	fs.BoolVar(&o.mkfs, "mkfs", false, "make the filesystem first (mkfs.FSTYPE): destroys the namespace's data")
-	fs.StringVar(&o.mountOpts, "mount-options", "", "mount -o options")
+	fs.BoolVar(&o.mkfs, "mkfs", false, "make the filesystem first (mkfs.FSTYPE), only on a namespace that holds no filesystem or partition table")
+	fs.BoolVar(&o.force, "force", false, "with --mkfs: make the filesystem even over an existing one or a partition table (erases the namespace)")
+	fs.StringVar(&o.mountOpts, "mount-options", "", "mount -o options, after the default nosuid,nodev (give suid or dev to allow them)")
 	fs.BoolVar(&o.loopDirectIO, "loop-direct-io", true, "the loop device does direct I/O on the FUSE file (losetup --direct-io)")
 	fs.BoolVar(&o.fuseDirectIO, "fuse-direct-io", true, "the FUSE device files bypass the page cache (FOPEN_DIRECT_IO)")
 	fs.StringVarP(&o.output, "output-format", "o", "normal", "output format: normal or json")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,7 +43,7 @@ func runDisconnect(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("disconnect", stderr)
 	nqn := fs.StringP("nqn", "n", "", "disconnect every controller of this subsystem NQN")
 	device := fs.StringP("device", "d", "", "disconnect this controller (nvme0, or several: nvme0,nvme1)")
-	force := fs.Bool("force", false, "always finish: unmount lazily when busy; kill a daemon that does not finish and clean up after it")
+	force := fs.Bool("force", false, "always finish: unmount a busy filesystem lazily (the processes using it keep it, and their I/O fails); kill a daemon that does not finish and clean up after it")
 	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
 	if code, ok := parse(fs, args, stderr); !ok {
@@ -71,7 +70,7 @@ func runDisconnect(args []string, stdout, stderr io.Writer) int {
 
 func runDisconnectAll(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("disconnect-all", stderr)
-	force := fs.Bool("force", false, "always finish: unmount lazily when busy; kill a daemon that does not finish and clean up after it")
+	force := fs.Bool("force", false, "always finish: unmount a busy filesystem lazily (the processes using it keep it, and their I/O fails); kill a daemon that does not finish and clean up after it")
 	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
 	if code, ok := parse(fs, args, stderr); !ok {
@@ -166,7 +165,11 @@ func disconnectDevice(dev string, force bool) disconnectResult {
 		// Torn down; what is left is reported below.
 	case !r.OK:
 		if !force {
-			return finish(errors.New(r.Error))
+			// Refused (a busy filesystem): the controller and its
+			// devices are all still up, as the error says; they are
+			// not "left behind".
+			res.Error = r.Error
+			return res
 		}
 		_ = syscall.Kill(st.PID, syscall.SIGTERM)
 	}
@@ -207,7 +210,7 @@ func cleanupInstance(dev string, st *ctrlState) []string {
 				done = append(done, "mount "+n.Mount)
 			}
 		}
-		if n.Loop != "" && loopBacking(n.Loop) == n.File {
+		if n.Loop != "" && loopOn(n.Loop, n.File) {
 			if err := detachLoop(n.Loop); err == nil {
 				done = append(done, "loop device "+n.Loop)
 			}

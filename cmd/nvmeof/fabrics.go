@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
@@ -123,6 +126,26 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 			return cfg, fmt.Errorf("--dhchap-secret: %w", err)
 		}
 	}
+	if o.dhchapSecret == "" && subnqn != nvmeof.DiscoveryNQN {
+		// nvmetd's built-in default subsystem on this machine: its
+		// generated host key (defaultkey.go).
+		sec, path, err := defaultHostKey(subnqn, nvmetdDataDirs(), os.Geteuid())
+		switch {
+		case err == nil:
+			if cfg.DHCHAPSecret, err = auth.ParseSecret(sec); err != nil {
+				return cfg, fmt.Errorf("%s: %w", path, err)
+			}
+			if log != nil {
+				log.Info("DH-HMAC-CHAP host secret of nvmetd's default subsystem", zap.String("file", path))
+			}
+		case errors.Is(err, errNoDefaultKey):
+			if path != "" && log != nil {
+				log.Info("nvmetd's default subsystem: its host key is not readable here; connecting without a DH-HMAC-CHAP secret", zap.Error(err))
+			}
+		default:
+			return cfg, err
+		}
+	}
 	if o.dhchapCtrlSecret != "" {
 		if o.dhchapSecret == "" {
 			return cfg, fmt.Errorf("--dhchap-ctrl-secret needs --dhchap-secret")
@@ -131,7 +154,7 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 			return cfg, fmt.Errorf("--dhchap-ctrl-secret: %w", err)
 		}
 	}
-	id, err := hostIdentity(o.hostnqn, o.hostid)
+	id, err := hostIdentity(o.hostnqn, o.hostid, log)
 	if err != nil {
 		return cfg, err
 	}
@@ -158,9 +181,29 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 }
 
 // hostIdentity is nvme-cli's: the flags, else /etc/nvme/hostnqn and
-// /etc/nvme/hostid, else one derived from the machine (libnvme).
-func hostIdentity(nqn, id string) (initiator.Identity, error) {
-	ident, err := initiator.HostIdentity()
+// /etc/nvme/hostid, else one derived from the machine (libnvme), saved to
+// those files on this first use when they can be written (root), so that
+// the host NQN stays the same (issue 23.3).
+func hostIdentity(nqn, id string, log *zap.Logger) (initiator.Identity, error) {
+	var ident initiator.Identity
+	var err error
+	if nqn == "" && id == "" {
+		ident, err = initiator.PersistentHostIdentity(initiator.DefaultHostPaths)
+		if err == nil && log == nil && strings.HasPrefix(ident.Persisted, "saved") {
+			// Once per machine: tell the admin where the identity is.
+			fmt.Fprintf(os.Stderr, "nvmeof: host NQN %s (derived from %s) %s\n", ident.NQN, ident.Source, ident.Persisted)
+		}
+		if err == nil && log != nil && ident.Persisted != "" {
+			lvl := zap.DebugLevel
+			if strings.HasPrefix(ident.Persisted, "saved") {
+				lvl = zap.InfoLevel
+			}
+			log.Log(lvl, "host identity derived from this machine", zap.String("hostnqn", ident.NQN),
+				zap.String("source", ident.Source), zap.String("persisted", ident.Persisted))
+		}
+	} else {
+		ident, err = initiator.HostIdentity()
+	}
 	if err != nil && (nqn == "" || id == "") {
 		return ident, fmt.Errorf("host identity: %w", err)
 	}

@@ -25,10 +25,20 @@ import (
 // Reads and Writes and whose fsync is an NVMe Flush. A loop device over
 // such a file is the namespace as a block device.
 
+// Access (issue 22.1): the directory is mounted allow_other (a loop
+// device, udev's probes and the tools run as root must open the files),
+// so it is also mounted default_permissions: the kernel checks every open
+// against the files' real mode, 0600 owned by the daemon's user (the user
+// who connected). Open checks the caller again (defense in depth, and the
+// only check if the mount option were lost): the owner or root, nobody
+// else. The mount is nosuid,nodev,noexec: device files, not programs.
+
 // devRoot is the FUSE root directory.
 type devRoot struct {
 	fs.Inode
 	directIO bool
+	// uid and gid own the namespace files (the daemon's user).
+	uid, gid uint32
 }
 
 var _ = (fs.NodeOnAdder)((*devRoot)(nil))
@@ -41,6 +51,7 @@ type nsFile struct {
 	fs.Inode
 	ns       *initiator.Head
 	directIO bool
+	uid, gid uint32 // the file's owner (mode 0600)
 	// rmw serialises the read-modify-write of unaligned writes against
 	// every other write.
 	rmw sync.RWMutex
@@ -64,7 +75,7 @@ func nsName(nsid uint32) string { return "n" + strconv.FormatUint(uint64(nsid), 
 
 // addNamespace puts a namespace's file in the directory.
 func (r *devRoot) addNamespace(ns *initiator.Head) {
-	f := &nsFile{ns: ns, directIO: r.directIO}
+	f := &nsFile{ns: ns, directIO: r.directIO, uid: r.uid, gid: r.gid}
 	ch := r.NewPersistentInode(context.Background(), f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(ns.NSID()) + 1})
 	r.AddChild(nsName(ns.NSID()), ch, true)
 }
@@ -78,6 +89,9 @@ func (r *devRoot) removeNamespace(nsid uint32) {
 // Open opens the device file; with directIO the kernel keeps no page cache
 // of it (FOPEN_DIRECT_IO), so every read and write reaches the namespace.
 func (f *nsFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if c, ok := fuse.FromContext(ctx); !ok || (c.Uid != 0 && c.Uid != f.uid) {
+		return nil, 0, syscall.EACCES
+	}
 	if f.ns.Gone() {
 		return nil, 0, syscall.ENODEV
 	}
@@ -116,6 +130,7 @@ func (f *nsFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOu
 
 func (f *nsFile) fill(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o600
+	a.Uid, a.Gid = f.uid, f.gid
 	a.Size = uint64(f.ns.Size())
 	a.Blksize = uint32(f.ns.BlockSize())
 	a.Blocks = a.Size / 512
@@ -124,7 +139,8 @@ func (f *nsFile) fill(a *fuse.Attr) {
 
 // Setattr accepts only what does not change the device: a truncate to the
 // current size (open with O_TRUNC never happens for a block device file,
-// but tools may try) and mode/time changes, which are ignored.
+// but tools may try) and mode/time changes, which are ignored: the mode
+// stays 0600 and the owner the daemon's user, whatever chmod or chown says.
 func (f *nsFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if sz, ok := in.GetSize(); ok && int64(sz) != f.ns.Size() {
 		return syscall.EINVAL
@@ -227,7 +243,7 @@ func (f *nsFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { re
 // mountFUSE mounts the device directory on dir. mount(2) is used directly
 // (there may be no fusermount), which needs root.
 func mountFUSE(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Server, *devRoot, error) {
-	root := &devRoot{directIO: directIO}
+	root := &devRoot{directIO: directIO, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())}
 	one := time.Second
 	srv, err := fs.Mount(dir, root, &fs.Options{
 		EntryTimeout: &one,
@@ -238,8 +254,11 @@ func mountFUSE(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Se
 			DirectMount:       true,
 			DirectMountStrict: true,
 			AllowOther:        true,
-			MaxWrite:          1 << 20,
-			MaxBackground:     128,
+			// The kernel checks the files' modes (0600, the daemon's
+			// user); no device or set-user-ID file is honoured.
+			Options:       []string{"default_permissions", "nosuid", "nodev", "noexec"},
+			MaxWrite:      1 << 20,
+			MaxBackground: 128,
 			// The read data is in our buffer already: write it to
 			// /dev/fuse (a splice of a 1 MiB read does not fit a pipe).
 			DisableSplice: true,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -58,6 +59,89 @@ func loopDirectIO(dev string) bool {
 	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
+// Signatures --mkfs refuses to write over (issue 23.1): a filesystem or a
+// partition table found by blkid -p (low-level probing, no cache) and by
+// reading the well-known magic numbers here, so that the check holds
+// without blkid too.
+type signature struct {
+	off   int64
+	magic string
+	what  string
+}
+
+var knownSignatures = []signature{
+	{0x438, "\x53\xef", "an ext2/ext3/ext4 filesystem"}, // s_magic 0xEF53 at 1024+56
+	{0, "XFSB", "an XFS filesystem"},
+	{0x10040, "_BHRfS_M", "a btrfs filesystem"},
+	{4096 - 10, "SWAPSPACE2", "a swap area"},
+	{4096 - 10, "SWAP-SPACE", "a swap area"},
+	{65536 - 10, "SWAPSPACE2", "a swap area (64 KiB pages)"},
+	{512, "EFI PART", "a GPT partition table"},
+	{4096, "EFI PART", "a GPT partition table (4 KiB sectors)"},
+	{510, "\x55\xaa", "an MBR (DOS partition table or boot sector)"},
+	{512, "LABELONE", "an LVM physical volume"},
+	{0, "LUKS\xba\xbe", "a LUKS encrypted volume"},
+}
+
+// probeSignatures returns what the known magic numbers of r say it holds.
+func probeSignatures(r io.ReaderAt) []string {
+	var found []string
+	seen := map[string]bool{}
+	for _, s := range knownSignatures {
+		b := make([]byte, len(s.magic))
+		if n, _ := r.ReadAt(b, s.off); n == len(b) && string(b) == s.magic && !seen[s.what] {
+			seen[s.what] = true
+			found = append(found, s.what)
+		}
+	}
+	return found
+}
+
+// blkidProbe returns what blkid -p finds on dev ("TYPE=ext4",
+// "PTTYPE=gpt", ...); none if blkid is missing or finds nothing (exit 2).
+func blkidProbe(dev string) []string {
+	if _, err := exec.LookPath("blkid"); err != nil {
+		return nil
+	}
+	out, err := runTool("blkid", "-p", "-o", "export", dev)
+	if err != nil {
+		return nil
+	}
+	var found []string
+	for _, l := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		switch k {
+		case "TYPE", "PTTYPE", "UUID", "LABEL", "PTUUID":
+			found = append(found, k+"="+v)
+		}
+	}
+	return found
+}
+
+// checkBlank refuses a device that holds a filesystem or a partition
+// table: the error says what was found and how to go on.
+func checkBlank(dev, name string) error {
+	f, err := os.Open(dev)
+	if err != nil {
+		return fmt.Errorf("--mkfs: check %s for an existing filesystem: %w", dev, err)
+	}
+	found := probeSignatures(f)
+	f.Close()
+	blk := blkidProbe(dev)
+	if len(found) == 0 && len(blk) == 0 {
+		return nil
+	}
+	what := strings.Join(found, ", ")
+	if len(blk) > 0 {
+		if what != "" {
+			what += "; "
+		}
+		what += "blkid: " + strings.Join(blk, " ")
+	}
+	return fmt.Errorf("refusing --mkfs: %s (%s) already holds data (%s); mkfs would erase it. "+
+		"Mount what is there without --mkfs, or add --force to erase it", name, dev, what)
+}
+
 // makeFS makes a filesystem on dev.
 func makeFS(fstype, dev string) error {
 	args := []string{dev}
@@ -71,15 +155,28 @@ func makeFS(fstype, dev string) error {
 	return err
 }
 
-// mountFS mounts dev on dir.
+// defaultMountOptions come before the user's --mount-options (issue
+// 22.1): the namespace's data is not trusted to carry set-user-ID programs
+// or device nodes, since whoever can write its blocks (the target, another
+// host of the subsystem) would otherwise be root here. mount(8) applies
+// options in order, so an explicit "suid" or "dev" in --mount-options
+// turns them back on.
+const defaultMountOptions = "nosuid,nodev"
+
+// mountOptions returns the -o argument for the user's options.
+func mountOptions(opts string) string {
+	if opts == "" {
+		return defaultMountOptions
+	}
+	return defaultMountOptions + "," + opts
+}
+
+// mountFS mounts dev on dir, nosuid and nodev unless opts says otherwise.
 func mountFS(fstype, dev, dir, opts string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	args := []string{"-t", fstype}
-	if opts != "" {
-		args = append(args, "-o", opts)
-	}
+	args := []string{"-t", fstype, "-o", mountOptions(opts)}
 	_, err := runTool("mount", append(args, dev, dir)...)
 	if err != nil && (strings.Contains(err.Error(), "wrong fs type") || strings.Contains(err.Error(), "bad superblock")) {
 		return fmt.Errorf("%w\n(no %s filesystem on the namespace yet? add --mkfs to make one: it erases the namespace)", err, fstype)

@@ -243,6 +243,13 @@ func (d *daemon) mountNamespace() error {
 	d.mu.Unlock()
 	d.log.Info("loop device attached", zap.String("loop", loop), zap.Bool("direct_io", loopDirectIO(loop)))
 	if d.opts.mkfs {
+		if !d.opts.force {
+			if err := checkBlank(loop, fmt.Sprintf("%sn%d", d.dev, target.NSID)); err != nil {
+				return err
+			}
+		} else {
+			d.log.Warn("--mkfs --force: making a filesystem whatever the namespace holds", zap.String("loop", loop))
+		}
 		if err := makeFS(d.opts.fstype, loop); err != nil {
 			return err
 		}
@@ -495,11 +502,12 @@ func (d *daemon) handle(c net.Conn) {
 	}
 }
 
-// teardown is disconnect: unmount the filesystem, detach the loop device,
+// teardown is disconnect: unmount the filesystems, detach the loop devices,
 // unmount the FUSE files, flush every namespace (NVMe Flush) and close the
-// controller (CC.SHN), in that order; then the daemon exits. If the
-// filesystem cannot be unmounted (busy) nothing is torn down, unless force,
-// which detaches it lazily (umount -l).
+// controller (CC.SHN), in that order; then the daemon exits. If a
+// filesystem cannot be unmounted (busy) the controller, the loop devices
+// and the other mounts stay, and the error says what holds it
+// (busyUnmountError), unless force, which detaches it lazily (umount -l).
 func (d *daemon) teardown(force bool) error {
 	d.stopMu.Lock()
 	defer d.stopMu.Unlock()
@@ -532,20 +540,43 @@ func (d *daemon) stop(force bool) ([]string, error) {
 		_ = d.sub.Close(ctx)
 		cancel()
 	}
+	// Every filesystem first, then the loop devices: a busy mount stops
+	// the disconnect before any loop device is detached under a mount.
+	var unmounted []string
 	for i, n := range nss {
-		if n.Mount != "" && !isMounted(n.Mount) {
+		switch {
+		case n.Mount == "":
+		case !isMounted(n.Mount):
 			d.log.Info("already unmounted", zap.String("dir", n.Mount))
-		} else if n.Mount != "" && force {
+		case force:
+			if err := unmountFS(n.Mount); err == nil {
+				d.log.Info("unmounted", zap.String("dir", n.Mount))
+				break
+			}
+			d.log.Warn("filesystem busy: --force unmounts it lazily; the processes using it keep it, and their I/O fails once the controller is gone",
+				zap.String("dir", n.Mount), zap.Strings("busy", busyReason(n.Loop, n.Mount)))
 			if _, err := runTool("umount", "-l", n.Mount); err != nil {
 				d.log.Warn("lazy unmount", zap.Error(err))
 			}
-		} else if n.Mount != "" {
+		default:
 			if err := unmountFS(n.Mount); err != nil {
-				return nil, fmt.Errorf("cannot unmount %s (nothing disconnected; --force unmounts lazily): %w", n.Mount, err)
+				d.mu.Lock()
+				for j := range d.st.Namespaces {
+					for _, u := range nss[:i] {
+						if d.st.Namespaces[j].NSID == u.NSID && u.Mount == "" {
+							d.st.Namespaces[j].Mount = ""
+						}
+					}
+				}
+				d.mu.Unlock()
+				return nil, busyUnmountError(d.dev, n, unmounted, err)
 			}
 			nss[i].Mount = ""
+			unmounted = append(unmounted, n.Mount)
 			d.log.Info("unmounted", zap.String("dir", n.Mount))
 		}
+	}
+	for _, n := range nss {
 		if n.Loop != "" {
 			if err := detachLoop(n.Loop); err != nil {
 				d.log.Warn("detach loop", zap.Error(err))
@@ -602,18 +633,55 @@ func (d *daemon) anyPathLive() bool {
 }
 
 // leftovers lists the mounts and loop devices of nss that are still
-// there.
+// there, each with what is safe to do about it: a mount is unmounted once
+// what uses it has stopped; a loop device still under a filesystem (a
+// live mount, or one unmounted lazily that processes still use) is left
+// to its autoclear, never detached by hand.
 func leftovers(nss []nsState) []string {
 	var left []string
 	for _, n := range nss {
-		if n.Mount != "" && isMounted(n.Mount) && mountSource(n.Mount) == n.Loop {
-			left = append(left, fmt.Sprintf("%s still mounted (umount -l %s)", n.Mount, n.Mount))
+		mounted := n.Mount != "" && isMounted(n.Mount) && (n.Loop == "" || mountSource(n.Mount) == n.Loop)
+		if mounted {
+			left = append(left, fmt.Sprintf("%s still mounted (%s): stop what uses it, then umount %s; umount -l only if you accept that their I/O fails",
+				n.Mount, strings.Join(busyReason(n.Loop, n.Mount), "; "), n.Mount))
 		}
-		if n.Loop != "" && loopBacking(n.Loop) == n.File {
-			left = append(left, fmt.Sprintf("%s still attached to %s (losetup -d %s)", n.Loop, n.File, n.Loop))
+		if n.Loop == "" || !loopOn(n.Loop, n.File) {
+			continue
+		}
+		switch m := mountOf(n.Loop); {
+		case mounted || m != "":
+			if m == "" {
+				m = n.Mount
+			}
+			left = append(left, fmt.Sprintf("%s still attached to %s, under the mount %s: umount %s first; never losetup -d a loop device under a live mount", n.Loop, n.File, m, m))
+		case blockDeviceBusy(n.Loop):
+			users, _ := fsUsers(fsDevice(n.Loop, ""), 10)
+			who := make([]string, len(users))
+			for i, u := range users {
+				who[i] = u.String()
+			}
+			if len(who) == 0 {
+				who = append(who, "no process found in this mount namespace")
+			}
+			left = append(left, fmt.Sprintf("%s still attached to %s: a lazily unmounted filesystem on it is still in use (%s); it detaches itself when they let go (autoclear): do not losetup -d it",
+				n.Loop, n.File, strings.Join(who, "; ")))
+		default:
+			left = append(left, fmt.Sprintf("%s still attached to %s, nothing mounts it: losetup -d %s", n.Loop, n.File, n.Loop))
 		}
 	}
 	return left
+}
+
+// blockDeviceBusy reports whether something holds dev exclusively (a
+// mounted filesystem, also one unmounted lazily and still in use; a
+// device-mapper or md device): open(2) with O_EXCL fails with EBUSY.
+func blockDeviceBusy(dev string) bool {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err == unix.EBUSY
+	}
+	unix.Close(fd)
+	return false
 }
 
 // mountSource returns the device mounted on dir, or "".
@@ -626,6 +694,15 @@ func mountSource(dir string) string {
 		}
 	}
 	return src
+}
+
+// loopOn reports whether loop device dev is attached to the namespace file
+// file. Once the FUSE directory is unmounted lazily (a loop device under a
+// filesystem still in use keeps it), the kernel names the file from the
+// detached mount's root: "/n1".
+func loopOn(dev, file string) bool {
+	b := loopBacking(dev)
+	return b != "" && (b == file || (b == "/"+filepath.Base(file) && !isMounted(filepath.Dir(file))))
 }
 
 // loopBacking returns the file a loop device is attached to, or "".

@@ -35,6 +35,8 @@ type nsState struct {
 	State string `json:"state"`
 	Error string `json:"error"`
 	Size  int64
+	// The identifiers in effect (configured or derived).
+	NGUID, UUID, EUI64 string
 }
 
 // namespaceStates returns each namespace's state from /v1/status.
@@ -48,7 +50,8 @@ func (a *app) namespaceStates() map[string]nsState {
 	}
 	for _, s := range st.Target.Subsystems {
 		for _, n := range s.Namespaces {
-			out[fmt.Sprintf("%s/%d", s.NQN, n.NSID)] = nsState{State: n.State, Error: n.Error, Size: n.Backend.Size}
+			out[fmt.Sprintf("%s/%d", s.NQN, n.NSID)] = nsState{State: n.State, Error: n.Error, Size: n.Backend.Size,
+				NGUID: n.NGUID, UUID: n.UUID, EUI64: n.EUI64}
 		}
 	}
 	return out
@@ -203,6 +206,22 @@ func (a *app) exportCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The identifiers hosts see, derived ones included: kernel
+			// nvmet restored from this file reports the same namespaces.
+			states := a.namespaceStates()
+			for i := range c.Subsystems {
+				sc := &c.Subsystems[i]
+				for j := range sc.Namespaces {
+					n := &sc.Namespaces[j]
+					st := states[fmt.Sprintf("%s/%d", sc.NQN, n.NSID)]
+					if n.NGUID == "" {
+						n.NGUID = st.NGUID
+					}
+					if n.UUID == "" {
+						n.UUID = st.UUID
+					}
+				}
+			}
 			nc, err := target.ExportNvmetcli(c)
 			if err != nil {
 				if !force {
@@ -339,10 +358,29 @@ func (a *app) restoreCommand() *cobra.Command {
 }
 
 func (a *app) clearCommand() *cobra.Command {
-	return &cobra.Command{
+	var yes, force bool
+	cmd := &cobra.Command{
 		Use:   "clear",
 		Short: "remove every port, subsystem and host (nvmetcli clear): connected hosts are disconnected",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, args []string) error { return a.change("DELETE", "/v1/config", nil) },
+		Long: "Removes the whole running configuration: nothing is served afterwards. It asks for --yes; with hosts connected " +
+			"(they lose every namespace and retry until their ctrl_loss_tmo) it also needs --force. The configuration file is " +
+			"not touched unless --persist.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.fetchConfig()
+			if err != nil {
+				return err
+			}
+			if !yes {
+				return fmt.Errorf("clear would remove %d subsystem(s) and %d port(s); nothing would be served: give --yes to do it", len(c.Subsystems), len(c.Ports))
+			}
+			if err := a.refuseConnected("", force, "clear"); err != nil {
+				return err
+			}
+			return a.change("DELETE", "/v1/config", nil)
+		},
 	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "confirm: remove everything")
+	cmd.Flags().BoolVar(&force, "force", false, "clear even with hosts connected")
+	return cmd
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -116,10 +117,18 @@ func (a *app) subsystemCommand() *cobra.Command {
 	set.RunE = func(cmd *cobra.Command, args []string) error {
 		return a.change("PATCH", "/v1/subsystems/"+esc(args[0]), sb.build())
 	}
-	remove := &cobra.Command{Use: "remove NQN", Aliases: []string{"rm", "delete"}, Short: "remove a subsystem with its namespaces (SPDK nvmf_delete_subsystem)", Args: cobra.ExactArgs(1),
+	var force bool
+	remove := &cobra.Command{Use: "remove NQN", Aliases: []string{"rm", "delete"}, Short: "remove a subsystem with its namespaces (SPDK nvmf_delete_subsystem)",
+		Long: "Removes the subsystem and its namespaces. Hosts connected to it lose it at once and retry until their ctrl_loss_tmo " +
+			"(Linux: 600 s by default) before they give up: with hosts connected the removal is refused, naming them, unless --force.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.refuseConnected(args[0], force, "remove subsystem "+args[0]); err != nil {
+				return err
+			}
 			return a.change("DELETE", "/v1/subsystems/"+esc(args[0]), nil)
 		}}
+	remove.Flags().BoolVar(&force, "force", false, "remove it even with hosts connected")
 	cmd.AddCommand(list, add, set, remove)
 	return cmd
 }
@@ -411,4 +420,40 @@ func rpcArgs(args []string) []string {
 		break
 	}
 	return args
+}
+
+// connectedHosts lists the live I/O controllers of subsystem nqn (every
+// subsystem's for ""), one "HOSTNQN (REMOTE, cntlid N)" each.
+func (a *app) connectedHosts(nqn string) ([]string, error) {
+	var list []target.ControllerStatus
+	if err := a.call("GET", "/v1/controllers", nil, nil, &list); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range list {
+		if !c.Discovery && (nqn == "" || c.Subsystem == nqn) {
+			out = append(out, fmt.Sprintf("%s (%s, %s, cntlid %d)", c.HostNQN, c.Subsystem, c.RemoteAddress, c.CNTLID))
+		}
+	}
+	return out, nil
+}
+
+// refuseConnected refuses what (a removal) while hosts are connected to
+// nqn ("" for any subsystem), unless force: they would lose their
+// namespaces and sit in reconnect for their ctrl_loss_tmo (issue 23.9).
+func (a *app) refuseConnected(nqn string, force bool, what string) error {
+	hosts, err := a.connectedHosts(nqn)
+	if err != nil {
+		return err
+	}
+	if len(hosts) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%d host controller(s) connected, which would lose their namespaces and retry until their ctrl_loss_tmo:\n  %s",
+		len(hosts), strings.Join(hosts, "\n  "))
+	if !force {
+		return fmt.Errorf("%s refused: %s\ndisconnect them first (nvme disconnect / nvmeof disconnect), or give --force", what, msg)
+	}
+	fmt.Fprintf(a.stderr, "warning: %s: %s\n", what, msg)
+	return nil
 }

@@ -42,6 +42,10 @@ type gatewayConfig struct {
 	FailbackDelay time.Duration `mapstructure:"failback_delay"`
 	// ANAGroups are the groups and their preferred owners.
 	ANAGroups []gatewayGroupConfig `mapstructure:"ana_groups"`
+	// BlocklistExpire is how long a fence's blocklist entries last
+	// (default 10 years, gateway.DefaultBlocklistExpire; at most
+	// gateway.MaxBlocklistExpire).
+	BlocklistExpire time.Duration `mapstructure:"blocklist_expire"`
 }
 
 // gatewayClusterConfig is gateway.cluster: the RADOS client of the
@@ -83,6 +87,9 @@ func (g *gatewayConfig) applyDefaults() {
 	if g.FailbackDelay == 0 {
 		g.FailbackDelay = defaultGatewayFailback
 	}
+	if g.BlocklistExpire == 0 {
+		g.BlocklistExpire = gateway.DefaultBlocklistExpire
+	}
 	if g.Cluster.CephConf == "" {
 		g.Cluster.CephConf = backend.DefaultCephConf
 	}
@@ -115,6 +122,11 @@ func (g *gatewayConfig) validate(cfg *target.Config) error {
 	}
 	if g.FailbackDelay < 0 {
 		add("failback_delay", "%s is negative", g.FailbackDelay)
+	}
+	// An entry that lapses lets a fenced gateway that was frozen longer
+	// write again: at least a day.
+	if g.BlocklistExpire < 24*time.Hour || g.BlocklistExpire > gateway.MaxBlocklistExpire {
+		add("blocklist_expire", "%s is out of range (24h..%s)", g.BlocklistExpire, gateway.MaxBlocklistExpire)
 	}
 	if len(g.ANAGroups) == 0 {
 		add("ana_groups", "at least one ANA group (id, preferred) is required")
@@ -290,11 +302,21 @@ func (d *daemon) startGateway(cfg *loadedConfig) error {
 	for _, a := range g.ANAGroups {
 		ids = append(ids, a.ID)
 	}
+	// From now on every configuration the target serves (SIGHUP, the
+	// management API, ANA changes) keeps its namespaces in these groups
+	// and its images exclusive-locked (target.GatewayGuard).
+	if gg, ok := d.t.(interface {
+		SetGatewayGuard(target.GatewayGuard) error
+	}); ok {
+		if err := gg.SetGatewayGuard(target.GatewayGuard{ANAGroups: ids}); err != nil {
+			return err
+		}
+	}
 	// Each cluster operation gives up well before the lease can end.
 	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
 	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
 		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
-		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second})
+		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire})
 	if err != nil {
 		return err
 	}

@@ -200,6 +200,11 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 	if err := nc.Validate(); err != nil {
 		return nil, toAPIError(err, prefix)
 	}
+	// What only spells out what the target already serves (a restored
+	// export's identifiers, must_exist, default ANA states) changes nothing.
+	if k, ok := d.t.(interface{ KeepRunningEquivalents(*target.Config) }); ok {
+		k.KeepRunningEquivalents(nc)
+	}
 	diff := target.Diff(cur.Target, nc)
 	res.Changes = append(res.Changes, diff.Summary()...)
 	if !diff.Empty() {
@@ -215,6 +220,12 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 			ae := toAPIError(err, prefix)
 			if ae.Status == http.StatusInternalServerError {
 				ae.Status = http.StatusBadRequest
+			}
+			if errors.Is(err, target.ErrGatewayGuard) {
+				// The change conflicts with the gateway group: a
+				// namespace outside its ANA groups, or an image
+				// without the exclusive-lock feature.
+				ae.Status = http.StatusConflict
 			}
 			ae.Message = err.Error()
 			return nil, ae

@@ -50,10 +50,22 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 		return sum, fmt.Errorf("config file %s: the document is not a mapping", file)
 	}
 	m := root.Content[0]
-	out := cfg.WithoutDefaults()
-	setKey(m, "ports", listNode(reflect.ValueOf(out.Ports)))
-	setKey(m, "subsystems", listNode(reflect.ValueOf(out.Subsystems)))
-	setKey(m, "hosts", listNode(reflect.ValueOf(out.Hosts)))
+	run := cfg.Clone()
+	run.ApplyDefaults()
+	out := run.WithoutDefaults()
+	old := decodeFileConfig(doc)
+	if logLevel == "" && old != nil && target.Diff(old, run).Empty() && reflect.DeepEqual(old.Ports, run.Ports) &&
+		reflect.DeepEqual(old.Subsystems, run.Subsystems) && reflect.DeepEqual(old.Hosts, run.Hosts) {
+		// Nothing to save: the file is left as it is, byte for byte,
+		// but for its mode when it holds a literal secret.
+		if hasLiteralSecrets(out) {
+			if err := privateMode(file); err != nil {
+				return sum, fmt.Errorf("config file %s: %w", file, err)
+			}
+		}
+		return sha256.Sum256(doc), nil
+	}
+	mergeConfig(m, old, run, out)
 	if logLevel != "" {
 		dm := getKey(m, "daemon")
 		if dm == nil || dm.Kind != yaml.MappingNode {
@@ -171,4 +183,20 @@ func writeFileAtomic(path string, data []byte, private bool) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// privateMode makes the file path (or the one its link points to) mode
+// 0600 if others could read it.
+func privateMode(path string) error {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return os.Chmod(path, 0o600)
+	}
+	return nil
 }

@@ -149,9 +149,12 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
        nvmetd trace status
 
 A wire trace of the selected queues as a pcap file that Wireshark and tshark
-dissect as iWARP MPA/DDP/RDMAP; with deploy/wireshark/nvmeof-iwarp.lua also
-the NVMe-oF capsules:
+dissect as iWARP MPA/DDP/RDMAP; with the NVMe-oF dissector (the package
+installs it as /usr/share/nvmetd/wireshark/nvmeof-iwarp.lua; in the source,
+deploy/wireshark/nvmeof-iwarp.lua) also the NVMe-oF capsules:
   tshark -X lua_script:nvmeof-iwarp.lua -o tcp.try_heuristic_first:TRUE -r FILE
+A trace by --host has the queues that connect while it runs from their
+first FPDU on, the Connect capsule included.
 It stops at --max-size or after --duration, whichever comes first.
 
 flags:
@@ -162,6 +165,10 @@ flags:
 		return exitUsage
 	}
 	action := args[0]
+	if action == "-h" || action == "--help" || action == "help" {
+		fs.Usage() // as nvmetd --help and nvmetd status --help: on stderr, exit 0
+		return exitOK
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			return exitOK

@@ -83,14 +83,14 @@ func TestOnlyTheBindingImportsTheEngine(t *testing.T) {
 }
 
 // TestWirePackagesArePure: nvmeof (the NVMe and NVMe-oF structures) and
-// nvmeof/auth do no file, network or system I/O of their own.
+// nvmeof/auth and the wire codecs (nvmeof/tcp/wire, iwarp/wire) do no file, network or system I/O of their own.
 func TestWirePackagesArePure(t *testing.T) {
-	pkgs := list(t, "./nvmeof", "./nvmeof/auth", "./iwarp/wire")
+	pkgs := list(t, "./nvmeof", "./nvmeof/auth", "./nvmeof/tcp/wire", "./iwarp/wire")
 	forbidden := func(imp string) bool {
 		return imp == "os" || strings.HasPrefix(imp, "os/") || imp == "net" || strings.HasPrefix(imp, "net/") ||
 			imp == "syscall" || strings.HasPrefix(imp, "golang.org/x/sys/")
 	}
-	for _, path := range []string{"nvmeof", "nvmeof/auth", "iwarp/wire"} {
+	for _, path := range []string{"nvmeof", "nvmeof/auth", "nvmeof/tcp/wire", "iwarp/wire"} {
 		p := pkgs[module+path]
 		if p == nil {
 			t.Fatalf("%s not listed", path)
@@ -142,6 +142,17 @@ func TestImportDirection(t *testing.T) {
 				if under(imp, r.to) {
 					t.Errorf("%s imports %s: %s", p.ImportPath, imp, r.why)
 				}
+			}
+		}
+	}
+	// Test support (internal/testing/...) is imported by tests only.
+	for _, p := range pkgs {
+		if p.Standard || !strings.HasPrefix(p.ImportPath, module) || under(p.ImportPath, "internal/testing") {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if under(imp, "internal/testing") {
+				t.Errorf("%s imports %s: test support is for tests only", p.ImportPath, imp)
 			}
 		}
 	}

@@ -22,7 +22,7 @@ type Limiter struct {
 	mu     sync.Mutex
 	start  time.Time // of the current interval
 	logged int
-	quiet  map[string]int // events by reason not logged one by one
+	quiet  map[string]int // events by kind not logged one by one
 	timer  *time.Timer
 	closed bool
 }
@@ -42,9 +42,17 @@ func New(log *zap.Logger, interval time.Duration, burst int) *Limiter {
 	return &Limiter{log: log, interval: interval, burst: burst, quiet: map[string]int{}}
 }
 
+// EventKey is the key of the field Log adds to a line it lets through: the
+// event's kind (its summary key). It is not "reason": callers put their own
+// reason (why a connection was refused) in that key, and a JSON line must
+// not carry one key twice.
+const EventKey = "event"
+
 // Log logs one event: msg with fields at level, unless the interval's burst
-// is used up, in which case it is counted under reason for the summary.
-func (l *Limiter) Log(level zapcore.Level, reason, msg string, fields ...zap.Field) {
+// is used up, in which case it is counted under event (a kind, such as
+// "connect_refused") for the summary. The line carries the kind under
+// EventKey.
+func (l *Limiter) Log(level zapcore.Level, event, msg string, fields ...zap.Field) {
 	now := time.Now()
 	l.mu.Lock()
 	if l.closed {
@@ -58,11 +66,11 @@ func (l *Limiter) Log(level zapcore.Level, reason, msg string, fields ...zap.Fie
 		l.logged++
 		l.mu.Unlock()
 		if ce := l.log.Check(level, msg); ce != nil {
-			ce.Write(append(fields, zap.String("reason", reason))...)
+			ce.Write(append(fields, zap.String(EventKey, event))...)
 		}
 		return
 	}
-	l.quiet[reason]++
+	l.quiet[event]++
 	if l.timer == nil {
 		l.timer = time.AfterFunc(l.start.Add(l.interval).Sub(now), l.Flush)
 	}

@@ -183,6 +183,15 @@ func (c *Controller) Send(s *nvmeof.SQE, data []byte) Result {
 		err := &CommandError{Status: nvmeof.StatusInvalidOpcode | nvmeof.StatusDNR, Offset: 4, Reason: "Authentication Receive given to Send"}
 		return c.result(Result{Status: err.Status, Err: err})
 	}
+	if c.step == MsgFailure1 && c.failed != nil {
+		// The transaction has failed and AUTH_Failure1 waits for the host,
+		// after which the association ends (nvmet_ctrl_fatal_error once
+		// AUTH_Failure1 is sent). Nothing the host sends now starts over: a new
+		// AUTH_Negotiate would wipe the failure and let a peer guess
+		// without end on one controller.
+		e := *c.failed
+		return c.finish(Result{Status: nvmeof.StatusCommandSequenceError | nvmeof.StatusDNR, Fatal: true, Err: &e})
+	}
 	h, err := ParseHeader(data)
 	if err != nil {
 		return c.abort(MsgNegotiate, ExplIncorrectMessage, err.Error())
@@ -305,6 +314,27 @@ func (c *Controller) Receive(s *nvmeof.SQE, xferLen uint32) Result {
 	}
 	c.fail(c.step, ExplFailed, fmt.Sprintf("Authentication Receive while waiting for %v", c.step))
 	return c.failure1()
+}
+
+// Failed returns the failure of the transaction that AUTH_Failure1 will
+// report, while the host has not fetched it; nil otherwise.
+func (c *Controller) Failed() error {
+	if c.step == MsgFailure1 && c.failed != nil {
+		return c.failed
+	}
+	return nil
+}
+
+// NeedsDH reports whether the next Authentication Send (send) or Receive
+// runs a Diffie-Hellman exponentiation: the key pair of the
+// DH-HMAC-CHAP_Challenge, or the shared secret of a DH-HMAC-CHAP_Reply.
+// These are the costly steps a peer can make the controller run without
+// holding a key; the caller may bound how many run at once.
+func (c *Controller) NeedsDH(send bool) bool {
+	if send {
+		return c.step == MsgReply && c.dh != nil
+	}
+	return c.step == MsgChallenge && c.group != DHGroupNull
 }
 
 // Expire ends the transaction in progress when the queue's timer fires

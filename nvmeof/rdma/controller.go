@@ -381,6 +381,16 @@ func (q *ControllerQueue) Admit() error {
 	return nil
 }
 
+// AdmitConnection admits the connection (it no longer counts as pending
+// for the listener's connection limits, and the connect timeout stops) but
+// leaves the queue the resources it had before Admit: a few receive
+// buffers and request contexts and a data buffer pool the size of one
+// page, which carry a Connect or an in-band authentication (messages of at
+// most 4 KiB, one command at a time). For a queue whose host must still
+// authenticate: Admit, once it has, gives it the rest, so that a peer that
+// never authenticates costs a few KiB, not the queue's whole pool.
+func (q *ControllerQueue) AdmitConnection() { q.qp.Admit() }
+
 // grow gives the queue its full resources (once).
 func (q *ControllerQueue) grow() error {
 	if q.admitted.Swap(true) {

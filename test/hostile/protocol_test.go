@@ -326,7 +326,7 @@ const rateLimitSummary = "events not logged one by one (rate limit)"
 
 // rateLimitedEvents counts the events JSON log lines account for: a summary
 // line its "count", a line the rate-limited log let through one by one (it
-// carries the event's "reason") one.
+// carries the event's kind under "event") one.
 func rateLimitedEvents(lines []string) int {
 	n := 0
 	for _, l := range lines {
@@ -338,7 +338,7 @@ func rateLimitedEvents(lines []string) int {
 			if c, ok := m["count"].(float64); ok {
 				n += int(c)
 			}
-		} else if _, ok := m["reason"]; ok {
+		} else if _, ok := m["event"]; ok {
 			n++
 		}
 	}

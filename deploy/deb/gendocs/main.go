@@ -126,10 +126,15 @@ func nvmetd(bin string) program {
 			"nvmetd reload waits for the verdict and exits 1 when the reload is refused. " +
 			"SIGTERM drains in-flight I/O, flushes and exits. Exit status: 0, 1 failure (--check-config: invalid), 2 usage, 78 invalid configuration; " +
 			"nvmetd status exits 3 when the daemon is degraded (a namespace failed to open, a port down, the last reload refused).",
-		synopsis: []string{"nvmetd [--config FILE] [flags]", "nvmetd --check-config [-o normal|json]", "nvmetd status [-o normal|json] [--health-report]", "nvmetd reload"},
-		top:      command{name: "nvmetd", flags: parseFlags(helpOf(bin, "--help"))},
-		subs: []command{{name: "status", summary: "show the running daemon's status", flags: parseFlags(helpOf(bin, "status", "--help"))},
-			{name: "reload", summary: "reload the running daemon's configuration and wait for the verdict", flags: parseFlags(helpOf(bin, "reload", "--help"))}},
+		synopsis: []string{"nvmetd [--config FILE] [flags]", "nvmetd --check-config [-o normal|json]", "nvmetd status [-o normal|json] [--health-report]",
+			"nvmetd reload", "nvmetd trace start|stop|status [flags]"},
+		top: command{name: "nvmetd", flags: parseFlags(helpOf(bin, "--help"))},
+		subs: []command{
+			{name: "status", summary: "show the running daemon's status", flags: parseFlags(helpOf(bin, "status", "--help"))},
+			{name: "reload", summary: "reload the running daemon's configuration and wait for the verdict", flags: parseFlags(helpOf(bin, "reload", "--help"))},
+			{name: "trace", summary: "start, stop or show a wire trace (pcap) of selected queues: trace start --host NQN | --address IP | --controller SUBNQN:CNTLID[:QID] -w FILE",
+				flags: parseFlags(helpOf(bin, "trace", "--help"))},
+		},
 	}
 }
 

@@ -1,0 +1,142 @@
+//go:build rbd
+
+package gateway_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+)
+
+// post POSTs body (JSON) to path through the process's control socket and
+// returns the status and the answer.
+func (p *gwProc) post(path, body string) (int, string) {
+	p.t.Helper()
+	c := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(p.dir, "ctl.sock"))
+	}}}
+	resp, err := c.Post("http://nvmetd"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		p.t.Fatalf("%s POST %s: %v", p.name, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestGatewayProcessGuard: an nvmetd-rbd gateway that owns ANA group 1
+// (namespace 1 on an RBD image). Every path that could make it serve a
+// second writer is refused, nothing changes, and nothing else is served
+// optimized:
+//   - the management API adds a namespace in ANA group 7, which no gateway
+//     manages (it would be optimized on every gateway at once): 409, the
+//     field named;
+//   - the management API adds the image of namespace 1 again as namespace
+//     3: refused, the image named as already open;
+//   - SIGHUP with a file that adds group 7 to the gateway section and a
+//     namespace in it (the gateway section is read at start only, so the
+//     target would serve group 7 unmanaged): refused;
+//   - another RADOS client (another gateway, or a stand-alone nvmetd on
+//     the image) cannot write the image while the gateway owns the group:
+//     the gateway holds librbd's exclusive lock.
+func TestGatewayProcessGuard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with an nvmetd-rbd process and a Ceph cluster: skipped in -short mode")
+	}
+	c := cephtest.Shared(t)
+	image := c.CreateImage(t, 16<<20)
+	image7 := c.CreateImage(t, 16<<20)
+	bin := buildGateway(t)
+	var rb [4]byte
+	rand.Read(rb[:])
+	group := "g" + hex.EncodeToString(rb[:])
+	d := t.TempDir()
+	p := &gwProc{t: t, name: "gw-a", bin: bin, dir: d, cfg: filepath.Join(d, "nvmetd.yaml"), port: freePort(t)}
+	p.writeConfig(c, image, group, 1)
+	p.start()
+	t.Cleanup(func() {
+		if p.cmd != nil && p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			p.wait()
+		}
+		if t.Failed() {
+			t.Logf("%s log (end):\n%s", p.name, tail(p.stderr.String(), 6000))
+		}
+	})
+	p.waitLog(`group 1: set-ana optimized`, 0)
+
+	nsCount := func() int {
+		return strings.Count(p.get("ctl.sock", "/v1/subsystems/"+gwSubNQN+"/namespaces"), `"nsid"`)
+	}
+	rbdBackend := func(img string) string {
+		return fmt.Sprintf(`{"kind": "rbd", "pool": %q, "image": %q, "ceph_conf": %q, "client_id": %q, "keyring": %q}`,
+			c.Pool, img, c.Conf, c.ClientID, c.Keyring)
+	}
+	path := "/v1/subsystems/" + gwSubNQN + "/namespaces"
+
+	// A namespace in ANA group 7.
+	status, body := p.post(path, `{"nsid": 2, "ana_group": 7, "backend": `+rbdBackend(image7)+`}`)
+	t.Logf("POST namespace 2 in ANA group 7: %d %s", status, body)
+	if status != http.StatusConflict || !strings.Contains(body, `"ana_group"`) || !strings.Contains(body, "not one of the gateway's") {
+		t.Errorf("POST namespace 2 in ANA group 7: %d %s; want 409 naming ana_group", status, body)
+	}
+	// The image of namespace 1 as namespace 3.
+	status, body = p.post(path, `{"nsid": 3, "ana_group": 1, "backend": `+rbdBackend(image)+`}`)
+	t.Logf("POST namespace 3 on the image of namespace 1: %d %s", status, body)
+	if status < 400 || status >= 500 || !strings.Contains(body, "already open in this process") {
+		t.Errorf("POST namespace 3 on the image of namespace 1: %d %s; want a 4xx naming the image as already open", status, body)
+	}
+	if n := nsCount(); n != 1 {
+		t.Errorf("%d namespaces after the API's refusals, want 1", n)
+	}
+
+	// SIGHUP: group 7 in the file's gateway section, and a namespace in it.
+	b, err := os.ReadFile(p.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(b), "ana_groups: [{id: 1, preferred: gw-a}]", "ana_groups: [{id: 1, preferred: gw-a}, {id: 7, preferred: gw-a}]", 1)
+	y += fmt.Sprintf("      - nsid: 2\n        ana_group: 7\n        backend: %s\n", rbdBackend(image7))
+	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(p.stderr.String())
+	p.signal(syscall.SIGHUP)
+	end := p.waitLog(`(reload: refused|configuration reloaded|reload applied)`, mark)
+	logged := p.stderr.String()[mark:end]
+	t.Logf("SIGHUP with namespace 2 in group 7:\n%s", grepLines(logged, `reload|gateway|refused`))
+	if !strings.Contains(logged, "reload: refused") || !strings.Contains(logged, "ana_group") {
+		t.Errorf("SIGHUP with namespace 2 in group 7: not refused")
+	}
+	if n := nsCount(); n != 1 {
+		t.Errorf("%d namespaces after SIGHUP, want 1 (namespace 2 would be optimized in group 7)", n)
+	}
+
+	// Another client cannot write the image the gateway serves.
+	other, err := backend.OpenRBD(backend.RBDOptions{Pool: c.Pool, Image: image, CephConf: c.Conf, ClientID: c.ClientID,
+		Keyring: c.Keyring, OpTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	err = other.WriteAt(make([]byte, 4096), 0, false)
+	t.Logf("another client's write while the gateway owns the group: %v", err)
+	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "exclusive lock is held") {
+		t.Errorf("another client's write while the gateway owns the group: %v; want ErrUnavailable (the exclusive lock)", err)
+	}
+}

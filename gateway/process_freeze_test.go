@@ -1,0 +1,270 @@
+//go:build rbd
+
+package gateway_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/testing/verify"
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+)
+
+// Figures of the gateways' configuration (writeConfig).
+const (
+	gwLease = 3 * time.Second
+)
+
+// logTime returns the time stamp of the first line of log (a gateway's
+// console log) that matches re.
+func logTime(log, re string) (time.Time, bool) {
+	rx := regexp.MustCompile(re)
+	for _, l := range strings.Split(log, "\n") {
+		if !rx.MatchString(l) || len(l) < 23 {
+			continue
+		}
+		if at, err := time.ParseInLocation("2006-01-02 15:04:05.000", l[:23], time.Local); err == nil {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// ioTotals sums a controller's I/O queue counters: completed reads and
+// writes (any status) and those with an error status.
+func ioTotals(p *initiator.Path) (reads, writes, errs uint64) {
+	for _, q := range p.Controller().IOStats() {
+		reads += q.Reads
+		writes += q.Writes
+		errs += q.Errors
+	}
+	return
+}
+
+// oneWriter checks that no I/O completed through the old owner's path
+// from after the first completion through the new owner's (since the
+// hand-over began at since): the host never saw two gateways serve the
+// image at once. The times are the host's (when the workload's worker
+// saw the completion), so the check means something only where the
+// hand-over takes far longer than a goroutine's scheduling delay: a
+// takeover after a lease, not a failback.
+func oneWriter(t *testing.T, w *verify.Workload, old, cur *initiator.Path, since time.Time) {
+	t.Helper()
+	first, ok := w.FirstCompletion(cur.Address(), since)
+	if !ok {
+		t.Fatalf("no completion through %s since %s", cur.Address(), since.Format("15:04:05.000"))
+	}
+	if n := w.CompletionsSince(old.Address(), first); n != 0 {
+		last, _ := w.LastCompletion(old.Address())
+		t.Errorf("FINDING: two writers: %d I/Os completed through %s after the first through %s at %s (the last at %s)",
+			n, old.Address(), cur.Address(), first.Format("15:04:05.000"), last.Format("15:04:05.000"))
+	}
+}
+
+// TestGatewayProcessFreeze is issue 21's first scenario: the owner is
+// frozen (SIGSTOP) for three leases while the host writes through both
+// paths with the verified workload. The survivor must fence it and take
+// the group over, and the host's I/O must continue through the survivor.
+// When the frozen owner resumes (SIGCONT) it must not complete a single
+// I/O of the host (zero completions on the old path after the resume: a
+// gateway that lost its lease is not a writer any more), it must find
+// itself fenced and exit 75, and the sweep of the whole image must find
+// every block at its last acknowledged write or later (0 regressed: no
+// write of the frozen owner landed late). The stall of the host's I/O is
+// measured and logged against the bound lease + fence + 2 × KATO.
+func TestGatewayProcessFreeze(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
+	}
+	freezeScenario(t, false)
+}
+
+// TestGatewayProcessFreezeBlocklistLapsed is the same scenario, with the
+// frozen owner's blocklist entries gone when it resumes, as they are
+// after a freeze longer than their expiry (issue 21, path 6: entries are
+// added without an expiry, so Ceph's default of one hour applies;
+// here they are removed with client.admin, as their expiry would). The
+// resumed owner must still do no I/O for a host before it has checked
+// its lease: the sweeps must find 0 regressed blocks.
+//
+// FINDING (fails on main at a201276): the resumed owner
+// executes the writes that waited in its sockets (the host had given up
+// on them and written the blocks again through the survivor) before its
+// step-down takes effect, and they land: the probe's sweep finds blocks
+// at sequence 1 that were acknowledged at sequence ~250 ("regressed").
+// Skipped unless NVMETD_TEST_FINDINGS=1 until the fix (issue 21: "a
+// resumed process that notices lost time does no I/O before it has
+// checked its lease"; blocklist entries with an expiry longer than any
+// freeze, or none).
+func TestGatewayProcessFreezeBlocklistLapsed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
+	}
+	if os.Getenv("NVMETD_TEST_FINDINGS") != "1" {
+		t.Skip("known finding (issue 21, paths 6 and the resumed owner's I/O): a frozen owner whose blocklist entries lapsed " +
+			"lands the writes the host gave up on after newer ones; set NVMETD_TEST_FINDINGS=1 to run it")
+	}
+	freezeScenario(t, true)
+}
+
+// freezeScenario freezes the owner for three leases; lapse: its
+// blocklist entries are removed before it resumes.
+//
+// Beside the main workload, a probe workload of 8 blocks (one per
+// worker) starts right after the freeze: its first writes go to the
+// frozen owner, whose path the host still thinks live, and wait in the
+// owner's socket; the host gives up on them after its keep-alive timeout
+// and sends them again through the survivor, then writes those blocks
+// again and again. The probe stops before the owner resumes, so that a
+// stale first write landing at the resume stays for its sweep to find.
+func freezeScenario(t *testing.T, lapse bool) {
+	g := startGatewayPair(t, nil)
+	a, b, pa, pb := g.a, g.b, g.pa, g.pb
+	w := startWorkload(t, g.h, 8, 1024)
+	defer w.Stop()
+	waitOn(t, w, pa, time.Time{}, 200)
+
+	// Freeze the owner with writes in flight.
+	bmark := len(b.stderr.String())
+	frozen := time.Now()
+	a.signal(syscall.SIGSTOP)
+	t.Logf("gw-a frozen (SIGSTOP) at %s", frozen.Format("15:04:05.000"))
+	const probeFirst, probeBlocks = 2048, 8
+	probe, err := verify.Start(verify.Head(g.h), verify.Config{BlockSize: 4096, First: probeFirst, Blocks: probeBlocks, Workers: probeBlocks, Writer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Stop()
+	// The survivor fences it, takes the group, and the host's I/O goes on
+	// through it.
+	b.waitLog(`group 1: set-ana optimized`, bmark)
+	waitOn(t, w, pb, frozen, 200)
+	blog := b.stderr.String()[bmark:]
+	iFence, iOpt := strings.Index(blog, "fencing the previous holder"), strings.Index(blog, "group 1: set-ana optimized")
+	if iFence < 0 || iFence > iOpt {
+		t.Fatalf("gw-b's log: fence at %d, optimized at %d: the fence must come first:\n%s", iFence, iOpt, blog)
+	}
+	fenced := blocklisted(t, g.c, blog)
+	oneWriter(t, w, pa, pb, frozen)
+	stall, err := w.Stall(pa.Address(), frozen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenceAt, ok1 := logTime(blog, `fencing the previous holder`)
+	optAt, ok2 := logTime(blog, `group 1: set-ana optimized`)
+	fence := optAt.Sub(fenceAt) // the fence, the OSD-map barrier and the acquisition
+	bound := gwLease + fence + 2*kato
+	verdict := "within"
+	if stall > bound {
+		verdict = "OVER"
+	}
+	if ok1 && ok2 {
+		t.Logf("stall of the host's I/O on freezing the owner: %v (last completion through gw-a to the first through gw-b); bound lease %v + fence %v (gw-b's fence to optimized) + 2 × KATO %v = %v: %s; gw-b fenced at +%v, optimized at +%v after the freeze",
+			stall.Round(time.Millisecond), gwLease, fence.Round(time.Millisecond), kato, bound.Round(time.Millisecond), verdict,
+			fenceAt.Sub(frozen).Round(time.Millisecond), optAt.Sub(frozen).Round(time.Millisecond))
+	} else {
+		t.Logf("stall of the host's I/O on freezing the owner: %v (gw-b's log has no time stamps to split it)", stall)
+	}
+	// A guard, not a timing: the host must not wait for ever.
+	if stall > 10*(gwLease+2*kato) {
+		t.Errorf("the host's I/O stood still for %v, more than ten times lease + 2 × KATO", stall)
+	}
+
+	// Keep it frozen for three leases in all while the host writes
+	// through the survivor (the scenario's length, not a bound).
+	if d := time.Until(frozen.Add(3 * gwLease)); d > 0 {
+		time.Sleep(d)
+	}
+	probe.Stop()
+	if st := probe.Stats(); st.Writes < 2*probeBlocks || st.Err() != nil {
+		t.Fatalf("probe workload: %d writes, %v", st.Writes, st.Err())
+	}
+	if lapse {
+		for _, addr := range fenced {
+			if out, err := adminCeph(g.c, "osd", "blocklist", "rm", addr); err != nil {
+				t.Fatalf("osd blocklist rm %s: %v\n%s", addr, err, out)
+			}
+		}
+		t.Logf("gw-a's blocklist entries %v removed, as their expiry would", fenced)
+	}
+	before := w.Completions(pa.Address())
+	r0, w0, e0 := ioTotals(pa)
+	amark := len(a.stderr.String())
+	resumed := time.Now()
+	a.signal(syscall.SIGCONT)
+	t.Logf("gw-a resumed (SIGCONT) at %s, %v after the freeze; %d completions through it before", resumed.Format("15:04:05.000"),
+		resumed.Sub(frozen).Round(time.Millisecond), before)
+
+	var code int
+	if !lapse {
+		// It finds itself fenced and exits 75.
+		code = a.wait()
+	} else {
+		// Not fenced any more: it steps down (lost time) and stays a
+		// standby. Once it has, stop it: after its exit nothing more of
+		// it can land.
+		a.waitLog(`stepped down from group`, amark)
+		a.signal(syscall.SIGTERM)
+		code = a.wait()
+	}
+	alog := a.stderr.String()[amark:]
+	t.Logf("gw-a after SIGCONT (exit %d):\n%s", code, grepLines(alog, "fenced|step|set-ana|shutdown|unavailable|renew|acquire"))
+	if n := probeWrites(alog, probeFirst, probeBlocks); n > 0 {
+		t.Logf("gw-a handled %d writes of the probe's blocks after its resume (the host had given up on them)", n)
+	}
+	if !lapse && code != 75 {
+		t.Errorf("gw-a exited %d after it was fenced, want 75 (EX_TEMPFAIL)", code)
+	}
+	if !lapse && !strings.Contains(alog, "this gateway was fenced") {
+		t.Errorf("gw-a's log does not say it was fenced")
+	}
+	// The host keeps writing through the survivor after the old owner is
+	// gone: any late completion through the old path would have come by
+	// now.
+	waitOn(t, w, pb, time.Now(), 200)
+
+	after := w.Completions(pa.Address())
+	late := w.CompletionsSince(pa.Address(), resumed)
+	r1, w1, e1 := ioTotals(pa)
+	t.Logf("the host's controller on gw-a's path after the resume: %d reads, %d writes completed (%d with an error status)", r1-r0, w1-w0, e1-e0)
+	if after != before || late != 0 {
+		t.Errorf("FINDING: %d I/Os of the host completed successfully through the frozen owner gw-a after it resumed (%d before, %d after): two writers",
+			late, before, after)
+	}
+	if ok := strings.Contains(alog, "set-ana optimized"); ok {
+		t.Logf("note: gw-a set the group optimized after its resume")
+	}
+
+	// The whole image read back: nothing the frozen owner had in flight
+	// landed after the survivor's writes.
+	pr := sweep(t, probe, g.h)
+	r := sweep(t, w, g.h)
+	t.Logf("gw-b fenced %v; completions per path: workload %s, probe %s", fenced, fmt.Sprint(r.Paths), fmt.Sprint(pr.Paths))
+}
+
+// adminCeph runs the ceph tool as client.admin.
+func adminCeph(c *cephtest.Cluster, args ...string) (string, error) {
+	out, err := exec.Command("ceph", append([]string{"--conf", c.Conf, "--name", "client.admin", "--keyring", c.AdminKeyring}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// probeWrites counts the lines of a gateway's log about writes to the
+// probe's blocks (their failures: a write that succeeds is not logged).
+func probeWrites(log string, first, blocks int64) int {
+	n := 0
+	for _, m := range regexp.MustCompile(`write at (\d+) length`).FindAllStringSubmatch(log, -1) {
+		var off int64
+		fmt.Sscan(m[1], &off)
+		if off >= first*4096 && off < (first+blocks)*4096 {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,51 @@
+package verify
+
+import (
+	"context"
+	"sync"
+
+	"github.com/nvmetd/nvmetd/initiator"
+)
+
+// Head is the Go host's multipath head as a PathDevice: each I/O is one
+// Request, and its path is the address of the controller whose
+// completion ended it (Request.Path).
+func Head(h *initiator.Head) PathDevice { return &head{Head: h} }
+
+type head struct {
+	*initiator.Head
+	pool sync.Pool // *headReq
+}
+
+type headReq struct {
+	initiator.Request
+	ch chan struct{}
+}
+
+func (h *head) io(ctx context.Context, op initiator.Op, p []byte, off int64) (string, error) {
+	r, _ := h.pool.Get().(*headReq)
+	if r == nil {
+		r = &headReq{ch: make(chan struct{}, 1)}
+		r.Done = func(*initiator.Request) { r.ch <- struct{}{} }
+	}
+	defer h.pool.Put(r)
+	r.Op, r.Data, r.Offset, r.Err = op, p, off, nil
+	if err := h.Submit(ctx, &r.Request); err != nil {
+		return "", err
+	}
+	<-r.ch
+	r.Data = nil
+	var path string
+	if pa := r.Path(); pa != nil {
+		path = pa.Address()
+	}
+	return path, r.Err
+}
+
+func (h *head) ReadAtPath(ctx context.Context, p []byte, off int64) (string, error) {
+	return h.io(ctx, initiator.OpRead, p, off)
+}
+
+func (h *head) WriteAtPath(ctx context.Context, p []byte, off int64) (string, error) {
+	return h.io(ctx, initiator.OpWrite, p, off)
+}

@@ -1,0 +1,208 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/nvmeof"
+)
+
+// A gateway of a group (cmd/nvmetd's gateway section, docs/rbd.md
+// "Gateway group") serves the same namespaces as the other gateways, and
+// each ANA group is optimized on one gateway at a time: the one that holds
+// its lease. Two rules keep a second writer out whatever path a
+// configuration takes to the target (the first start, a reload on SIGHUP,
+// an edit of the management API, an ANA change of the gateway itself),
+// because every one of them goes through server.start or server.reload,
+// which check them here:
+//
+//   - every namespace is in an ANA group that the gateway group manages:
+//     another group's state would default to optimized on every gateway at
+//     once, with no lease and no fence;
+//   - every writable rbd namespace's image has the exclusive-lock feature,
+//     so that librbd's lock (backend.WriteLocker) lets one gateway write.
+//
+// And in a gateway a managed group that a port does not list is
+// inaccessible there, never optimized (newANAView).
+
+// GatewayGuard is what a gateway requires of every configuration the
+// target serves; see Target.SetGatewayGuard.
+type GatewayGuard struct {
+	// ANAGroups are the ANA groups the gateway group manages (each owned
+	// by one gateway at a time).
+	ANAGroups []uint32
+}
+
+// ErrGatewayGuard is in the error of a configuration the gateway guard
+// refuses (errors.Is), next to the *ValidationError that names the
+// fields.
+var ErrGatewayGuard = errors.New("refused in a gateway")
+
+// manages reports whether the group is one of the gateway's.
+func (g *GatewayGuard) manages(group uint32) bool { return slices.Contains(g.ANAGroups, group) }
+
+// check returns a problem for each namespace of cfg outside the managed
+// groups.
+func (g *GatewayGuard) check(cfg *Config) []*FieldError {
+	var out []*FieldError
+	for i := range cfg.Subsystems {
+		sc := &cfg.Subsystems[i]
+		for j := range sc.Namespaces {
+			n := &sc.Namespaces[j]
+			if !g.manages(n.ANAGroup) {
+				out = append(out, &FieldError{
+					Field: fmt.Sprintf("subsystems[%d].namespaces[%d].ana_group", i, j),
+					Reason: fmt.Sprintf("ANA group %d is not one of the gateway's (%v): every gateway would serve it optimized at once",
+						n.ANAGroup, g.ANAGroups),
+					Err: ErrGatewayGuard,
+				})
+			}
+		}
+	}
+	return out
+}
+
+// guardError is the error of a configuration the guard refuses.
+func guardError(problems []*FieldError) error {
+	return fmt.Errorf("target: %w: %w:\n%w", ErrReloadRefused, ErrGatewayGuard, &ValidationError{Problems: problems})
+}
+
+// checkGuard checks cfg against the guard, if there is one. The caller
+// holds opMu.
+func (s *server) checkGuard(cfg *Config) error {
+	g := s.guard.Load()
+	if g == nil {
+		return nil
+	}
+	if p := g.check(cfg); len(p) > 0 {
+		return guardError(p)
+	}
+	return nil
+}
+
+// guardNamespace fails an opened namespace that the guard refuses: a
+// writable backend whose image lacks the exclusive-lock feature.
+func (s *server) guardNamespace(ns *namespace) {
+	if s.guard.Load() == nil || ns.state != NamespaceOnline {
+		return
+	}
+	wl, ok := ns.be.(backend.WriteLocker)
+	if !ok {
+		return
+	}
+	if err := wl.WriteLockErr(); err != nil {
+		_ = ns.close(nil)
+		ns.be = nil
+		ns.state, ns.err, ns.field = NamespaceFailed, "refused in a gateway: "+err.Error(), ns.field+".backend"
+	}
+}
+
+// SetGatewayGuard makes the target a gateway's: from now on a start, a
+// reload or a management change whose configuration breaks g's rules is
+// refused as a whole (ErrReloadRefused, ErrGatewayGuard, and a
+// *ValidationError naming each field), and managed groups that a port does
+// not list are inaccessible there. The running configuration is checked
+// first: if it breaks them (or a namespace's image lacks the exclusive-lock
+// feature), SetGatewayGuard returns that error and sets nothing.
+func (t *Target) SetGatewayGuard(g GatewayGuard) error {
+	return t.s.setGuard(&g)
+}
+
+func (s *server) setGuard(g *GatewayGuard) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.regMu.RLock()
+	cfg := s.cfg
+	s.regMu.RUnlock()
+	problems := g.check(cfg)
+	for _, sub := range s.subsystemList() {
+		for _, ns := range sub.ns.Load().byID {
+			if ns.state != NamespaceOnline {
+				continue
+			}
+			if wl, ok := ns.be.(backend.WriteLocker); ok {
+				if err := wl.WriteLockErr(); err != nil {
+					problems = append(problems, &FieldError{Field: namespaceField(cfg, sub.nqn, ns.nsid) + ".backend", Reason: err.Error(), Err: err})
+				}
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return guardError(problems)
+	}
+	s.guard.Store(g)
+	// The managed groups' default is inaccessible from now on.
+	var changed []*port
+	s.regMu.Lock()
+	for _, p := range s.ports {
+		if p.setANA(&p.cfg) {
+			changed = append(changed, p)
+		}
+	}
+	s.regMu.Unlock()
+	for _, p := range changed {
+		s.anaChanged(p, &p.cfg)
+	}
+	if err := s.syncWritable(); err != nil {
+		return err
+	}
+	s.log.Info("gateway guard set", zap.Uint32s("ana_groups", g.ANAGroups))
+	return nil
+}
+
+// syncWritable lets each namespace's backend write, and hold the image's
+// exclusive lock (backend.WriteLocker), exactly when its ANA group is
+// optimized or non-optimized on a port that serves its subsystem; the
+// others stop writing and release the lock (librbd waits for the writes
+// it has in flight first). A lock that cannot be taken is an error in a
+// gateway (the group must not be served optimized without it) and a
+// warning otherwise (each write tries again).
+func (s *server) syncWritable() error {
+	type item struct {
+		ns       *namespace
+		writable bool
+	}
+	var list []item
+	s.regMu.RLock()
+	for _, sub := range s.subsystems {
+		for _, ns := range sub.ns.Load().byID {
+			if ns.state != NamespaceOnline || ns.be == nil {
+				continue
+			}
+			if _, ok := ns.be.(backend.WriteLocker); !ok {
+				continue
+			}
+			w := false
+			for _, p := range s.ports {
+				if !p.serves(sub.nqn) {
+					continue
+				}
+				if v := p.ana.Load(); v != nil && int(ns.cfg.ANAGroup) < len(v) {
+					if st := v[ns.cfg.ANAGroup]; st == nvmeof.ANAOptimized || st == nvmeof.ANANonOptimized {
+						w = true
+					}
+				}
+			}
+			list = append(list, item{ns, w})
+		}
+	}
+	s.regMu.RUnlock()
+	var errs []error
+	for _, it := range list {
+		err := it.ns.be.(backend.WriteLocker).SetWritable(it.writable)
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("subsystem %s namespace %d: %w", it.ns.nqn, it.ns.nsid, err)
+		if it.writable && s.guard.Load() != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.log.Warn("namespace: exclusive lock", zap.String("subsystem", it.ns.nqn), zap.Uint32("nsid", it.ns.nsid), zap.Bool("writable", it.writable), zap.Error(err))
+	}
+	return errors.Join(errs...)
+}
