@@ -211,7 +211,7 @@ func TestUnitVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	sbin := filepath.Join(dest, "usr/local/sbin/nvmetd")
-	local := regexp.MustCompile(`(?m)^ExecStart=/usr/local/sbin/nvmetd `).ReplaceAll(unit, []byte("ExecStart="+sbin+" "))
+	local := regexp.MustCompile(`(?m)^(Exec(?:Start|Reload))=/usr/local/sbin/nvmetd `).ReplaceAll(unit, []byte("${1}="+sbin+" "))
 	if bytes.Equal(local, unit) {
 		t.Fatal("no ExecStart=/usr/local/sbin/nvmetd in the unit")
 	}
@@ -228,7 +228,7 @@ func TestUnitVerify(t *testing.T) {
 	}
 
 	// The settings this project relies on are present.
-	for _, want := range []string{"Type=notify\n", "ExecReload=/bin/kill -HUP $MAINPID\n", "WatchdogSec=30s\n",
+	for _, want := range []string{"Type=notify\n", "ExecReload=/usr/local/sbin/nvmetd reload --config /etc/nvmetd/nvmetd.yaml\n", "WatchdogSec=30s\n",
 		"Restart=on-failure\n", "RestartPreventExitStatus=78\n", "ProtectSystem=strict\n", "StateDirectory=nvmetd\n",
 		"RuntimeDirectory=nvmetd\n", "ConfigurationDirectory=nvmetd\n", "NoNewPrivileges=yes\n",
 		"RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK\n"} {

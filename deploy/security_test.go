@@ -20,7 +20,7 @@ func exposure(t *testing.T, analyze, unit string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = regexp.MustCompile(`(?m)^ExecStart=\S+`).ReplaceAll(b, []byte("ExecStart=/bin/true"))
+	b = regexp.MustCompile(`(?m)^(Exec(?:Start|Reload))=\S+`).ReplaceAll(b, []byte("${1}=/bin/true"))
 	path := filepath.Join(t.TempDir(), filepath.Base(unit))
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/gateway"
 	"github.com/nvmetd/nvmetd/internal/dhchapkey"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -119,7 +120,17 @@ func checkTarget(lc *loadedConfig) error {
 			cfg = &c
 		}
 	}
-	return cfg.Check()
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	// What the daemon refuses at start: a password file others may read
+	// or that another user owns (metricserve.ReadPasswordFile).
+	if f := cfg.Metrics.BasicAuthPasswordFile; f != "" && cfg.Metrics.Enabled() {
+		if _, err := metricserve.ReadPasswordFile(f); err != nil {
+			return &target.ValidationError{Problems: []*target.FieldError{{Field: "metrics.basic_auth_password_file", Reason: err.Error(), Err: err}}}
+		}
+	}
+	return nil
 }
 
 // problemsOf turns a loading error into problems: a target

@@ -86,6 +86,9 @@ type daemon struct {
 	state      string
 	startedAt  time.Time
 	lastReload *reloadInfo
+	// appliedAt is when the configuration file was last applied in full:
+	// the start, or the last successful reload.
+	appliedAt time.Time
 	// lastChange is the management API's last change; unsaved is set
 	// while the running configuration has changes the file lacks.
 	lastChange *reloadInfo
@@ -155,7 +158,7 @@ func (d *daemon) run() int {
 		d.log.Error("cannot serve the control socket", zap.Error(err))
 		return exitFailure
 	}
-	cs := serveControl(l, d.snapshot, d.log, func(m *http.ServeMux) { d.mgmtRoutes(m) }, d.traceRoutes)
+	cs := serveControl(l, d.snapshot, d.log, func(m *http.ServeMux) { d.mgmtRoutes(m) }, d.traceRoutes, d.reloadRoutes)
 	defer cs.close()
 
 	ms, err := d.startMetrics(cfg.Target.Metrics)
@@ -211,6 +214,7 @@ starting:
 
 	d.mu.Lock()
 	d.startedAt = time.Now()
+	d.appliedAt = d.startedAt
 	d.state = stateRunning
 	d.mu.Unlock()
 	d.logReady(cfg)
@@ -392,9 +396,10 @@ func connectHints(cfg *loadedConfig) []zap.Field {
 	return append(fields, zap.String("connect_linux", linux))
 }
 
-// reload re-reads the configuration and applies it. An invalid
-// configuration is logged and the running one kept.
-func (d *daemon) reload() {
+// reload re-reads the configuration and applies it, and returns the
+// outcome (also status's last_reload). An invalid configuration is logged
+// and the running one kept.
+func (d *daemon) reload() *reloadInfo {
 	d.changeMu.Lock()
 	defer d.changeMu.Unlock()
 	d.setState(stateReloading)
@@ -405,6 +410,9 @@ func (d *daemon) reload() {
 	defer func() {
 		d.mu.Lock()
 		d.lastReload = info
+		if info.Error == "" {
+			d.appliedAt = info.At
+		}
 		d.state = stateRunning
 		d.mu.Unlock()
 		d.notify("READY=1\nSTATUS=" + d.statusLine())
@@ -415,12 +423,12 @@ func (d *daemon) reload() {
 	if err != nil {
 		info.Error = err.Error()
 		d.log.Error("reload: configuration rejected, keeping the running one:\n" + err.Error())
-		return
+		return info
 	}
 	if err := d.prepareDefaultImage(nc); err != nil {
 		info.Error = err.Error()
 		d.log.Error("reload: cannot create the default namespace, keeping the running configuration", zap.Error(err))
-		return
+		return info
 	}
 	for _, w := range nc.Warnings {
 		d.log.Warn("configuration: " + w)
@@ -445,7 +453,7 @@ func (d *daemon) reload() {
 		info.Error = err.Error()
 		info.Changes = nil
 		d.log.Error("reload: refused, keeping the running configuration:\n  " + indent(err.Error()))
-		return
+		return info
 	}
 	// The target's configuration of record is the new one even if parts
 	// of it failed to apply (target.Target.Reload).
@@ -457,13 +465,14 @@ func (d *daemon) reload() {
 	if err != nil {
 		info.Error = err.Error()
 		d.log.Error("reload: the target could not apply everything", zap.Error(err))
-		return
+		return info
 	}
 	if diff.Empty() {
 		d.log.Info("configuration reloaded: no changes")
 	} else {
 		d.log.Info("configuration reloaded", zap.Int("changes", len(info.Changes)))
 	}
+	return info
 }
 
 // applyDaemonChanges applies what can change at run time (the log level)
@@ -679,6 +688,12 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 		st.HealthError = err.Error()
 	}
 	st.Problems = degradation(&st.Target, st.HealthError)
+	if r := st.LastReload; r != nil && r.Error != "" {
+		// A refused reload leaves a configuration running that is not the
+		// file's (a key rotation that did not happen): loud until a reload
+		// succeeds.
+		st.Problems = append(st.Problems, fmt.Sprintf("the last reload (%s) was refused or not all applied: %s", r.At.Format(time.RFC3339), r.Error))
+	}
 	if st.Gateway = d.gw.status(); st.Gateway != nil && st.Gateway.Degraded != "" {
 		st.Problems = append(st.Problems, "gateway: "+st.Gateway.Degraded)
 	}

@@ -52,7 +52,7 @@ func buildNvmeof(t *testing.T) string {
 // built nvmeof (the Go host needs no privilege) against 127.0.0.1 with this
 // machine's host NQN, and is refused, with or without pointing at the key
 // file it cannot read. Root, with the key the daemon generated into the
-// data directory, writes and reads.
+// data directory (given, or picked up by nvmeof), writes.
 func TestBuiltinDefaultRefusesOtherUsers(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs nvmeof as the user nobody through setpriv")
@@ -115,7 +115,8 @@ func TestBuiltinDefaultRefusesOtherUsers(t *testing.T) {
 			}
 			cmd = exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--", host}, args...)...)
 		}
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + state}
+		// NVMETD_DATA_DIR: where nvmeof looks for the default's key.
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + state, "NVMETD_DATA_DIR=" + data}
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -132,5 +133,9 @@ func TestBuiltinDefaultRefusesOtherUsers(t *testing.T) {
 	checkKey()
 	if out, err := bench(false, "--dhchap-secret", "file:"+keyFile); err != nil {
 		t.Errorf("root with the key: %v\n%s\nnvmetd:\n%s", err, out, p.Stderr.String())
+	}
+	// nvmeof finds the key itself in the daemon's data directory.
+	if out, err := bench(false); err != nil {
+		t.Errorf("root, the key picked up from the data directory: %v\n%s", err, out)
 	}
 }

@@ -78,6 +78,7 @@ func newFlagSet(o *options, stderr io.Writer) *pflag.FlagSet {
   nvmetd [flags]                   run the NVMe-oF target
   nvmetd --check-config [-o json]  check the configuration, print the effective one
   nvmetd status [-o normal|json]   show the running daemon's status (exit 3 if degraded)
+  nvmetd reload                    reload the configuration, wait for the verdict (exit 1 if refused)
   nvmetd trace start|stop|status   a wire trace (pcap) of selected queues (nvmetd trace --help)
 
 flags:

@@ -33,8 +33,8 @@ import (
 // daemonConfig is the "daemon" section of the configuration file: settings
 // of the program rather than of the target.
 type daemonConfig struct {
-	// DataDir holds the default namespace's image and the fallback
-	// subsystem UUID.
+	// DataDir holds the built-in default's namespace image, subsystem
+	// UUID and host key.
 	DataDir string `mapstructure:"data_dir"`
 	// LogLevel is debug, info, warn or error. It changes on SIGHUP.
 	LogLevel string `mapstructure:"log_level"`
@@ -434,30 +434,24 @@ func builtinConfig(nqn, hostNQN, keyFile, image, size string) target.Config {
 var hostPaths = initiator.DefaultHostPaths
 
 // defaultHostNQN is this machine's host NQN, the one nvmeof and nvme-cli
-// present (initiator.HostIdentity). If neither /etc/nvme/hostnqn nor
-// /etc/nvme/hostid exists and persist is set, it writes both, as nvme-cli
-// does on first use, so that the NQN stays the one the default subsystem
-// admits. It returns a warning when it could not.
+// present. With persist it is initiator.PersistentHostIdentity: if neither
+// /etc/nvme/hostnqn nor /etc/nvme/hostid exists, the derived identity is
+// saved (as nvme-cli does on first use), so that the NQN stays the one the
+// default subsystem admits; it returns a warning when it could not be.
 func defaultHostNQN(persist bool) (nqn, warning string, err error) {
-	id, err := initiator.HostIdentityFrom(hostPaths)
+	var id initiator.Identity
+	if persist {
+		id, err = initiator.PersistentHostIdentity(hostPaths)
+	} else {
+		id, err = initiator.HostIdentityFrom(hostPaths)
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("this machine's host NQN: %w", err)
 	}
-	if !persist || exists(hostPaths.HostNQN) || exists(hostPaths.HostID) {
-		return id.NQN, "", nil
+	if persist && strings.HasPrefix(id.Persisted, "not saved") {
+		warning = fmt.Sprintf("the built-in default admits host %s, which is %s: hosts may present another NQN", id.NQN, id.Persisted)
 	}
-	if err := initiator.WriteHostIdentity(hostPaths, id); err != nil {
-		return id.NQN, fmt.Sprintf("the built-in default admits host %s, which is not saved (%v): hosts may present another NQN", id.NQN, err), nil
-	}
-	return id.NQN, "", nil
-}
-
-func exists(path string) bool {
-	if path == "" {
-		return false
-	}
-	_, err := os.Lstat(path)
-	return err == nil
+	return id.NQN, warning, nil
 }
 
 // machineIDFiles are where the machine ID is read from (machine-id(5)).

@@ -308,7 +308,16 @@ func TestBuiltinDefault(t *testing.T) {
 		}
 		return lc
 	}
-	first := persistLoad("--data-dir", data).Target.Subsystems[0].NQN
+	if _, err := os.Stat(hostPaths.HostNQN); !os.IsNotExist(err) {
+		t.Fatalf("the host NQN file exists before a start: %v", err)
+	}
+	firstLC := persistLoad("--data-dir", data)
+	first := firstLC.Target.Subsystems[0].NQN
+	// A start saves this machine's host identity (neither file existed),
+	// so that the admitted NQN stays the one hosts present.
+	if b, err := os.ReadFile(hostPaths.HostNQN); err != nil || strings.TrimSpace(string(b)) != firstLC.DefaultHostNQN {
+		t.Errorf("host NQN file after a start: %q %v, admitted %s", b, err, firstLC.DefaultHostNQN)
+	}
 	if again := persistLoad("--data-dir", data).Target.Subsystems[0].NQN; again != first {
 		t.Errorf("second load: NQN %s vs %s", again, first)
 	}

@@ -6,6 +6,7 @@
 //	nvmetd [--config FILE] [flags]   run the target
 //	nvmetd --check-config [-o json]  validate, check what it opens, print the effective configuration
 //	nvmetd status [-o normal|json]   ask the running daemon for its status
+//	nvmetd reload                    reload its configuration and wait for the verdict
 //
 // Without a configuration file it serves one subsystem with a 1 GiB sparse
 // file namespace on 127.0.0.1:4420. Configuration comes from a YAML file
@@ -48,6 +49,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "trace" {
 		return runTrace(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "reload" {
+		return runReload(args[1:], stdout, stderr)
 	}
 	o, fs, err := parseFlags(args, stderr)
 	if err != nil {

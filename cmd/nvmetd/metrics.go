@@ -27,7 +27,7 @@ func (d *daemon) startMetrics(mc target.MetricsConfig) (*metricserve.Server, err
 	if !ok {
 		return nil, fmt.Errorf("metrics: the target has no collector")
 	}
-	cs := []prometheus.Collector{src.MetricsCollector(mc.MaxControllers)}
+	cs := []prometheus.Collector{src.MetricsCollector(mc.MaxControllers), reloadCollector{d}}
 	if d.gw != nil {
 		cs = append(cs, gatewayCollector{d.gw})
 	}

@@ -116,3 +116,32 @@ subsystems:
 		t.Errorf("a file without literal secrets changed mode to %v", fi.Mode())
 	}
 }
+
+// TestCheckConfigRefusesLoosePasswordFile: --check-config refuses what
+// the daemon refuses at start, a metrics password file others may read.
+func TestCheckConfigRefusesLoosePasswordFile(t *testing.T) {
+	dir := isolate(t)
+	pw := writeFile(t, dir, "metrics.pw", "s3cret\n") // 0644
+	file := writeFile(t, dir, "nvmetd.yaml", `daemon: {control_socket: `+filepath.Join(dir, "ctl.sock")+`}
+ports:
+  - {id: 1, address: 127.0.0.1, service_id: 4420, subsystems: [nqn.2014-08.org.example:a]}
+subsystems:
+  - nqn: nqn.2014-08.org.example:a
+    allow_any_host: true
+    namespaces:
+      - {nsid: 1, backend: {kind: memory, size: 1MiB}}
+metrics: {socket: `+filepath.Join(dir, "m.sock")+`, basic_auth_user: prom, basic_auth_password_file: `+pw+`}
+`)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--check-config", "--config", file}, &stdout, &stderr); code != exitFailure ||
+		!strings.Contains(stderr.String(), "metrics.basic_auth_password_file") || !strings.Contains(stderr.String(), "group or others") {
+		t.Errorf("--check-config with a 0644 password file: exit %d\n%s", code, stderr.String())
+	}
+	if err := os.Chmod(pw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := run([]string{"--check-config", "--config", file}, &stdout, &stderr); code != exitOK {
+		t.Errorf("--check-config with a 0600 password file: exit %d\n%s", code, stderr.String())
+	}
+}

@@ -159,9 +159,17 @@ if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload >/dev/null 2>&1 || true
 fi
 if [ "$1" = purge ]; then
-	# The namespaces' data of the example configuration and the default
-	# subsystem UUID; the configuration itself is a conffile dpkg removes.
-	rm -rf /var/lib/nvmetd /etc/nvmetd
+	# dpkg has removed the conffile (/etc/nvmetd/nvmetd.yaml). The data
+	# stays, as Debian leaves a database's files: namespace images, the
+	# default subsystem's UUID and host key in /var/lib/nvmetd, and the keys
+	# and certificates an admin keeps beside the configuration.
+	rmdir /etc/nvmetd 2>/dev/null || true
+	kept=
+	[ ! -d /var/lib/nvmetd ] || kept="/var/lib/nvmetd (namespace images, keys)"
+	[ ! -d /etc/nvmetd ] || kept="${kept:+$kept and }/etc/nvmetd (what is left in it: keys, certificates)"
+	if [ -n "$kept" ]; then
+		echo "nvmetd: purge keeps the data: $kept; remove it by hand once it is no longer needed" >&2
+	fi
 fi
 exit 0
 SH
@@ -217,6 +225,7 @@ fi
 # nvmetd.service (one of the two serves /etc/nvmetd/nvmetd.yaml).
 install -d -m 0755 "$rroot/lib/systemd/system"
 sed -e 's|^ExecStart=/usr/local/sbin/nvmetd |ExecStart=/usr/sbin/nvmetd-rbd |' \
+	-e 's|^ExecReload=/usr/local/sbin/nvmetd |ExecReload=/usr/sbin/nvmetd-rbd |' \
 	-e 's|^# Installed by deploy/install.sh.|# Installed by the nvmetd-rbd package: nvmetd built with the Ceph RBD backend\
 # and the gateway group (docs/rbd.md), on the configuration nvmetd.service\
 # uses. Run one of the two: systemctl disable --now nvmetd; systemctl\

@@ -10,8 +10,11 @@
 # It checks: dpkg -i succeeds with only the package's dependencies;
 # `nvmetd --check-config` on the shipped configuration and `--version` of
 # nvmetd, nvmetctl, nvmeof and iwping; the man pages and completions are installed;
-# dpkg -r removes every file but the conffile; dpkg -P removes that too and
-# leaves the root as it was before the install.
+# the conffile is 0640 root:root; dpkg -r removes every file but the
+# conffile; dpkg -P removes that too and keeps the data (/var/lib/nvmetd:
+# namespace images, keys; an admin's key beside the configuration) and
+# says so; with the kept data removed by hand, the root is as it was
+# before the install.
 #
 # With NVMETD-RBD.deb too: apt-get (in the root, from Debian's archive)
 # installs it with librbd1, librados2 and their dependencies; ldd
@@ -71,6 +74,11 @@ cp "$deb" "$root/tmp/nvmetd.deb"
 if in_root dpkg -i /tmp/nvmetd.deb >/tmp/nvmetd-deb-install.log 2>&1; then ok "dpkg -i"; else bad "dpkg -i: $(tail -5 /tmp/nvmetd-deb-install.log)"; fi
 rm -f "$root/tmp/nvmetd.deb"
 
+if m=$(stat -c '%a %U:%G' "$root/etc/nvmetd/nvmetd.yaml") && [ "$m" = "640 root:root" ]; then
+	ok "/etc/nvmetd/nvmetd.yaml is 0640 root:root (it may hold literal secrets)"
+else
+	bad "/etc/nvmetd/nvmetd.yaml is $m, want 640 root:root"
+fi
 if out=$(in_root nvmetd --check-config --config /etc/nvmetd/nvmetd.yaml 2>&1 >/dev/null) && [[ $out == *"the configuration is valid"* ]]; then
 	ok "nvmetd --check-config on the shipped configuration"
 else
@@ -147,16 +155,17 @@ YAML
 	fi
 	rm -rf "$root/tmp/gw.yaml" "$root/tmp/gw-data" "$root/tmp/gw-ctl.sock" "$root/tmp/bad-gateway.yaml"
 	u=$root/lib/systemd/system/nvmetd-rbd.service
-	if grep -q '^ExecStart=/usr/sbin/nvmetd-rbd --config /etc/nvmetd/nvmetd.yaml$' "$u" && grep -q '^Conflicts=nvmetd.service$' "$u"; then
+	if grep -q '^ExecStart=/usr/sbin/nvmetd-rbd --config /etc/nvmetd/nvmetd.yaml$' "$u" && grep -q '^ExecReload=/usr/sbin/nvmetd-rbd reload --config /etc/nvmetd/nvmetd.yaml$' "$u" &&
+		grep -q '^Conflicts=nvmetd.service$' "$u"; then
 		ok "nvmetd-rbd.service runs /usr/sbin/nvmetd-rbd on /etc/nvmetd/nvmetd.yaml, conflicts with nvmetd.service"
 	else
 		bad "nvmetd-rbd.service: $(grep -E '^(ExecStart|Conflicts)=' "$u" 2>&1)"
 	fi
-	if cmp -s <(grep -v '^#' "$u" | grep -vE '^(ExecStart|Description|Documentation|Conflicts)=') \
-		<(grep -v '^#' "$root/lib/systemd/system/nvmetd.service" | grep -vE '^(ExecStart|Description|Documentation)='); then
+	if cmp -s <(grep -v '^#' "$u" | grep -vE '^(ExecStart|ExecReload|Description|Documentation|Conflicts)=') \
+		<(grep -v '^#' "$root/lib/systemd/system/nvmetd.service" | grep -vE '^(ExecStart|ExecReload|Description|Documentation)='); then
 		ok "nvmetd-rbd.service has nvmetd.service's settings otherwise"
 	else
-		bad "nvmetd-rbd.service differs from nvmetd.service beyond ExecStart, Description, Documentation, Conflicts"
+		bad "nvmetd-rbd.service differs from nvmetd.service beyond ExecStart, ExecReload, Description, Documentation, Conflicts"
 	fi
 	for f in /usr/share/man/man8/nvmetd-rbd.8.gz /usr/share/doc/nvmetd-rbd/copyright /usr/share/doc/nvmetd-rbd/README.Debian; do
 		if [ -s "$root$f" ]; then ok "installed $f"; else bad "missing $f"; fi
@@ -176,7 +185,22 @@ for f in /usr/sbin/nvmetd /usr/sbin/nvmetctl /usr/bin/nvmeof /usr/bin/iwping /li
 	if [ -e "$root$f" ]; then bad "$f left after remove"; fi
 done
 if grep -q 'edited by the admin' "$root/etc/nvmetd/nvmetd.yaml" 2>/dev/null; then ok "remove keeps the edited conffile"; else bad "remove lost the conffile"; fi
+# Data a started nvmetd leaves, and an admin's key beside the configuration.
+mkdir -p -m 0700 "$root/var/lib/nvmetd"
+echo "the namespace's data" >"$root/var/lib/nvmetd/default-ns1.img"
+echo "DHHC-1:00:key:" >"$root/var/lib/nvmetd/default-host.key"
+echo "DHHC-1:01:admin's key:" >"$root/etc/nvmetd/host1.key"
 if in_root dpkg -P nvmetd >/tmp/nvmetd-deb-purge.log 2>&1; then ok "dpkg -P"; else bad "dpkg -P: $(tail -5 /tmp/nvmetd-deb-purge.log)"; fi
+if [ -e "$root/etc/nvmetd/nvmetd.yaml" ]; then bad "purge left the conffile"; else ok "purge removes the conffile"; fi
+if grep -q "namespace's data" "$root/var/lib/nvmetd/default-ns1.img" 2>/dev/null && [ -s "$root/var/lib/nvmetd/default-host.key" ] &&
+	[ -s "$root/etc/nvmetd/host1.key" ]; then
+	ok "purge keeps /var/lib/nvmetd (image, key) and the admin's key in /etc/nvmetd"
+else
+	bad "purge deleted data: $(ls -la "$root/var/lib/nvmetd" "$root/etc/nvmetd" 2>&1)"
+fi
+if grep -q 'purge keeps the data: /var/lib/nvmetd' /tmp/nvmetd-deb-purge.log; then ok "purge says what it kept"; else bad "purge does not say it kept the data: $(cat /tmp/nvmetd-deb-purge.log)"; fi
+# The admin removes the kept data by hand.
+rm -rf "$root/var/lib/nvmetd" "$root/etc/nvmetd"
 if [ -n "$rdeb" ]; then
 	if in_root dpkg -P nvmetd-rbd >/tmp/nvmetd-deb-rbd-purge.log 2>&1 &&
 		in_root apt-get autoremove --purge -y -q >>/tmp/nvmetd-deb-rbd-purge.log 2>&1; then

@@ -122,14 +122,16 @@ func nvmetd(bin string) program {
 			"The RDMA is nvmetd's own iWARP engine (RFC 5040/5041/5044/6581) over ordinary TCP: no RDMA NIC and no kernel module are needed, " +
 			"and traffic is routed like any TCP. Linux hosts connect with nvme connect -t rdma over soft-iWARP (siw); hosts without it use nvmeof(8). " +
 			"The configuration is /etc/nvmetd/nvmetd.yaml (every setting commented); NVMETD_* variables and flags override it. " +
-			"SIGHUP reloads it: everything is checked and every new or changed namespace opened before anything live changes, or nothing changes. " +
+			"SIGHUP or nvmetd reload (systemctl reload) reloads it: everything is checked and every new or changed namespace opened before anything live changes, or nothing changes; " +
+			"nvmetd reload waits for the verdict and exits 1 when the reload is refused. " +
 			"SIGTERM drains in-flight I/O, flushes and exits. Exit status: 0, 1 failure (--check-config: invalid), 2 usage, 78 invalid configuration; " +
-			"nvmetd status exits 3 when the daemon is degraded (a namespace failed to open, a port down).",
+			"nvmetd status exits 3 when the daemon is degraded (a namespace failed to open, a port down, the last reload refused).",
 		synopsis: []string{"nvmetd [--config FILE] [flags]", "nvmetd --check-config [-o normal|json]", "nvmetd status [-o normal|json] [--health-report]",
-			"nvmetd trace start|stop|status [flags]"},
+			"nvmetd reload", "nvmetd trace start|stop|status [flags]"},
 		top: command{name: "nvmetd", flags: parseFlags(helpOf(bin, "--help"))},
 		subs: []command{
 			{name: "status", summary: "show the running daemon's status", flags: parseFlags(helpOf(bin, "status", "--help"))},
+			{name: "reload", summary: "reload the running daemon's configuration and wait for the verdict", flags: parseFlags(helpOf(bin, "reload", "--help"))},
 			{name: "trace", summary: "start, stop or show a wire trace (pcap) of selected queues: trace start --host NQN | --address IP | --controller SUBNQN:CNTLID[:QID] -w FILE",
 				flags: parseFlags(helpOf(bin, "trace", "--help"))},
 		},
