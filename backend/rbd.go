@@ -83,6 +83,16 @@ import (
 // process: another gateway can take the image over. Flush is rbd_flush all
 // the same (on a worker, as WriteZeroes and Discard).
 //
+// Claim. [Open] claims the image in this process (one backend per image,
+// by cluster fsid, pool id, RADOS namespace and image id: ErrBusy
+// otherwise; Config.DeferClaim and Claim as for files). Across processes
+// writes hold librbd's exclusive lock, taken with rbd_lock_acquire in
+// exclusive mode, in which librbd never hands it over on request: another
+// client's writes fail with ErrUnavailable until the holder releases it
+// (SetWritable(false), Close) or is blocklisted ([WriteLocker]). The pool's
+// and the image's configuration must not turn a write-back cache on
+// (rbd_cache, the persistent cache): such an image is refused at open.
+//
 // Zeroing. WriteZeroes is rbd_writesame with a block of zeroes, which
 // librbd turns into a zeroing discard (rbd_discard_on_zeroed_write_same,
 // set here): whole objects are removed, partial ones truncated or zeroed,
