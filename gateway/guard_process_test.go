@@ -98,8 +98,8 @@ func TestGatewayProcessGuard(t *testing.T) {
 	// The image of namespace 1 as namespace 3.
 	status, body = p.post(path, `{"nsid": 3, "ana_group": 1, "backend": `+rbdBackend(image)+`}`)
 	t.Logf("POST namespace 3 on the image of namespace 1: %d %s", status, body)
-	if status < 400 || status >= 500 || !strings.Contains(body, "already open in this process") {
-		t.Errorf("POST namespace 3 on the image of namespace 1: %d %s; want a 4xx naming the image as already open", status, body)
+	if status != http.StatusBadRequest || !strings.Contains(body, `"backend.image"`) || !strings.Contains(body, "is also the image of") {
+		t.Errorf("POST namespace 3 on the image of namespace 1: %d %s; want 400 naming backend.image", status, body)
 	}
 	if n := nsCount(); n != 1 {
 		t.Errorf("%d namespaces after the API's refusals, want 1", n)

@@ -158,3 +158,25 @@ func TestGatewayGuardRunningConfig(t *testing.T) {
 		t.Errorf("Start: %v", err)
 	}
 }
+
+// TestValidateRBDImageOnce: an RBD image is one namespace of the
+// configuration (two would be two writers); another image, the same name
+// in another pool or RADOS namespace, or a disabled namespace is not a
+// duplicate.
+func TestValidateRBDImageOnce(t *testing.T) {
+	rbd := func(nsid uint32, pool, rns, image string) NamespaceConfig {
+		return NamespaceConfig{NSID: nsid, Backend: BackendConfig{Kind: "rbd", Pool: pool, RADOSNamespace: rns, Image: image}}
+	}
+	off := rbd(6, "rbd", "", "vm1")
+	disabled := false
+	off.Enabled = &disabled
+	cfg := testConfig(t, rbd(1, "rbd", "", "vm1"), rbd(2, "rbd", "", "vm2"), rbd(3, "other", "", "vm1"), rbd(4, "rbd", "t", "vm1"),
+		rbd(5, "rbd", "", "vm1"), off)
+	cfg.ApplyDefaults()
+	err := cfg.Validate()
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "subsystems[0].namespaces[4].backend.image" {
+		t.Fatalf("Validate: %v, want one problem at subsystems[0].namespaces[4].backend.image", err)
+	}
+	t.Logf("%v", ve.Problems[0])
+}
