@@ -121,6 +121,7 @@ import (
 // match syscall.ENOSPC); EROFS matches ErrReadOnly.
 type RBD struct {
 	spec   string // pool/[namespace/]image
+	pool   string
 	bs     uint32
 	ro     bool
 	info   Info
@@ -341,7 +342,7 @@ func openRBDClaim(opts RBDOptions, claim bool) (_ *RBD, err error) {
 	}
 
 	r := &RBD{
-		spec: spec, bs: bs, ro: o.ReadOnly,
+		spec: spec, pool: o.Pool, bs: bs, ro: o.ReadOnly,
 		conn: conn, ioctx: ioctx, image: image, opTimeout: o.OpTimeout,
 		changed: make(chan struct{}, 1),
 		wake:    make(chan struct{}, 1),
@@ -496,6 +497,14 @@ func (r *RBD) writeGate() error {
 // (its watch dropped: dead, or blocklisted by a gateway's fence) and
 // refuses (EROFS) while a live client holds it in that mode.
 func (r *RBD) takeLock() error {
+	// The image's configuration may have changed since the open (`rbd
+	// config image set` refreshes it in librbd): no lock, so no writes,
+	// if it would now cache.
+	if err := checkNoCache(r.image, r.pool, r.spec); err != nil {
+		r.lockErr = fmt.Errorf("backend rbd %s: %w: %w", r.spec, err, ErrUnavailable)
+		r.lockTried = time.Now()
+		return r.lockErr
+	}
 	err := r.image.LockAcquire(rbd.LockModeExclusive)
 	if err == nil {
 		r.lockHeld.Store(true)

@@ -252,6 +252,29 @@ func TestRBDCacheRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open after the settings were removed: %v", err)
 	}
+	defer r.Close()
+	// Set while the image is open: the lock (and so every write) is
+	// refused from the next time it is taken.
+	if err := r.WriteAt(pageBuffer(t, 512), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.RBD("config", "image", "set", spec, "rbd_cache", "true"); err != nil {
+		t.Fatalf("rbd config image set: %v\n%s", err, out)
+	}
+	if err := r.SetWritable(false); err != nil {
+		t.Fatal(err)
+	}
+	err = r.SetWritable(true)
+	t.Logf("SetWritable(true) after rbd_cache was set on the open image: %v", err)
+	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "rbd_cache=true") {
+		t.Errorf("SetWritable(true) after rbd_cache was set on the open image: %v, want ErrUnavailable naming rbd_cache=true", err)
+	}
+	if err := r.WriteAt(pageBuffer(t, 512), 0, false); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("write after rbd_cache was set on the open image: %v, want ErrUnavailable", err)
+	}
+	if out, err := c.RBD("config", "image", "rm", spec, "rbd_cache"); err != nil {
+		t.Fatalf("rbd config image rm: %v\n%s", err, out)
+	}
 	r.Close()
 
 	// Pool level: `rbd config pool set`, on a private cluster so that no

@@ -107,7 +107,8 @@ func (s *server) guardNamespace(ns *namespace) {
 // *ValidationError naming each field), and managed groups that a port does
 // not list are inaccessible there. The running configuration is checked
 // first: if it breaks them (or a namespace's image lacks the exclusive-lock
-// feature), SetGatewayGuard returns that error and sets nothing.
+// feature), SetGatewayGuard returns that error (ErrGatewayGuard, a
+// *ValidationError) and sets nothing.
 func (t *Target) SetGatewayGuard(g GatewayGuard) error {
 	return t.s.setGuard(&g)
 }
@@ -132,7 +133,7 @@ func (s *server) setGuard(g *GatewayGuard) error {
 		}
 	}
 	if len(problems) > 0 {
-		return guardError(problems)
+		return fmt.Errorf("target: the running configuration %w:\n%w", ErrGatewayGuard, &ValidationError{Problems: problems})
 	}
 	s.guard.Store(g)
 	// The managed groups' default is inaccessible from now on.
