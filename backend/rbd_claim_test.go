@@ -160,16 +160,18 @@ func TestRBDExclusiveLockSecondClient(t *testing.T) {
 	// b is fenced (blocklisted) with the lock: a takes it (librbd breaks
 	// the lock of a client whose watch is gone) and writes; b cannot.
 	fence(t, c, b)
-	deadline := time.Now().Add(2 * time.Minute) // a hang guard, not a timing assertion
-	for {
+	begin := time.Now()
+	deadline := begin.Add(2 * time.Minute) // a hang guard, not a timing assertion
+	for tries := 1; ; tries++ {
 		err := a.SetWritable(true)
 		if err == nil {
+			t.Logf("a took the fenced b's lock after %s (%d tries)", time.Since(begin).Round(time.Millisecond), tries)
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a cannot take the lock of the fenced b: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond) // past rbdLockRetry
 	}
 	copy(pa, "a after b's fence")
 	if err := a.WriteAt(pa, 0, false); err != nil {
