@@ -702,9 +702,17 @@ func (r *RBD) StartWriteAt(p []byte, off int64, fua bool, c Completion) bool {
 }
 
 // startAIO starts a read or a write on the asynchronous path; false when
-// every slot is taken (or there is no such path).
+// every slot is taken (or there is no such path), and for a write while the
+// exclusive lock is not held: taking it is a cluster operation (a second
+// or so when the holder was fenced: librbd blocklists it again and waits
+// for the OSD map), which must not block the caller (the queue's
+// goroutine, whose reads go on meanwhile), so the write goes the
+// synchronous way, on a worker.
 func (r *RBD) startAIO(op Op, p []byte, off int64, c Completion) bool {
 	if r.aio == nil {
+		return false
+	}
+	if op == OpWrite && r.exclusive && !r.ro && !r.lockHeld.Load() {
 		return false
 	}
 	if err := CheckRange(op, off, int64(len(p)), r.size.Load(), r.bs); err != nil {

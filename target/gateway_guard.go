@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -194,7 +195,12 @@ func (s *server) syncWritable() error {
 	s.regMu.RUnlock()
 	var errs []error
 	for _, it := range list {
+		begin := time.Now()
 		err := it.ns.be.(backend.WriteLocker).SetWritable(it.writable)
+		if took := time.Since(begin); took > 100*time.Millisecond {
+			s.log.Info("namespace: exclusive lock", zap.String("subsystem", it.ns.nqn), zap.Uint32("nsid", it.ns.nsid),
+				zap.Bool("writable", it.writable), zap.Duration("took", took), zap.Error(err))
+		}
 		if err == nil {
 			continue
 		}
