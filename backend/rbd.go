@@ -83,6 +83,16 @@ import (
 // process: another gateway can take the image over. Flush is rbd_flush all
 // the same (on a worker, as WriteZeroes and Discard).
 //
+// Claim. [Open] claims the image in this process (one backend per image,
+// by cluster fsid, pool id, RADOS namespace and image id: ErrBusy
+// otherwise; Config.DeferClaim and Claim as for files). Across processes
+// writes hold librbd's exclusive lock, taken with rbd_lock_acquire in
+// exclusive mode, in which librbd never hands it over on request: another
+// client's writes fail with ErrUnavailable until the holder releases it
+// (SetWritable(false), Close) or is blocklisted ([WriteLocker]). The pool's
+// and the image's configuration must not turn a write-back cache on
+// (rbd_cache, the persistent cache): such an image is refused at open.
+//
 // Zeroing. WriteZeroes is rbd_writesame with a block of zeroes, which
 // librbd turns into a zeroing discard (rbd_discard_on_zeroed_write_same,
 // set here): whole objects are removed, partial ones truncated or zeroed,
@@ -111,6 +121,7 @@ import (
 // match syscall.ENOSPC); EROFS matches ErrReadOnly.
 type RBD struct {
 	spec   string // pool/[namespace/]image
+	pool   string
 	bs     uint32
 	ro     bool
 	info   Info
@@ -331,7 +342,7 @@ func openRBDClaim(opts RBDOptions, claim bool) (_ *RBD, err error) {
 	}
 
 	r := &RBD{
-		spec: spec, bs: bs, ro: o.ReadOnly,
+		spec: spec, pool: o.Pool, bs: bs, ro: o.ReadOnly,
 		conn: conn, ioctx: ioctx, image: image, opTimeout: o.OpTimeout,
 		changed: make(chan struct{}, 1),
 		wake:    make(chan struct{}, 1),
@@ -486,6 +497,14 @@ func (r *RBD) writeGate() error {
 // (its watch dropped: dead, or blocklisted by a gateway's fence) and
 // refuses (EROFS) while a live client holds it in that mode.
 func (r *RBD) takeLock() error {
+	// The image's configuration may have changed since the open (`rbd
+	// config image set` refreshes it in librbd): no lock, so no writes,
+	// if it would now cache.
+	if err := checkNoCache(r.image, r.pool, r.spec); err != nil {
+		r.lockErr = fmt.Errorf("backend rbd %s: %w: %w", r.spec, err, ErrUnavailable)
+		r.lockTried = time.Now()
+		return r.lockErr
+	}
 	err := r.image.LockAcquire(rbd.LockModeExclusive)
 	if err == nil {
 		r.lockHeld.Store(true)
@@ -683,9 +702,17 @@ func (r *RBD) StartWriteAt(p []byte, off int64, fua bool, c Completion) bool {
 }
 
 // startAIO starts a read or a write on the asynchronous path; false when
-// every slot is taken (or there is no such path).
+// every slot is taken (or there is no such path), and for a write while the
+// exclusive lock is not held: taking it is a cluster operation (a second
+// or so when the holder was fenced: librbd blocklists it again and waits
+// for the OSD map), which must not block the caller (the queue's
+// goroutine, whose reads go on meanwhile), so the write goes the
+// synchronous way, on a worker.
 func (r *RBD) startAIO(op Op, p []byte, off int64, c Completion) bool {
 	if r.aio == nil {
+		return false
+	}
+	if op == OpWrite && r.exclusive && !r.ro && !r.lockHeld.Load() {
 		return false
 	}
 	if err := CheckRange(op, off, int64(len(p)), r.size.Load(), r.bs); err != nil {

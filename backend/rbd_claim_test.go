@@ -124,12 +124,11 @@ func TestRBDExclusiveLockSecondClient(t *testing.T) {
 	if err := b.WriteZeroes(0, 4096, false); !errors.Is(err, backend.ErrUnavailable) {
 		t.Errorf("b's Write Zeroes while a holds the lock: %v, want ErrUnavailable", err)
 	}
-	done := make(chan error, 1)
-	if !b.StartWriteAt(pb, 0, false, completion(done)) {
-		t.Fatal("StartWriteAt refused")
-	}
-	if err := <-done; !errors.Is(err, backend.ErrUnavailable) {
-		t.Errorf("b's asynchronous write while a holds the lock: %v, want ErrUnavailable", err)
+	// Without the lock, an asynchronous write is refused (the caller
+	// runs it synchronously, on a worker: taking the lock must not block
+	// the caller's goroutine).
+	if b.StartWriteAt(pb, 0, false, completion(make(chan error, 1))) {
+		t.Error("b's StartWriteAt without the lock was not refused")
 	}
 	got := pageBuffer(t, 4096)
 	if err := b.ReadAt(got, 0); err != nil || !bytes.Equal(got, pa) {
@@ -160,16 +159,18 @@ func TestRBDExclusiveLockSecondClient(t *testing.T) {
 	// b is fenced (blocklisted) with the lock: a takes it (librbd breaks
 	// the lock of a client whose watch is gone) and writes; b cannot.
 	fence(t, c, b)
-	deadline := time.Now().Add(2 * time.Minute) // a hang guard, not a timing assertion
-	for {
+	begin := time.Now()
+	deadline := begin.Add(2 * time.Minute) // a hang guard, not a timing assertion
+	for tries := 1; ; tries++ {
 		err := a.SetWritable(true)
 		if err == nil {
+			t.Logf("a took the fenced b's lock after %s (%d tries)", time.Since(begin).Round(time.Millisecond), tries)
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a cannot take the lock of the fenced b: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond) // past rbdLockRetry
 	}
 	copy(pa, "a after b's fence")
 	if err := a.WriteAt(pa, 0, false); err != nil {
@@ -251,6 +252,29 @@ func TestRBDCacheRefused(t *testing.T) {
 	r, err := backend.OpenRBD(rbdOptions(c, image, 512))
 	if err != nil {
 		t.Fatalf("open after the settings were removed: %v", err)
+	}
+	defer r.Close()
+	// Set while the image is open: the lock (and so every write) is
+	// refused from the next time it is taken.
+	if err := r.WriteAt(pageBuffer(t, 512), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.RBD("config", "image", "set", spec, "rbd_cache", "true"); err != nil {
+		t.Fatalf("rbd config image set: %v\n%s", err, out)
+	}
+	if err := r.SetWritable(false); err != nil {
+		t.Fatal(err)
+	}
+	err = r.SetWritable(true)
+	t.Logf("SetWritable(true) after rbd_cache was set on the open image: %v", err)
+	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "rbd_cache=true") {
+		t.Errorf("SetWritable(true) after rbd_cache was set on the open image: %v, want ErrUnavailable naming rbd_cache=true", err)
+	}
+	if err := r.WriteAt(pageBuffer(t, 512), 0, false); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("write after rbd_cache was set on the open image: %v, want ErrUnavailable", err)
+	}
+	if out, err := c.RBD("config", "image", "rm", spec, "rbd_cache"); err != nil {
+		t.Fatalf("rbd config image rm: %v\n%s", err, out)
 	}
 	r.Close()
 

@@ -27,14 +27,20 @@ func rbdOptions(c *cephtest.Cluster, image string, bs uint32) backend.RBDOptions
 	}
 }
 
-// openRBD creates an image of size bytes on the shared cluster and opens
-// it.
+// openRBD creates an image of size bytes on the shared cluster, opens it
+// and takes its exclusive lock (as the target does for a namespace served
+// optimized; without it, StartWriteAt is refused until a synchronous
+// write took it).
 func openRBD(t testing.TB, size int64, bs uint32) (*backend.RBD, *cephtest.Cluster, string) {
 	t.Helper()
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, size)
 	r, err := backend.OpenRBD(rbdOptions(c, image, bs))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetWritable(true); err != nil {
+		r.Close()
 		t.Fatal(err)
 	}
 	return r, c, image
@@ -295,6 +301,10 @@ func openPrivateRBD(t *testing.T) (*cephtest.Cluster, *backend.RBD) {
 	o.OpTimeout, o.ConnectTimeout = opTimeout, opTimeout
 	r, err := backend.OpenRBD(o)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetWritable(true); err != nil {
+		r.Close()
 		t.Fatal(err)
 	}
 	return c, r

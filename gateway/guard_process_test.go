@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -98,8 +99,8 @@ func TestGatewayProcessGuard(t *testing.T) {
 	// The image of namespace 1 as namespace 3.
 	status, body = p.post(path, `{"nsid": 3, "ana_group": 1, "backend": `+rbdBackend(image)+`}`)
 	t.Logf("POST namespace 3 on the image of namespace 1: %d %s", status, body)
-	if status < 400 || status >= 500 || !strings.Contains(body, "already open in this process") {
-		t.Errorf("POST namespace 3 on the image of namespace 1: %d %s; want a 4xx naming the image as already open", status, body)
+	if status != http.StatusBadRequest || !strings.Contains(body, `"backend.image"`) || !strings.Contains(body, "is also the image of") {
+		t.Errorf("POST namespace 3 on the image of namespace 1: %d %s; want 400 naming backend.image", status, body)
 	}
 	if n := nsCount(); n != 1 {
 		t.Errorf("%d namespaces after the API's refusals, want 1", n)
@@ -138,5 +139,46 @@ func TestGatewayProcessGuard(t *testing.T) {
 	t.Logf("another client's write while the gateway owns the group: %v", err)
 	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "exclusive lock is held") {
 		t.Errorf("another client's write while the gateway owns the group: %v; want ErrUnavailable (the exclusive lock)", err)
+	}
+}
+
+// TestGatewayProcessNoExclusiveLock: a gateway whose namespace's image
+// lacks the exclusive-lock feature does not join the group: it exits with
+// an error that names the command enabling the feature, and never serves
+// the group optimized.
+func TestGatewayProcessNoExclusiveLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with an nvmetd-rbd process and a Ceph cluster: skipped in -short mode")
+	}
+	c := cephtest.Shared(t)
+	image := c.CreateImage(t, 16<<20)
+	if out, err := c.RBD("feature", "disable", c.Pool+"/"+image, "fast-diff", "object-map", "exclusive-lock"); err != nil {
+		t.Fatalf("rbd feature disable: %v\n%s", err, out)
+	}
+	bin := buildGateway(t)
+	var rb [4]byte
+	rand.Read(rb[:])
+	d := t.TempDir()
+	p := &gwProc{t: t, name: "gw-a", bin: bin, dir: d, cfg: filepath.Join(d, "nvmetd.yaml"), port: freePort(t)}
+	p.writeConfig(c, image, "x"+hex.EncodeToString(rb[:]), 1)
+	p.stderr = &syncBuffer{}
+	p.cmd = exec.Command(p.bin, "--config", p.cfg)
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
+	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	go func() {
+		_ = p.cmd.Wait()
+		p.status = p.cmd.ProcessState.ExitCode()
+		close(p.exited)
+	}()
+	code := p.wait()
+	log := p.stderr.String()
+	t.Logf("exit %d:\n%s", code, grepLines(log, `gateway|exclusive-lock`))
+	want := "rbd feature enable " + c.Pool + "/" + image + " exclusive-lock"
+	if code == 0 || !strings.Contains(log, want) || strings.Contains(log, "set-ana optimized") {
+		t.Fatalf("exit %d; want a failure naming %q and no optimized group:\n%s", code, want, tail(log, 4000))
 	}
 }

@@ -260,6 +260,25 @@ func (n *NamespaceConfig) validate(v *validator, np string, ids map[string]strin
 		check("uuid", "uuid", ident.HasUUID, ident.UUID[:])
 		check("eui64", "eui64", ident.HasEUI64, ident.EUI64[:])
 	}
+	// An RBD image is one namespace (as a file is): two would be two
+	// RADOS clients writing it. The backend's claim catches the same
+	// image reached through another ceph.conf.
+	if b := &n.Backend; b.Kind == string(backend.KindRBD) && b.Image != "" && n.IsEnabled() {
+		conf := b.CephConf
+		if conf == "" {
+			conf = backend.DefaultCephConf
+		}
+		spec := b.Pool + "/" + b.Image
+		if b.RADOSNamespace != "" {
+			spec = b.Pool + "/" + b.RADOSNamespace + "/" + b.Image
+		}
+		key := "rbd-image:" + conf + "\x00" + spec
+		if other, dup := ids[key]; dup {
+			v.add(bp+".image", "%s is also the image of %s (an image can be one namespace only)", spec, other)
+		} else {
+			ids[key] = np
+		}
+	}
 	if n.ANAGroup > MaxANAGroup {
 		v.add(np+".ana_group", "%d is out of range (must be 1..%d)", n.ANAGroup, MaxANAGroup)
 	}

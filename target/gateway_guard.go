@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -107,7 +108,8 @@ func (s *server) guardNamespace(ns *namespace) {
 // *ValidationError naming each field), and managed groups that a port does
 // not list are inaccessible there. The running configuration is checked
 // first: if it breaks them (or a namespace's image lacks the exclusive-lock
-// feature), SetGatewayGuard returns that error and sets nothing.
+// feature), SetGatewayGuard returns that error (ErrGatewayGuard, a
+// *ValidationError) and sets nothing.
 func (t *Target) SetGatewayGuard(g GatewayGuard) error {
 	return t.s.setGuard(&g)
 }
@@ -132,7 +134,7 @@ func (s *server) setGuard(g *GatewayGuard) error {
 		}
 	}
 	if len(problems) > 0 {
-		return guardError(problems)
+		return fmt.Errorf("target: the running configuration %w:\n%w", ErrGatewayGuard, &ValidationError{Problems: problems})
 	}
 	s.guard.Store(g)
 	// The managed groups' default is inaccessible from now on.
@@ -193,7 +195,12 @@ func (s *server) syncWritable() error {
 	s.regMu.RUnlock()
 	var errs []error
 	for _, it := range list {
+		begin := time.Now()
 		err := it.ns.be.(backend.WriteLocker).SetWritable(it.writable)
+		if took := time.Since(begin); took > 100*time.Millisecond {
+			s.log.Info("namespace: exclusive lock", zap.String("subsystem", it.ns.nqn), zap.Uint32("nsid", it.ns.nsid),
+				zap.Bool("writable", it.writable), zap.Duration("took", took), zap.Error(err))
+		}
 		if err == nil {
 			continue
 		}

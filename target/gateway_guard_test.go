@@ -28,8 +28,9 @@ func guardReload(t *testing.T, tg *Target, edit func(c *Config) error) error {
 func wantGuardRefusal(t *testing.T, what string, err error, field string) {
 	t.Helper()
 	var ve *ValidationError
-	if !errors.Is(err, ErrGatewayGuard) || !errors.Is(err, ErrReloadRefused) || !errors.As(err, &ve) {
-		t.Fatalf("%s: %v, want ErrGatewayGuard and ErrReloadRefused with a *ValidationError", what, err)
+	if !errors.Is(err, ErrGatewayGuard) || !errors.As(err, &ve) ||
+		(!strings.HasPrefix(what, "SetGatewayGuard") && !errors.Is(err, ErrReloadRefused)) {
+		t.Fatalf("%s: %v, want ErrGatewayGuard (and ErrReloadRefused) with a *ValidationError", what, err)
 	}
 	for _, p := range ve.Problems {
 		if p.Field == field {
@@ -157,4 +158,26 @@ func TestGatewayGuardRunningConfig(t *testing.T) {
 	if !strings.Contains(err.Error(), "ANA group 7 is not one of the gateway's") {
 		t.Errorf("Start: %v", err)
 	}
+}
+
+// TestValidateRBDImageOnce: an RBD image is one namespace of the
+// configuration (two would be two writers); another image, the same name
+// in another pool or RADOS namespace, or a disabled namespace is not a
+// duplicate.
+func TestValidateRBDImageOnce(t *testing.T) {
+	rbd := func(nsid uint32, pool, rns, image string) NamespaceConfig {
+		return NamespaceConfig{NSID: nsid, Backend: BackendConfig{Kind: "rbd", Pool: pool, RADOSNamespace: rns, Image: image}}
+	}
+	off := rbd(6, "rbd", "", "vm1")
+	disabled := false
+	off.Enabled = &disabled
+	cfg := testConfig(t, rbd(1, "rbd", "", "vm1"), rbd(2, "rbd", "", "vm2"), rbd(3, "other", "", "vm1"), rbd(4, "rbd", "t", "vm1"),
+		rbd(5, "rbd", "", "vm1"), off)
+	cfg.ApplyDefaults()
+	err := cfg.Validate()
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "subsystems[0].namespaces[4].backend.image" {
+		t.Fatalf("Validate: %v, want one problem at subsystems[0].namespaces[4].backend.image", err)
+	}
+	t.Logf("%v", ve.Problems[0])
 }

@@ -4,6 +4,8 @@ package target
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,14 +67,34 @@ func TestRBDNamespaceClaim(t *testing.T) {
 		t.Fatalf("another client's write while the target serves the image: %v, want ErrUnavailable (the lock)", err)
 	}
 
-	// The same image as namespace 3: refused, nothing changes.
+	// The same image as namespace 3: refused by the validation (the
+	// daemon's Validate, and Reload's own), nothing changes.
+	nc := s.cfg.Clone()
+	if _, _, err := nc.AddNamespace(testSubNQN, rbdNS(c, 3, image)); err != nil {
+		t.Fatal(err)
+	}
+	err = tg.Reload(nc)
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "subsystems[0].namespaces[1].backend.image" ||
+		!strings.Contains(ve.Problems[0].Reason, "is also the image of subsystems[0].namespaces[0]") {
+		t.Fatalf("the image of namespace 1 as namespace 3: %v, want the validation naming backend.image", err)
+	}
+	t.Logf("the image of namespace 1 as namespace 3: %v", ve.Problems[0])
+	// The same image through another ceph.conf path (the validation
+	// cannot tell): refused by the backend's claim.
+	conf := filepath.Join(t.TempDir(), "ceph.conf")
+	if err := os.Symlink(c.Conf, conf); err != nil {
+		t.Fatal(err)
+	}
 	err = guardReload(t, tg, func(c2 *Config) error {
-		_, _, err := c2.AddNamespace(testSubNQN, rbdNS(c, 3, image))
+		n := rbdNS(c, 3, image)
+		n.Backend.CephConf = conf
+		_, _, err := c2.AddNamespace(testSubNQN, n)
 		return err
 	})
-	wantField(t, "the image of namespace 1 as namespace 3", err, "subsystems[0].namespaces[1].backend", "already open in this process")
+	wantField(t, "the image of namespace 1 as namespace 3 through another ceph.conf", err, "subsystems[0].namespaces[1].backend", "already open in this process")
 	if n := len(s.subsystems[testSubNQN].ns.Load().byID); n != 1 {
-		t.Fatalf("%d namespaces after the refusal", n)
+		t.Fatalf("%d namespaces after the refusals", n)
 	}
 	// Namespace 1 changed on the same image: reopened (claim deferred).
 	if err := guardReload(t, tg, func(c2 *Config) error {

@@ -471,12 +471,6 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 	}
 	s.regMu.Unlock()
 
-	// Backends write, and hold their image's exclusive lock, where their
-	// ANA group is served optimized now; the others stop and release it.
-	if err := s.syncWritable(); err != nil {
-		errs = append(errs, err)
-	}
-
 	// Hosts see the new namespaces now (a replaced namespace answers from
 	// its new backend at once; the old one drains below).
 	for sub, ids := range notify {
@@ -495,6 +489,13 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 		if sub != nil {
 			s.anaGroupsMoved(sub)
 		}
+	}
+	// Backends write, and hold their image's exclusive lock, where their
+	// ANA group is served optimized now; the others stop and release it
+	// (after the hosts were told: a release waits for librbd's writes in
+	// flight, and new I/O is refused by the ANA state already).
+	if err := s.syncWritable(); err != nil {
+		errs = append(errs, err)
 	}
 	// Ports that go away take their connections along.
 	for _, pt := range portsToShut {
