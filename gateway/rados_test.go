@@ -44,6 +44,9 @@ type gw struct {
 	wake   chan struct{}
 	// onOptimized, if set, runs when SetANA(optimized) is applied.
 	onOptimized func()
+	// refuseInaccessible: SetANA(inaccessible) fails (the target refuses
+	// the reload), the ports stay as they were.
+	refuseInaccessible bool
 }
 
 func (g *gw) SetANA(group uint32, optimized bool) error {
@@ -51,8 +54,11 @@ func (g *gw) SetANA(group uint32, optimized bool) error {
 		g.onOptimized()
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !optimized && g.refuseInaccessible {
+		return errors.New("reload: refused (test)")
+	}
 	g.ana[group] = optimized
-	g.mu.Unlock()
 	return nil
 }
 
@@ -563,5 +569,47 @@ func TestRemovedObjectFences(t *testing.T) {
 	}
 	if o.Record.Name != "b" || o.Record.Epoch != 2 {
 		t.Errorf("b's record %+v, want epoch 2 (a had 1)", o.Record)
+	}
+}
+
+// TestFailbackANAFails (issue 21.4): b holds group 1 (a, its preferred
+// owner, was down) and its target refuses every ANA change; a comes back
+// and asks for the group. b must write no release while its ports may say
+// optimized: it retries, and after a lease of refusals it exits
+// (ErrStepDownFailed). a then finds b's lease expired without a release,
+// fences b and only then serves: b's backend write at that moment is
+// refused.
+func TestFailbackANAFails(t *testing.T) {
+	f := newFixture(t)
+	b := f.start(t, "b", "b-1", nil)
+	b.waitEvent("b optimized", 0, isANA(true))
+	unblock(t, f.c, gateway.SplitAddrs(b.be.CephClient().Addrs)...)
+	unblock(t, f.c, gateway.SplitAddrs(b.cl.Addrs())...)
+	b.mu.Lock()
+	b.refuseInaccessible = true
+	b.mu.Unlock()
+	var fencedWrite error
+	a := f.start(t, "a", "a-1", nil)
+	a.onOptimized = func() { fencedWrite = b.be.WriteAt(block("b after the fence"), 0, false) }
+	a.waitEvent("a optimized", 0, isANA(true))
+	t.Logf("b:\n%s\na:\n%s", b.dump(), a.dump())
+	b.mu.Lock()
+	for _, e := range b.events {
+		if e.Action.Kind == gateway.ActRelease {
+			t.Errorf("b released the group although it could not make it inaccessible: %s (err %v)", e.Action, e.Err)
+		}
+	}
+	b.mu.Unlock()
+	if !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
+		t.Errorf("b's write when a went optimized: %v, want ESHUTDOWN: b was not fenced first", fencedWrite)
+	}
+	select {
+	case err := <-b.done:
+		if !errors.Is(err, gateway.ErrStepDownFailed) {
+			t.Errorf("b's runner: %v, want ErrStepDownFailed", err)
+		}
+		b.done <- nil
+	case <-time.After(hang):
+		t.Errorf("b's runner still runs")
 	}
 }

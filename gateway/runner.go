@@ -237,18 +237,28 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 		}
 		switch a.Kind {
 		case ActSetANA:
-			err := r.ap.SetANA(g, a.Optimized)
-			r.event(a, err)
-			if err != nil {
-				r.log.Error("gateway: "+a.String()+" failed", zap.Error(err))
-				if a.Optimized {
-					// Not served here: give the group up rather than hold
-					// it down on every gateway.
-					more = append(more, r.m.ServeFailed(g, time.Now(), err)...)
+			report := func(err error) []Action {
+				r.event(a, err)
+				if err != nil {
+					r.log.Error("gateway: "+a.String()+" failed", zap.Error(err))
+				} else {
+					r.log.Info("gateway: " + a.String())
 				}
-			} else {
-				r.log.Info("gateway: " + a.String())
+				return r.m.SetANADone(g, a.Optimized, time.Now(), err)
 			}
+			if r.m.Exited() {
+				// On the way out (fenced): at once, before the exit.
+				report(r.ap.SetANA(g, a.Optimized))
+				continue
+			}
+			// Off the loop: a slow reload must not delay renewals.
+			*pending++
+			r.ops.Add(1)
+			go func() {
+				defer r.ops.Done()
+				err := r.ap.SetANA(g, a.Optimized)
+				r.results <- func() []Action { return report(err) }
+			}()
 		case ActStepDown:
 			r.event(a, nil)
 			r.log.Warn("gateway: stepped down from group", zap.Uint32("group", g), zap.String("reason", a.Reason))
@@ -260,6 +270,11 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: %s", ErrFenced, a.Reason)
+		case ActExitStepDownFailed:
+			r.event(a, nil)
+			r.log.Error("gateway: a group could not be made inaccessible: this gateway stops serving and exits", zap.String("reason", a.Reason))
+			r.publish()
+			return nil, fmt.Errorf("%w: %s", ErrStepDownFailed, a.Reason)
 		case ActRead:
 			var o Observed
 			async(func() (err error) { o, err = r.cl.Read(g); return err },
@@ -335,10 +350,19 @@ func (r *Runner) shutdown(d time.Duration, pending int) error {
 			return nil
 		}
 	}
-	for _, a := range r.m.Shutdown() {
+	acts := r.m.Shutdown()
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
 		switch a.Kind {
 		case ActSetANA:
-			r.event(a, r.ap.SetANA(a.Group, false))
+			err := r.ap.SetANA(a.Group, a.Optimized)
+			r.event(a, err)
+			if err != nil {
+				r.log.Warn("gateway: inaccessible at shutdown failed: not released; the next owner fences this gateway", zap.Uint32("group", a.Group), zap.Error(err))
+			}
+			// The release follows once the group is inaccessible.
+			acts = append(acts, r.m.SetANADone(a.Group, a.Optimized, time.Now(), err)...)
 		case ActRelease:
 			rec := r.record(a.Epoch)
 			rec.Released = true

@@ -249,7 +249,16 @@ func (a daemonApplier) SetANA(group uint32, optimized bool) error {
 	d.gw.mu.Lock()
 	d.gw.owned[group] = optimized
 	d.gw.mu.Unlock()
-	return d.t.Reload(d.targetConfig(d.config().Target))
+	err := d.t.Reload(d.targetConfig(d.config().Target))
+	if err != nil && optimized {
+		// Not served: a later reload (SIGHUP, the API) must not make it
+		// optimized behind the gateway's back. A failed inaccessible
+		// change stays wanted: the next reload applies it.
+		d.gw.mu.Lock()
+		d.gw.owned[group] = false
+		d.gw.mu.Unlock()
+	}
+	return err
 }
 
 // drainTimeout bounds Flush's wait for the commands in flight.
