@@ -217,7 +217,7 @@ func OpenRBD(opts RBDOptions) (_ *RBD, err error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		client: CephClientInfo{
-			FSID: fsid, Entity: "client." + o.ClientID, Addrs: addrs, InstanceID: conn.GetInstanceID(),
+			FSID: fsid, Entity: "client." + o.ClientID, Addrs: addrs, InstanceID: conn.GetInstanceID(), Image: spec,
 		},
 	}
 	r.size.Store(size)

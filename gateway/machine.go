@@ -35,9 +35,11 @@ const (
 	// ActRead reads the group's lock holders and its record (Observed).
 	ActRead ActionKind = iota + 1
 	// ActAcquire takes the group's exclusive lock for one lease and writes
-	// this gateway's record (name, session, Addrs, Epoch) on the group
-	// object, asserting that the lock is held (cls_lock assert_locked in
-	// the same operation); success only if both were done.
+	// this gateway's record (name, session, Epoch, and the addresses of
+	// the RADOS clients that carry the group's I/O) on the group object,
+	// asserting that the lock is held (cls_lock assert_locked in the same
+	// operation); success only if both were done. With Reopen the group's
+	// clients are replaced first (before the record names them).
 	ActAcquire
 	// ActRenew renews the lock for one lease (must-renew: fails with
 	// ErrLockBusy if the lock is no longer this session's) and reads the
@@ -98,6 +100,9 @@ type Action struct {
 	// Epoch is the epoch of the record that ActAcquire, ActRenew and
 	// ActRelease write.
 	Epoch uint64
+	// Reopen (ActAcquire): first replace the RADOS clients of the group's
+	// namespaces (Applier.Reopen): a successor may have fenced them.
+	Reopen bool
 }
 
 func (a Action) String() string {
@@ -118,18 +123,24 @@ func (a Action) String() string {
 		return "exit-fenced (" + a.Reason + ")"
 	case ActExitStepDownFailed:
 		return "exit-step-down-failed (" + a.Reason + ")"
+	case ActAcquire:
+		if a.Reopen {
+			return fmt.Sprintf("group %d: acquire (reopen)", a.Group)
+		}
 	}
 	return fmt.Sprintf("group %d: %s", a.Group, a.Kind)
 }
 
 // Record is what a holder writes on its group's object when it takes the
-// lock: who it is and every RADOS client address through which it can
-// write (its own connection and each rbd backend's), so that a survivor
-// can fence all of them.
+// lock: who it is and the address of every RADOS client through which it
+// can write to the group's images (the rbd backends of the group's
+// namespaces, never the gateway's own client of the group objects, which
+// serves its other groups too), so that a successor can fence all of them
+// and only them.
 type Record struct {
 	Name    string   // the gateway's name
 	Session string   // the lock cookie: unique to one run of the gateway
-	Addrs   []string // RADOS client addresses to blocklist to fence it
+	Addrs   []string // RADOS client addresses to blocklist to fence it (for this group)
 	// Released is set by a graceful release (failback): the holder
 	// stopped serving and flushed before it unlocked; nobody fences it.
 	Released bool
@@ -263,6 +274,10 @@ type group struct {
 	// epoch is the epoch of this gateway's record while it holds the
 	// group (Acquiring, Owner, Releasing).
 	epoch uint64
+	// everHeld: this gateway held the group in this run; a successor
+	// has fenced its clients of the group since, so that it reopens
+	// them before it takes the group again (ActAcquire Reopen).
+	everHeld bool
 
 	// The group's ANA state on this gateway's ports: anaWant is the state
 	// wanted (optimized), anaPending that an ActSetANA is out, anaSafe
@@ -564,7 +579,7 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 			if now.Before(g.serveAfter) {
 				return nil
 			}
-			return m.acquire(g, now)
+			return m.acquire(g, now, false)
 		}
 		g.holder = o.Record.Name
 		// Failback: the preferred owner asks for its group back once it
@@ -594,21 +609,37 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 				g.last.Epoch, g.last.Name, g.last.Session, o.Record.Epoch)}}
 	case lost:
 		// Lost, but the last record known was this gateway's own.
-		return m.acquire(g, now)
+		return m.acquire(g, now, false)
+	case r.Session == m.cfg.Session && !r.Released:
+		// Our own record: nobody held the group since; no fence.
+		return m.acquire(g, now, false)
 	case r.Session == "" || r.Released:
-		// Never held, or released cleanly: no fence. A group released
-		// to nobody (its holder stopped) goes to whoever is first; one
-		// handed over goes to its recipient at once, and one never held
-		// to its preferred owner at once; any other gateway waits one
-		// lease for them, so that a handover or a cold start is not
-		// raced.
-		if r.HandoverTo == m.cfg.Name || (r.Released && r.HandoverTo == "") ||
-			(r.Session == "" && g.preferred == m.cfg.Name) || !now.Before(g.freeSince.Add(m.cfg.Lease)) {
-			return m.acquire(g, now)
+		// Never held, or released. A group released to nobody (its
+		// holder stopped) goes to whoever is first; one handed over goes
+		// to its recipient at once, and one never held to its preferred
+		// owner at once; any other gateway waits one lease for them, so
+		// that a handover or a cold start is not raced.
+		if !(r.HandoverTo == m.cfg.Name || (r.Released && r.HandoverTo == "") ||
+			(r.Session == "" && g.preferred == m.cfg.Name) || !now.Before(g.freeSince.Add(m.cfg.Lease))) {
+			return nil
 		}
-		return nil
-	case r.Session == m.cfg.Session:
-		return m.acquire(g, now)
+		if r.Session == m.cfg.Session {
+			return m.acquire(g, now, false) // released by us; nobody since
+		}
+		if r.Session == "" || len(r.Addrs) == 0 {
+			return m.acquire(g, now, g.everHeld)
+		}
+		// Released: its clients of the group are fenced all the same.
+		// The release followed a drain that counts only the commands of
+		// live connections: a write whose host connection closed, or
+		// that was completed as a path error on its timeout, may still
+		// be in librbd or on its way to an OSD, and would land after
+		// this gateway's writes. The record names only the clients that
+		// carry the group's I/O (Applier.Addrs), so the previous
+		// holder's other groups go on.
+		g.role, g.pending, g.issued, g.fenceSess = Fencing, true, now, r.Session
+		return []Action{{Kind: ActFence, Group: g.id, Addrs: slices.Clone(r.Addrs),
+			Reason: fmt.Sprintf("hand-over from %s (session %s): its clients of the group are fenced before serving", r.Name, r.Session)}}
 	}
 	// The holder's lease expired without a release: fence every client
 	// through which it can write, then take the group.
@@ -617,9 +648,12 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		Reason: fmt.Sprintf("lease of %s (session %s) expired without release", r.Name, r.Session)}}
 }
 
-func (m *Machine) acquire(g *group, now time.Time) []Action {
+// acquire takes the group; reopen: this gateway's clients of the group
+// may have been fenced by a holder since it last held it (every successor
+// fences them), so they are replaced first.
+func (m *Machine) acquire(g *group, now time.Time, reopen bool) []Action {
 	g.role, g.pending, g.issued, g.epoch = Acquiring, true, now, g.last.Epoch+1
-	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch}}
+	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen}}
 }
 
 // FenceDone reports the result of ActFence at time now. On failure the
@@ -638,7 +672,7 @@ func (m *Machine) FenceDone(id uint32, now time.Time, err error) []Action {
 		return nil
 	}
 	g.fences++
-	return m.acquire(g, now)
+	return m.acquire(g, now, g.everHeld)
 }
 
 // AcquireDone reports the result of ActAcquire, which was sent at the
@@ -658,7 +692,7 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	}
 	// The lease runs from no earlier than when the request was sent.
 	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
-	g.last = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}
+	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}, true
 	return m.setANA(nil, g, true)
 }
 

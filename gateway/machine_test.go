@@ -263,14 +263,26 @@ func TestMachineFailback(t *testing.T) {
 	run(t, a, []step{
 		{poke, nil},
 		{tick(16500), []string{"group 1: read"}},
-		{read(1, 16500, rel, nil), []string{"group 1: acquire"}}, // no fence
+		// Released or not, b's clients of the group are fenced first
+		// (issue 21.3: the drain does not cover every write in flight).
+		{read(1, 16500, rel, nil), []string{"group 1: fence [b-addr] (hand-over from b (session b-s1): its clients of the group are fenced before serving)"}},
+		{fenceDone(1, 16550, nil), []string{"group 1: acquire"}},
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 	})
 	// b, seeing the group released to a, does not race it.
 	run(t, b, []step{{read(1, 16600, rel, nil), nil}})
-	if st := a.Status()[0]; st.Fences != 0 || st.Role != Owner {
+	if st := a.Status()[0]; st.Fences != 1 || st.Role != Owner {
 		t.Fatalf("a: %+v", st)
 	}
+	// a dies: b fences it and takes the group back, with new clients
+	// (a fenced b's old ones).
+	run(t, b, []step{
+		{poke, nil},
+		{tick(30000), []string{"group 1: read"}},
+		{read(1, 30000, Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-rbd"}, Epoch: 2}}, nil),
+			[]string{"group 1: fence [a-rbd] (lease of a (session a-s1) expired without release)"}},
+		{fenceDone(1, 30100, nil), []string{"group 1: acquire (reopen)"}},
+	})
 }
 
 // TestMachineHandoverOnlyToPreferred: a request from a gateway that is not
@@ -383,15 +395,23 @@ func TestMachineShutdownReleases(t *testing.T) {
 }
 
 // TestMachineReleasedToNobody: a group its holder released at a clean stop
-// is taken at once, without fencing, by a gateway that is not its
-// preferred owner.
+// is taken at once by a gateway that is not its preferred owner, after it
+// fenced the holder's clients of the group (issue 21.3); one whose record
+// names no client (no rbd namespace) needs no fence.
 func TestMachineReleasedToNobody(t *testing.T) {
 	m := oneGroup("b")
 	rel := Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-addr"}, Released: true}}
 	run(t, m, []step{
 		{tick(0), []string{"group 1: read"}},
-		{read(1, 0, rel, nil), []string{"group 1: acquire"}},
+		{read(1, 0, rel, nil), []string{"group 1: fence [a-addr] (hand-over from a (session a-s1): its clients of the group are fenced before serving)"}},
+		{fenceDone(1, 10, nil), []string{"group 1: acquire"}},
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	})
+	m = oneGroup("b")
+	rel.Record.Addrs = nil
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, rel, nil), []string{"group 1: acquire"}},
 	})
 }
 

@@ -54,9 +54,17 @@ type Applier interface {
 	// that no new write comes in).
 	Flush(group uint32) error
 	// Addrs returns the address vectors of every RADOS client through
-	// which the gateway may write (the rbd backends'; see
-	// backend.CephClients).
-	Addrs() []string
+	// which the gateway may write to the group's images: the rbd backends
+	// of the group's namespaces, closed ones included (see
+	// backend.CephClients), and no client that serves another group, so
+	// that fencing them leaves the gateway's other groups alone.
+	Addrs(group uint32) []string
+	// Reopen replaces the RADOS clients of the group's namespaces with
+	// new ones (a new client has a new address nonce and is not
+	// blocklisted): called before the gateway takes back a group that
+	// another gateway held since, which fenced the old ones. The group is
+	// inaccessible here meanwhile.
+	Reopen(group uint32) error
 }
 
 // Event is an action the runner carried out, with its outcome, for
@@ -193,9 +201,11 @@ func (r *Runner) publish() {
 	r.mu.Unlock()
 }
 
-func (r *Runner) record(epoch uint64) Record {
-	addrs := []string{r.cl.Addrs()}
-	for _, a := range r.ap.Addrs() {
+// record is this gateway's record of group g: only the clients of g's
+// namespaces, never the Cluster's own (it serves every group).
+func (r *Runner) record(g uint32, epoch uint64) Record {
+	var addrs []string
+	for _, a := range r.ap.Addrs(g) {
 		if !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
@@ -280,11 +290,18 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 			async(func() (err error) { o, err = r.cl.Read(g); return err },
 				func(err error) []Action { return r.m.ReadDone(g, time.Now(), o, err) })
 		case ActAcquire:
-			rec := r.record(a.Epoch)
-			async(func() error { return r.cl.Acquire(g, rec) },
+			async(func() error {
+				if a.Reopen {
+					if err := r.ap.Reopen(g); err != nil {
+						return fmt.Errorf("reopen the group's namespaces with new RADOS clients: %w", err)
+					}
+				}
+				// After the reopen: the record names the new clients.
+				return r.cl.Acquire(g, r.record(g, a.Epoch))
+			},
 				func(err error) []Action { return r.m.AcquireDone(g, err) })
 		case ActRenew:
-			rec := r.record(a.Epoch)
+			rec := r.record(g, a.Epoch)
 			var req string
 			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
 				func(err error) []Action { return r.m.RenewDone(g, req, err) })
@@ -301,7 +318,7 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					return r.m.FenceDone(g, time.Now(), err)
 				})
 		case ActRelease:
-			rec := r.record(a.Epoch)
+			rec := r.record(g, a.Epoch)
 			rec.Released, rec.HandoverTo = true, a.To
 			async(func() error {
 				if err := r.ap.Flush(g); err != nil {
@@ -364,7 +381,7 @@ func (r *Runner) shutdown(d time.Duration, pending int) error {
 			// The release follows once the group is inaccessible.
 			acts = append(acts, r.m.SetANADone(a.Group, a.Optimized, time.Now(), err)...)
 		case ActRelease:
-			rec := r.record(a.Epoch)
+			rec := r.record(a.Group, a.Epoch)
 			rec.Released = true
 			done := make(chan error, 1)
 			r.ops.Add(1)
