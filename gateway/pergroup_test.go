@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/gateway"
 )
 
@@ -48,6 +49,14 @@ func TestHandoverFencesOnlyItsGroup(t *testing.T) {
 	if fence.Group != 1 || !slices.Equal(fence.Addrs, []string{b1.CephClient().Addrs}) {
 		t.Errorf("a's fence: group %d %v, want group 1 [%s] (b's client of group 1 only)", fence.Group, fence.Addrs, b1.CephClient().Addrs)
 	}
+	// The OSD-map barrier ran on a's client of group 1 after the fence,
+	// before a served (issue 21.5).
+	a.mu.Lock()
+	barrier := slices.IndexFunc(a.barriers, func(b [2]int) bool { return b[0] == 1 && b[1] > iFence && b[1] <= iOpt })
+	a.mu.Unlock()
+	if barrier < 0 {
+		t.Errorf("no OSD-map barrier on a's group-1 client between its fence (event %d) and optimized (event %d): %v", iFence, iOpt, a.barriers)
+	}
 	if err := b1.WriteAt(block("b on group 1 after the hand-over"), 0, false); !errors.Is(err, syscall.ESHUTDOWN) {
 		t.Errorf("b's write to group 1's image after the hand-over: %v, want ESHUTDOWN", err)
 	}
@@ -86,4 +95,32 @@ func TestHandoverFencesOnlyItsGroup(t *testing.T) {
 		t.Errorf("b reopened %d times, want 1", b.reopen)
 	}
 	b.mu.Unlock()
+}
+
+// TestOSDMapBarrierRegistry: backend.WaitForLatestOSDMap (what the daemon
+// runs before it serves a group) reaches every open rbd backend of the
+// group's images, names them in CephClients with their image, and skips
+// closed ones.
+func TestOSDMapBarrierRegistry(t *testing.T) {
+	f := newFixture(t)
+	b, err := backend.Open(backend.Config{Kind: backend.KindRBD, Pool: f.c.Pool, Image: f.image, CephConf: f.c.Conf,
+		ClientID: f.c.ClientID, Keyring: f.c.Keyring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := f.c.Pool + "/" + f.image
+	ci := b.(backend.CephClient).CephClient()
+	if ci.Image != spec {
+		t.Errorf("CephClient().Image %q, want %q", ci.Image, spec)
+	}
+	if !slices.Contains(backend.CephClients(), ci) {
+		t.Errorf("%+v not in CephClients", ci)
+	}
+	if err := backend.WaitForLatestOSDMap(map[string]bool{spec: true}); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := backend.WaitForLatestOSDMap(map[string]bool{spec: true}); err != nil {
+		t.Fatalf("after the close: %v", err)
+	}
 }

@@ -54,6 +54,8 @@ type gw struct {
 	images map[uint32]string
 	f      *fixture
 	reopen int // Reopen calls
+	// barriers: WaitForLatestOSDMap calls (group, events so far).
+	barriers [][2]int
 }
 
 // backendOf returns group n's current backend.
@@ -74,6 +76,15 @@ func (g *gw) open(n uint32) *backend.RBD {
 	g.addrs[n] = append(g.addrs[n], be.CephClient().Addrs)
 	g.bes[n] = be
 	return be
+}
+
+// WaitForLatestOSDMap is the OSD-map barrier on group n's backend; the
+// number of events then is noted in barriers.
+func (g *gw) WaitForLatestOSDMap(n uint32) error {
+	g.mu.Lock()
+	g.barriers = append(g.barriers, [2]int{int(n), len(g.events)})
+	g.mu.Unlock()
+	return g.backendOf(n).WaitForLatestOSDMap()
 }
 
 // Reopen replaces group n's backend with one on a new client (the old one

@@ -65,6 +65,12 @@ type Applier interface {
 	// another gateway held since, which fenced the old ones. The group is
 	// inaccessible here meanwhile.
 	Reopen(group uint32) error
+	// WaitForLatestOSDMap makes the RADOS clients of the group's
+	// namespaces (those that will carry its writes) wait for the
+	// cluster's latest OSD map: their next operations carry its epoch, and
+	// an OSD handles them only once it has that map, with the fence's
+	// blocklist entries. Called before every acquisition.
+	WaitForLatestOSDMap(group uint32) error
 }
 
 // Event is an action the runner carried out, with its outcome, for
@@ -295,6 +301,12 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					if err := r.ap.Reopen(g); err != nil {
 						return fmt.Errorf("reopen the group's namespaces with new RADOS clients: %w", err)
 					}
+				}
+				// The OSD-map barrier on the clients that will write (a
+				// fence's own wait is on the Cluster's client, which
+				// writes nothing to the images).
+				if err := r.ap.WaitForLatestOSDMap(g); err != nil {
+					return fmt.Errorf("OSD-map barrier on the group's clients: %w", err)
 				}
 				// After the reopen: the record names the new clients.
 				return r.cl.Acquire(g, r.record(g, a.Epoch))

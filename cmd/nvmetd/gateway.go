@@ -335,6 +335,16 @@ func (a daemonApplier) Addrs(group uint32) []string {
 	return out
 }
 
+// WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the
+// group's open rbd namespaces: after a fence, before the gateway serves.
+func (a daemonApplier) WaitForLatestOSDMap(group uint32) error {
+	imgs, _ := a.groupImages(group)
+	if len(imgs) == 0 {
+		return nil
+	}
+	return backend.WaitForLatestOSDMap(imgs)
+}
+
 // Reopen gives the group's rbd namespaces new RADOS clients: a reload with
 // them disabled closes their backends, a reload as configured opens them
 // again (a new client has a new address nonce: the fence of the old ones
