@@ -698,3 +698,57 @@ func TestFailbackANAFails(t *testing.T) {
 		t.Errorf("b's runner still runs")
 	}
 }
+
+// TestWatchReestablished (issue 21 availability): a watch that fails (here
+// the group object is removed, and later created again by a gateway's
+// lock) is established again, so that notifications keep coming instead
+// of the gateway polling for ever.
+func TestWatchReestablished(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 30 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	x, y := dial(), dial()
+	oid := gateway.ObjectName(f.group, 1)
+	me := fmt.Sprintf("client.%d ", x.InstanceID())
+	watching := func() bool {
+		return strings.Contains(admin(t, f.c, "rados", "-p", f.c.Pool, "listwatchers", oid)+" ", me)
+	}
+	if !watching() {
+		t.Fatalf("%s does not watch %s", me, oid)
+	}
+	admin(t, f.c, "rados", "-p", f.c.Pool, "rm", oid)
+	if err := y.Acquire(1, gateway.Record{Name: "y", Session: "y-1", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(hang)
+	for !watching() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not watch %s again within %s after it was removed and created again", me, oid, hang)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Its notifications arrive again.
+	for {
+		select {
+		case <-x.Changed():
+			continue
+		default:
+		}
+		break
+	}
+	if err := y.RequestHandover(1, "z"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-x.Changed():
+	case <-time.After(hang):
+		t.Fatal("no notification after the watch was established again")
+	}
+}
