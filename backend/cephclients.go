@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"slices"
 	"sync"
 )
@@ -10,6 +11,14 @@ import (
 var cephClients struct {
 	mu   sync.Mutex
 	list []CephClientInfo
+	open []osdMapWaiter // rbd backends, until seen closed
+}
+
+// osdMapWaiter is a backend whose RADOS client can wait for the latest
+// OSD map (the rbd backend).
+type osdMapWaiter interface {
+	CephClient
+	WaitForLatestOSDMap() error
 }
 
 // noteCephClient records b's RADOS client if it has one.
@@ -24,6 +33,38 @@ func noteCephClient(b Backend) {
 	if !slices.Contains(cephClients.list, info) {
 		cephClients.list = append(cephClients.list, info)
 	}
+	if w, ok := b.(osdMapWaiter); ok {
+		cephClients.open = append(cephClients.open, w)
+	}
+}
+
+// WaitForLatestOSDMap makes the RADOS client of every open rbd backend
+// [Open] returned on one of images (pool/[namespace/]image) wait for the
+// cluster's latest OSD map ([RBD.WaitForLatestOSDMap]): the barrier a
+// gateway runs after a fence, on the clients that will carry the group's
+// writes. Closed backends are skipped (and forgotten).
+func WaitForLatestOSDMap(images map[string]bool) error {
+	cephClients.mu.Lock()
+	var todo []osdMapWaiter
+	for _, w := range cephClients.open {
+		if images[w.CephClient().Image] {
+			todo = append(todo, w)
+		}
+	}
+	cephClients.mu.Unlock()
+	var errs []error
+	for _, w := range todo {
+		err := w.WaitForLatestOSDMap()
+		switch {
+		case errors.Is(err, ErrClosed):
+			cephClients.mu.Lock()
+			cephClients.open = slices.DeleteFunc(cephClients.open, func(x osdMapWaiter) bool { return x == w })
+			cephClients.mu.Unlock()
+		case err != nil:
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CephClients returns the RADOS clients of every rbd backend [Open] has

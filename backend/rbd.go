@@ -349,7 +349,7 @@ func openRBDClaim(opts RBDOptions, claim bool) (_ *RBD, err error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		client: CephClientInfo{
-			FSID: fsid, Entity: "client." + o.ClientID, Addrs: addrs, InstanceID: conn.GetInstanceID(),
+			FSID: fsid, Entity: "client." + o.ClientID, Addrs: addrs, InstanceID: conn.GetInstanceID(), Image: spec,
 		},
 	}
 	r.exclusive = features&rbd.FeatureExclusiveLock != 0
@@ -831,6 +831,25 @@ func (r *RBD) Info() Info { return r.info }
 
 // SizeChanged is notified after the image was resized. See [SizeNotifier].
 func (r *RBD) SizeChanged() <-chan struct{} { return r.changed }
+
+// WaitForLatestOSDMap waits until the backend's RADOS client has the
+// cluster's latest OSD map (rados_wait_for_latest_osdmap). Its later
+// operations carry that map's epoch, and an OSD handles an operation only
+// once it has the operation's epoch itself: with every blocklist entry
+// added before (a gateway's fence), so that no write of a fenced client
+// can land after this client's next ones (librbd does the same after it
+// blocklists the holder of an image's exclusive lock).
+func (r *RBD) WaitForLatestOSDMap() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return fmt.Errorf("backend rbd %s: wait for the latest OSD map: %w", r.spec, ErrClosed)
+	}
+	if err := r.conn.WaitForLatestOSDMap(); err != nil {
+		return fmt.Errorf("backend rbd %s: wait for the latest OSD map: %w", r.spec, rbdErr(err))
+	}
+	return nil
+}
 
 // CephClient returns the identity of the backend's RADOS client, which
 // another gateway blocklists to fence this one.

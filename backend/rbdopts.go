@@ -115,6 +115,10 @@ type CephClientInfo struct {
 	// InstanceID is the client's global id (rados_get_instance_id), the
 	// number in "client.4123" in the cluster's logs and watcher lists.
 	InstanceID uint64
+	// Image is the image the client was opened for, in rbd's notation
+	// (RBDOptions.Spec: pool/[namespace/]image): a gateway fences the
+	// clients of one ANA group's images only.
+	Image string
 }
 
 // WriteLocker is implemented by the rbd backend: storage that other

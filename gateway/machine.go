@@ -19,6 +19,10 @@ var (
 	// ErrLockBusy: the group's lock is held by another gateway (EBUSY), or
 	// (renewing) no longer held by this one (ENOENT: it expired).
 	ErrLockBusy = errors.New("gateway: the group's lock is held by another gateway")
+	// ErrStepDownFailed: a group could not be made inaccessible on this
+	// gateway's ports for a whole lease (the target refused the change):
+	// the gateway stops serving by exiting (ActExitStepDownFailed).
+	ErrStepDownFailed = errors.New("gateway: a group could not be made inaccessible here")
 )
 
 // ActionKind is what an [Action] asks the driver to do.
@@ -31,9 +35,11 @@ const (
 	// ActRead reads the group's lock holders and its record (Observed).
 	ActRead ActionKind = iota + 1
 	// ActAcquire takes the group's exclusive lock for one lease and writes
-	// this gateway's record (name, session, Addrs, Epoch) on the group
-	// object, asserting that the lock is held (cls_lock assert_locked in
-	// the same operation); success only if both were done.
+	// this gateway's record (name, session, Epoch, and the addresses of
+	// the RADOS clients that carry the group's I/O) on the group object,
+	// asserting that the lock is held (cls_lock assert_locked in the same
+	// operation); success only if both were done. With Reopen the group's
+	// clients are replaced first (before the record names them).
 	ActAcquire
 	// ActRenew renews the lock for one lease (must-renew: fails with
 	// ErrLockBusy if the lock is no longer this session's) and reads the
@@ -43,12 +49,15 @@ const (
 	// RADOS clients); success only if all were blocklisted.
 	ActFence
 	// ActSetANA sets the group's ANA state on every port of this gateway:
-	// optimized when Optimized, else inaccessible. Local; no result.
+	// optimized when Optimized, else inaccessible. Its result is reported
+	// with [Machine.SetANADone]; at most one is out per group. Nothing
+	// that relies on the group being inaccessible here (a release) is
+	// emitted before an inaccessible change was reported applied.
 	ActSetANA
 	// ActRelease is the graceful end of ownership (failback): the group is
-	// already inaccessible here (an ActSetANA came first); the driver
-	// flushes the group's namespaces, marks the record released with
-	// HandoverTo = To, and unlocks.
+	// already inaccessible here (an ActSetANA inaccessible was reported
+	// applied); the driver flushes the group's namespaces, marks the
+	// record released with HandoverTo = To, and unlocks.
 	ActRelease
 	// ActRequestHandover writes this gateway's name as the group's
 	// handover request (the preferred owner asks the holder to release).
@@ -60,11 +69,17 @@ const (
 	// ActExitFenced: this gateway was fenced; the driver stops serving and
 	// exits non-zero. Nothing follows it.
 	ActExitFenced
+	// ActExitStepDownFailed: a group this gateway must not serve could
+	// not be made inaccessible for a lease (Reason says which and why):
+	// the driver stops serving by exiting non-zero (its leases then end
+	// and a survivor fences it). Nothing follows it.
+	ActExitStepDownFailed
 )
 
 var actionNames = map[ActionKind]string{
 	ActRead: "read", ActAcquire: "acquire", ActRenew: "renew", ActFence: "fence", ActSetANA: "set-ana",
 	ActRelease: "release", ActRequestHandover: "request-handover", ActStepDown: "step-down", ActExitFenced: "exit-fenced",
+	ActExitStepDownFailed: "exit-step-down-failed",
 }
 
 func (k ActionKind) String() string {
@@ -85,6 +100,9 @@ type Action struct {
 	// Epoch is the epoch of the record that ActAcquire, ActRenew and
 	// ActRelease write.
 	Epoch uint64
+	// Reopen (ActAcquire): first replace the RADOS clients of the group's
+	// namespaces (Applier.Reopen): a successor may have fenced them.
+	Reopen bool
 }
 
 func (a Action) String() string {
@@ -103,18 +121,26 @@ func (a Action) String() string {
 		return fmt.Sprintf("group %d: step-down (%s)", a.Group, a.Reason)
 	case ActExitFenced:
 		return "exit-fenced (" + a.Reason + ")"
+	case ActExitStepDownFailed:
+		return "exit-step-down-failed (" + a.Reason + ")"
+	case ActAcquire:
+		if a.Reopen {
+			return fmt.Sprintf("group %d: acquire (reopen)", a.Group)
+		}
 	}
 	return fmt.Sprintf("group %d: %s", a.Group, a.Kind)
 }
 
 // Record is what a holder writes on its group's object when it takes the
-// lock: who it is and every RADOS client address through which it can
-// write (its own connection and each rbd backend's), so that a survivor
-// can fence all of them.
+// lock: who it is and the address of every RADOS client through which it
+// can write to the group's images (the rbd backends of the group's
+// namespaces, never the gateway's own client of the group objects, which
+// serves its other groups too), so that a successor can fence all of them
+// and only them.
 type Record struct {
 	Name    string   // the gateway's name
 	Session string   // the lock cookie: unique to one run of the gateway
-	Addrs   []string // RADOS client addresses to blocklist to fence it
+	Addrs   []string // RADOS client addresses to blocklist to fence it (for this group)
 	// Released is set by a graceful release (failback): the holder
 	// stopped serving and flushed before it unlocked; nobody fences it.
 	Released bool
@@ -202,7 +228,7 @@ const (
 	Acquiring
 	// Owner: this gateway holds the lock; the group is optimized here.
 	Owner
-	// Releasing: handing the group over (inaccessible here already).
+	// Releasing: the release is out (inaccessible here already).
 	Releasing
 )
 
@@ -248,6 +274,26 @@ type group struct {
 	// epoch is the epoch of this gateway's record while it holds the
 	// group (Acquiring, Owner, Releasing).
 	epoch uint64
+	// everHeld: this gateway held the group in this run; a successor
+	// has fenced its clients of the group since, so that it reopens
+	// them before it takes the group again (ActAcquire Reopen).
+	everHeld bool
+
+	// The group's ANA state on this gateway's ports: anaWant is the state
+	// wanted (optimized), anaPending that an ActSetANA is out, anaSafe
+	// that the last change applied was inaccessible and no optimized one
+	// was sent since (true at start: the target starts with every gateway
+	// group inaccessible). anaFailed is when the inaccessible change still
+	// wanted first failed (zero: none), anaRetry when it is sent again.
+	anaWant    bool
+	anaPending bool
+	anaSafe    bool
+	anaFailed  time.Time
+	anaRetry   time.Time
+	// Owner: a release is wanted (to releaseTo) once the group is
+	// inaccessible here; renewals go on meanwhile.
+	releasing bool
+	releaseTo string
 }
 
 // Machine is the group-ownership logic of one gateway: a pure state
@@ -262,6 +308,7 @@ type Machine struct {
 	configOK bool
 	degraded string
 	exited   bool
+	shutdown bool // Shutdown was called
 	fenceErr error
 }
 
@@ -276,7 +323,7 @@ func NewMachine(cfg Config) *Machine {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		m.groups = append(m.groups, &group{id: id, preferred: cfg.Groups[id]})
+		m.groups = append(m.groups, &group{id: id, preferred: cfg.Groups[id], anaSafe: true})
 	}
 	return m
 }
@@ -340,6 +387,17 @@ func (m *Machine) Tick(now time.Time) []Action {
 	}
 	var acts []Action
 	for _, g := range m.groups {
+		if !g.anaWant && !g.anaSafe && !g.anaFailed.IsZero() {
+			// The group must not be served here and the target keeps
+			// refusing to make it inaccessible: after a lease of that,
+			// stop serving by exiting.
+			if !now.Before(g.anaFailed.Add(m.cfg.Lease)) {
+				return m.exit(acts, fmt.Sprintf("group %d could not be made inaccessible for %s: %s", g.id, now.Sub(g.anaFailed), g.lastErr))
+			}
+			if !g.anaPending && !now.Before(g.anaRetry) {
+				acts = m.setANA(acts, g, false)
+			}
+		}
 		switch g.role {
 		case Owner:
 			// §: stop serving before the cluster can end the lease.
@@ -352,6 +410,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 				g.pending, g.issued, g.lastRenew = true, now, now
 				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch})
 			}
+			acts = m.maybeRelease(acts, g, now)
 		case Standby:
 			// A standby gateway reads the group every RenewInterval, and
 			// at once after a notification (Notified).
@@ -364,11 +423,89 @@ func (m *Machine) Tick(now time.Time) []Action {
 	return acts
 }
 
+// stepDown ends ownership without a release (none is written, so the
+// next owner fences this gateway).
 func (m *Machine) stepDown(acts []Action, g *group, reason string) []Action {
 	g.role, g.pending, g.freeSince, g.requested, g.poke = Standby, false, time.Time{}, false, true
-	return append(acts,
-		Action{Kind: ActSetANA, Group: g.id, Optimized: false},
-		Action{Kind: ActStepDown, Group: g.id, Reason: reason})
+	g.releasing = false
+	acts = m.setANA(acts, g, false)
+	return append(acts, Action{Kind: ActStepDown, Group: g.id, Reason: reason})
+}
+
+// setANA wants the group optimized or inaccessible here and emits the
+// change unless one is out (its result then sends this one).
+func (m *Machine) setANA(acts []Action, g *group, optimized bool) []Action {
+	if g.anaWant != optimized {
+		g.anaFailed = time.Time{}
+	}
+	g.anaWant = optimized
+	if g.anaPending {
+		return acts
+	}
+	if optimized {
+		g.anaSafe = false // from now on it may be optimized here
+	}
+	g.anaPending = true
+	return append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: optimized})
+}
+
+// maybeRelease emits the release wanted once the group is inaccessible
+// here and no cluster operation is out.
+func (m *Machine) maybeRelease(acts []Action, g *group, now time.Time) []Action {
+	if g.role != Owner || !g.releasing || g.pending || g.anaPending || !g.anaSafe {
+		return acts
+	}
+	g.role, g.pending, g.issued, g.releasing = Releasing, true, now, false
+	return append(acts, Action{Kind: ActRelease, Group: g.id, To: g.releaseTo, Epoch: g.epoch})
+}
+
+// exit ends the machine: it stops serving by exiting.
+func (m *Machine) exit(acts []Action, reason string) []Action {
+	m.exited = true
+	for _, g := range m.groups {
+		g.role, g.pending = Standby, false
+	}
+	return append(acts, Action{Kind: ActExitStepDownFailed, Reason: reason})
+}
+
+// SetANADone reports the result of ActSetANA (optimized or not) at time
+// now. A failed optimized change of a group just acquired gives the group
+// up (released to nobody, not taken again here for one lease: holding the
+// lock without serving would keep the group down on every gateway). A
+// failed inaccessible change is retried every RenewInterval, and no
+// release is written meanwhile; after a lease of failures the machine
+// exits (ActExitStepDownFailed).
+func (m *Machine) SetANADone(id uint32, optimized bool, now time.Time, err error) []Action {
+	g := m.group(id)
+	if g == nil || !g.anaPending || (m.exited && !m.shutdown) {
+		return nil
+	}
+	g.anaPending = false
+	var acts []Action
+	switch {
+	case err == nil && !optimized:
+		g.anaSafe, g.anaFailed = true, time.Time{}
+	case err == nil:
+		g.anaFailed = time.Time{}
+	case optimized:
+		g.noteErr(err)
+		if g.anaWant && g.role == Owner && !m.exited {
+			g.serveAfter, g.releasing, g.releaseTo = now.Add(m.cfg.Lease), true, ""
+			acts = m.setANA(acts, g, false)
+			return append(acts, Action{Kind: ActStepDown, Group: g.id, Reason: "the target could not serve it: " + err.Error()})
+		}
+	default:
+		g.noteErr(err)
+		if g.anaFailed.IsZero() {
+			g.anaFailed = now
+		}
+		g.anaRetry = now.Add(m.cfg.RenewInterval)
+		return nil
+	}
+	if g.anaWant != optimized {
+		acts = m.setANA(acts, g, g.anaWant)
+	}
+	return m.maybeRelease(acts, g, now)
 }
 
 // fenced handles err if it says this gateway was fenced.
@@ -379,7 +516,8 @@ func (m *Machine) fenced(err error) ([]Action, bool) {
 	m.exited, m.fenceErr = true, err
 	var acts []Action
 	for _, g := range m.groups {
-		if g.role == Owner || g.role == Releasing {
+		if !g.anaSafe || g.anaWant {
+			g.anaWant, g.anaPending = false, true
 			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false})
 		}
 		g.role, g.pending = Standby, false
@@ -441,7 +579,7 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 			if now.Before(g.serveAfter) {
 				return nil
 			}
-			return m.acquire(g, now)
+			return m.acquire(g, now, false)
 		}
 		g.holder = o.Record.Name
 		// Failback: the preferred owner asks for its group back once it
@@ -471,21 +609,37 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 				g.last.Epoch, g.last.Name, g.last.Session, o.Record.Epoch)}}
 	case lost:
 		// Lost, but the last record known was this gateway's own.
-		return m.acquire(g, now)
+		return m.acquire(g, now, false)
+	case r.Session == m.cfg.Session && !r.Released:
+		// Our own record: nobody held the group since; no fence.
+		return m.acquire(g, now, false)
 	case r.Session == "" || r.Released:
-		// Never held, or released cleanly: no fence. A group released
-		// to nobody (its holder stopped) goes to whoever is first; one
-		// handed over goes to its recipient at once, and one never held
-		// to its preferred owner at once; any other gateway waits one
-		// lease for them, so that a handover or a cold start is not
-		// raced.
-		if r.HandoverTo == m.cfg.Name || (r.Released && r.HandoverTo == "") ||
-			(r.Session == "" && g.preferred == m.cfg.Name) || !now.Before(g.freeSince.Add(m.cfg.Lease)) {
-			return m.acquire(g, now)
+		// Never held, or released. A group released to nobody (its
+		// holder stopped) goes to whoever is first; one handed over goes
+		// to its recipient at once, and one never held to its preferred
+		// owner at once; any other gateway waits one lease for them, so
+		// that a handover or a cold start is not raced.
+		if !(r.HandoverTo == m.cfg.Name || (r.Released && r.HandoverTo == "") ||
+			(r.Session == "" && g.preferred == m.cfg.Name) || !now.Before(g.freeSince.Add(m.cfg.Lease))) {
+			return nil
 		}
-		return nil
-	case r.Session == m.cfg.Session:
-		return m.acquire(g, now)
+		if r.Session == m.cfg.Session {
+			return m.acquire(g, now, false) // released by us; nobody since
+		}
+		if r.Session == "" || len(r.Addrs) == 0 {
+			return m.acquire(g, now, g.everHeld)
+		}
+		// Released: its clients of the group are fenced all the same.
+		// The release followed a drain that counts only the commands of
+		// live connections: a write whose host connection closed, or
+		// that was completed as a path error on its timeout, may still
+		// be in librbd or on its way to an OSD, and would land after
+		// this gateway's writes. The record names only the clients that
+		// carry the group's I/O (Applier.Addrs), so the previous
+		// holder's other groups go on.
+		g.role, g.pending, g.issued, g.fenceSess = Fencing, true, now, r.Session
+		return []Action{{Kind: ActFence, Group: g.id, Addrs: slices.Clone(r.Addrs),
+			Reason: fmt.Sprintf("hand-over from %s (session %s): its clients of the group are fenced before serving", r.Name, r.Session)}}
 	}
 	// The holder's lease expired without a release: fence every client
 	// through which it can write, then take the group.
@@ -494,9 +648,12 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		Reason: fmt.Sprintf("lease of %s (session %s) expired without release", r.Name, r.Session)}}
 }
 
-func (m *Machine) acquire(g *group, now time.Time) []Action {
+// acquire takes the group; reopen: this gateway's clients of the group
+// may have been fenced by a holder since it last held it (every successor
+// fences them), so they are replaced first.
+func (m *Machine) acquire(g *group, now time.Time, reopen bool) []Action {
 	g.role, g.pending, g.issued, g.epoch = Acquiring, true, now, g.last.Epoch+1
-	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch}}
+	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen}}
 }
 
 // FenceDone reports the result of ActFence at time now. On failure the
@@ -515,7 +672,7 @@ func (m *Machine) FenceDone(id uint32, now time.Time, err error) []Action {
 		return nil
 	}
 	g.fences++
-	return m.acquire(g, now)
+	return m.acquire(g, now, g.everHeld)
 }
 
 // AcquireDone reports the result of ActAcquire, which was sent at the
@@ -535,8 +692,8 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	}
 	// The lease runs from no earlier than when the request was sent.
 	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
-	g.last = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}
-	return []Action{{Kind: ActSetANA, Group: g.id, Optimized: true}}
+	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}, true
+	return m.setANA(nil, g, true)
 }
 
 // RenewDone reports the result of ActRenew, with the handover request
@@ -558,34 +715,15 @@ func (m *Machine) RenewDone(id uint32, handoverRequest string, err error) []Acti
 		return nil
 	}
 	g.leaseEnd = g.issued.Add(m.cfg.Lease)
-	if handoverRequest != "" && handoverRequest != m.cfg.Name && handoverRequest == g.preferred {
+	var acts []Action
+	if !g.releasing && handoverRequest != "" && handoverRequest != m.cfg.Name && handoverRequest == g.preferred {
 		// Failback, gracefully: inaccessible here first (ANA change to
-		// the hosts), then flush, mark released and unlock.
-		g.role, g.pending = Releasing, true
-		return []Action{
-			{Kind: ActSetANA, Group: g.id, Optimized: false},
-			{Kind: ActRelease, Group: g.id, To: handoverRequest, Epoch: g.epoch},
-		}
+		// the hosts), then (once that is applied) flush, mark released
+		// and unlock. Renewals go on until then.
+		g.releasing, g.releaseTo = true, handoverRequest
+		acts = m.setANA(acts, g, false)
 	}
-	return nil
-}
-
-// ServeFailed reports that the group, just acquired, could not be made
-// optimized here (the target refused the change). Holding the lock without
-// serving would keep the group down on every gateway, so it is released
-// to nobody (the first survivor takes it without fencing, as at a clean
-// stop) and not taken again here for one lease.
-func (m *Machine) ServeFailed(id uint32, now time.Time, err error) []Action {
-	g := m.group(id)
-	if g == nil || g.role != Owner {
-		return nil
-	}
-	g.noteErr(err)
-	g.role, g.pending, g.issued, g.serveAfter = Releasing, true, now, now.Add(m.cfg.Lease)
-	return []Action{
-		{Kind: ActSetANA, Group: g.id, Optimized: false},
-		{Kind: ActStepDown, Group: g.id, Reason: "the target could not serve it: " + err.Error()},
-		{Kind: ActRelease, Group: g.id, Epoch: g.epoch}}
+	return m.maybeRelease(acts, g, g.issued)
 }
 
 // ReleaseDone reports the result of ActRelease. Failed or not, the group
@@ -618,20 +756,28 @@ func (m *Machine) RequestDone(id uint32, err error) []Action {
 }
 
 // Shutdown ends the machine for a clean stop: each group it owns goes
-// inaccessible and is released to nobody (the first survivor to see it
-// takes it, without fencing). The
-// results of the releases need not be reported.
+// inaccessible and, once [Machine.SetANADone] reported that applied, is
+// released to nobody (the first survivor to see it takes it). The driver
+// reports the ANA changes' results (SetANADone returns the releases); the
+// results of the releases need not be reported, and results of operations
+// out before Shutdown are not (their actions are dropped). A group whose ANA change
+// fails is not released: its lease ends and the next owner fences this
+// gateway.
 func (m *Machine) Shutdown() []Action {
 	if m.exited {
 		return nil
 	}
-	m.exited = true
+	m.exited, m.shutdown = true, true
 	var acts []Action
 	for _, g := range m.groups {
-		if g.role == Owner {
-			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false}, Action{Kind: ActRelease, Group: g.id, Epoch: g.epoch})
+		owner := g.role == Owner
+		// The driver dropped what was still out.
+		g.role, g.pending, g.releasing, g.anaPending = Standby, false, false, false
+		if owner {
+			g.role, g.releasing, g.releaseTo = Owner, true, ""
+			acts = m.setANA(acts, g, false)
+			acts = m.maybeRelease(acts, g, time.Time{})
 		}
-		g.role, g.pending = Standby, false
 	}
 	return acts
 }

@@ -55,6 +55,10 @@ func released(g uint32, err error) func(*Machine) []Action {
 	return func(m *Machine) []Action { return m.ReleaseDone(g, err) }
 }
 
+func anaDone(g uint32, optimized bool, ms int, err error) func(*Machine) []Action {
+	return func(m *Machine) []Action { return m.SetANADone(g, optimized, at(ms), err) }
+}
+
 func requested(g uint32, err error) func(*Machine) []Action {
 	return func(m *Machine) []Action { return m.RequestDone(g, err) }
 }
@@ -100,6 +104,7 @@ var ownedSteps = []step{
 	{tick(0), []string{"group 1: read"}},
 	{read(1, 0, free, nil), []string{"group 1: acquire"}},
 	{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	{anaDone(1, true, 0, nil), nil},
 }
 
 func TestMachineOwnerRenews(t *testing.T) {
@@ -225,6 +230,7 @@ func TestMachineFailback(t *testing.T) {
 		{tick(10000), []string{"group 1: read"}},
 		{read(1, 10000, free, nil), []string{"group 1: acquire"}},
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+		{anaDone(1, true, 10000, nil), nil},
 	})
 	held := heldBy("b")
 	run(t, b, []step{
@@ -247,7 +253,8 @@ func TestMachineFailback(t *testing.T) {
 	run(t, a, []step{{read(1, 16100, held, nil), nil}}) // asked already
 	run(t, b, []step{
 		{tick(16200), []string{"group 1: renew"}},
-		{renewed(1, "a", nil), []string{"group 1: set-ana inaccessible", "group 1: release to a"}},
+		{renewed(1, "a", nil), []string{"group 1: set-ana inaccessible"}},
+		{anaDone(1, false, 16250, nil), []string{"group 1: release to a"}},
 		{tick(16300), nil},
 		{released(1, nil), nil},
 		{tick(16400), []string{"group 1: read"}},
@@ -256,14 +263,26 @@ func TestMachineFailback(t *testing.T) {
 	run(t, a, []step{
 		{poke, nil},
 		{tick(16500), []string{"group 1: read"}},
-		{read(1, 16500, rel, nil), []string{"group 1: acquire"}}, // no fence
+		// Released or not, b's clients of the group are fenced first
+		// (issue 21.3: the drain does not cover every write in flight).
+		{read(1, 16500, rel, nil), []string{"group 1: fence [b-addr] (hand-over from b (session b-s1): its clients of the group are fenced before serving)"}},
+		{fenceDone(1, 16550, nil), []string{"group 1: acquire"}},
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 	})
 	// b, seeing the group released to a, does not race it.
 	run(t, b, []step{{read(1, 16600, rel, nil), nil}})
-	if st := a.Status()[0]; st.Fences != 0 || st.Role != Owner {
+	if st := a.Status()[0]; st.Fences != 1 || st.Role != Owner {
 		t.Fatalf("a: %+v", st)
 	}
+	// a dies: b fences it and takes the group back, with new clients
+	// (a fenced b's old ones).
+	run(t, b, []step{
+		{poke, nil},
+		{tick(30000), []string{"group 1: read"}},
+		{read(1, 30000, Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-rbd"}, Epoch: 2}}, nil),
+			[]string{"group 1: fence [a-rbd] (lease of a (session a-s1) expired without release)"}},
+		{fenceDone(1, 30100, nil), []string{"group 1: acquire (reopen)"}},
+	})
 }
 
 // TestMachineHandoverOnlyToPreferred: a request from a gateway that is not
@@ -306,6 +325,7 @@ func TestMachineFrozenOwner(t *testing.T) {
 	m := oneGroup("a")
 	run(t, m, append(ownedSteps,
 		step{tick(60000), []string{"group 1: set-ana inaccessible", "group 1: step-down (no successful renewal for 1m0s (lease 10s, margin 2s))"}},
+		step{anaDone(1, false, 60000, nil), nil},
 		step{tick(60001), []string{"group 1: read"}},
 		step{read(1, 60001, heldBy("b"), fmt.Errorf("read: %w", ErrFenced)), []string{"exit-fenced (read: gateway: this gateway was fenced (its RADOS client is blocklisted))"}},
 	))
@@ -368,53 +388,66 @@ func TestConfigValidate(t *testing.T) {
 func TestMachineShutdownReleases(t *testing.T) {
 	m := oneGroup("a")
 	run(t, m, append(ownedSteps,
-		step{func(m *Machine) []Action { return m.Shutdown() }, []string{"group 1: set-ana inaccessible", "group 1: release to "}},
+		step{func(m *Machine) []Action { return m.Shutdown() }, []string{"group 1: set-ana inaccessible"}},
+		step{anaDone(1, false, 10, nil), []string{"group 1: release to "}},
 		step{tick(1000), nil},
 	))
 }
 
 // TestMachineReleasedToNobody: a group its holder released at a clean stop
-// is taken at once, without fencing, by a gateway that is not its
-// preferred owner.
+// is taken at once by a gateway that is not its preferred owner, after it
+// fenced the holder's clients of the group (issue 21.3); one whose record
+// names no client (no rbd namespace) needs no fence.
 func TestMachineReleasedToNobody(t *testing.T) {
 	m := oneGroup("b")
 	rel := Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-addr"}, Released: true}}
 	run(t, m, []step{
 		{tick(0), []string{"group 1: read"}},
-		{read(1, 0, rel, nil), []string{"group 1: acquire"}},
+		{read(1, 0, rel, nil), []string{"group 1: fence [a-addr] (hand-over from a (session a-s1): its clients of the group are fenced before serving)"}},
+		{fenceDone(1, 10, nil), []string{"group 1: acquire"}},
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	})
+	m = oneGroup("b")
+	rel.Record.Addrs = nil
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, rel, nil), []string{"group 1: acquire"}},
 	})
 }
 
 // TestMachineServeFailed: the target refuses to make an acquired group
-// optimized: the gateway releases it to nobody instead of holding it down,
-// and does not take it again for one lease (a survivor takes it meanwhile).
+// optimized: the gateway releases it to nobody instead of holding it down
+// (once the group is back to inaccessible here), and does not take it
+// again for one lease (a survivor takes it meanwhile).
 func TestMachineServeFailed(t *testing.T) {
 	m := oneGroup("a")
 	refused := errors.New("reload: port 1: address in use")
-	run(t, m, append(ownedSteps,
-		step{func(m *Machine) []Action { return m.ServeFailed(1, at(100), refused) }, []string{
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, free, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+		{anaDone(1, true, 100, refused), []string{
 			"group 1: set-ana inaccessible",
-			"group 1: step-down (the target could not serve it: reload: port 1: address in use)",
-			"group 1: release to "}},
-		step{tick(1000), nil}, // the release is out
-		step{released(1, nil), nil},
+			"group 1: step-down (the target could not serve it: reload: port 1: address in use)"}},
+		{anaDone(1, false, 150, nil), []string{"group 1: release to "}},
+		{tick(1000), nil}, // the release is out
+		{released(1, nil), nil},
 		// Released to nobody and free: not taken again within the lease.
-		step{tick(2000), []string{"group 1: read"}},
-		step{read(1, 2000, Observed{Record: Record{Name: "a", Session: "a-s1", Released: true, Epoch: 1}}, nil), nil},
+		{tick(2000), []string{"group 1: read"}},
+		{read(1, 2000, Observed{Record: Record{Name: "a", Session: "a-s1", Released: true, Epoch: 1}}, nil), nil},
 		// Nor is its own lock, if the release had not gone through.
-		step{tick(5000), []string{"group 1: read"}},
-		step{read(1, 5000, heldBy("a"), nil), nil},
+		{tick(5000), []string{"group 1: read"}},
+		{read(1, 5000, heldBy("a"), nil), nil},
 		// After the lease it may serve it again.
-		step{tick(10100), []string{"group 1: read"}},
-		step{read(1, 10100, free, nil), []string{"group 1: acquire"}},
-	))
+		{tick(10100), []string{"group 1: read"}},
+		{read(1, 10100, free, nil), []string{"group 1: acquire"}},
+	})
 	if st := m.Status()[0]; st.LastError != refused.Error() {
 		t.Fatalf("status %+v: want the refusal as the last error", st)
 	}
-	// A refusal reported for a group not owned changes nothing.
-	if acts := m.ServeFailed(2, at(0), refused); acts != nil {
-		t.Fatalf("ServeFailed of an unknown group: %v", acts)
+	// A result reported for a group with no change out changes nothing.
+	if acts := m.SetANADone(2, true, at(0), refused); acts != nil {
+		t.Fatalf("SetANADone of an unknown group: %v", acts)
 	}
 }
 
@@ -442,12 +475,13 @@ func TestMachineEpochs(t *testing.T) {
 	if e := epochOf(t, m, fenceDone(1, 100, nil)); e != 6 {
 		t.Fatalf("acquire epoch %d, want 6", e)
 	}
-	run(t, m, []step{{acquired(1, nil), []string{"group 1: set-ana optimized"}}})
+	run(t, m, []step{{acquired(1, nil), []string{"group 1: set-ana optimized"}}, {anaDone(1, true, 150, nil), nil}})
 	if acts := m.Tick(at(3100)); len(acts) != 1 || acts[0].Kind != ActRenew || acts[0].Epoch != 6 {
 		t.Fatalf("renew %+v, want one with epoch 6", acts)
 	}
-	acts := m.RenewDone(1, "a", nil)
-	if len(acts) != 2 || acts[1].Kind != ActRelease || acts[1].Epoch != 6 {
+	run(t, m, []step{{renewed(1, "a", nil), []string{"group 1: set-ana inaccessible"}}})
+	acts := m.SetANADone(1, false, at(3200), nil)
+	if len(acts) != 1 || acts[0].Kind != ActRelease || acts[0].Epoch != 6 {
 		t.Fatalf("release %+v, want epoch 6", acts)
 	}
 }
@@ -510,4 +544,90 @@ func TestMachineOwnRecordLost(t *testing.T) {
 	if e := epochOf(t, m, read(1, 3001, free, nil)); e != 2 {
 		t.Fatalf("acquire epoch %d, want 2", e)
 	}
+}
+
+// ownedByB: b (not preferred) takes group 1 after a lease with nobody
+// there and serves it from 10 s.
+var ownedByB = []step{
+	{tick(0), []string{"group 1: read"}},
+	{read(1, 0, free, nil), nil},
+	{tick(10000), []string{"group 1: read"}},
+	{read(1, 10000, free, nil), []string{"group 1: acquire"}},
+	{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+	{anaDone(1, true, 10000, nil), nil},
+}
+
+// TestMachineReleaseWaitsForANA (issue 21.4): at failback the holder
+// writes no release until the group is inaccessible on its ports: a
+// failed ANA change is retried, the lease renewed meanwhile, and the
+// release follows the first change that applies.
+func TestMachineReleaseWaitsForANA(t *testing.T) {
+	m := oneGroup("b")
+	refused := errors.New("reload: key file unreadable")
+	run(t, m, append(ownedByB,
+		step{tick(13000), []string{"group 1: renew"}},
+		step{renewed(1, "a", nil), []string{"group 1: set-ana inaccessible"}},
+		step{anaDone(1, false, 13100, refused), nil}, // no release
+		step{tick(14000), nil},
+		// Retried after RenewInterval; the lease is renewed too.
+		step{tick(16100), []string{"group 1: set-ana inaccessible", "group 1: renew"}},
+		step{renewed(1, "a", nil), nil},
+		step{anaDone(1, false, 16200, nil), []string{"group 1: release to a"}},
+	))
+	if st := m.Status()[0]; st.Role != Releasing {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestMachineStepDownANAFailsExits (issue 21.4): renewals fail and the
+// owner steps down, but the target refuses to make the group
+// inaccessible: the change is retried every RenewInterval and, failing
+// for a whole lease, the gateway exits (stops serving by other means;
+// no release was written, so the next owner fences it).
+func TestMachineStepDownANAFailsExits(t *testing.T) {
+	m := oneGroup("a")
+	refused := errors.New("reload: key file unreadable")
+	timeout := errors.New("renew: timed out")
+	run(t, m, append(ownedSteps,
+		step{tick(3000), []string{"group 1: renew"}},
+		step{renewed(1, "", timeout), nil},
+		step{tick(8000), []string{"group 1: set-ana inaccessible", "group 1: step-down (no successful renewal for 8s (lease 10s, margin 2s))"}},
+		step{anaDone(1, false, 8000, refused), nil},
+		step{tick(11000), []string{"group 1: set-ana inaccessible", "group 1: read"}},
+		step{anaDone(1, false, 11000, refused), nil},
+		step{tick(14000), []string{"group 1: set-ana inaccessible"}},
+		step{anaDone(1, false, 14000, refused), nil},
+		step{tick(17999), []string{"group 1: set-ana inaccessible"}},
+		step{anaDone(1, false, 17999, refused), nil},
+		step{tick(18000), []string{"exit-step-down-failed (group 1 could not be made inaccessible for 10s: reload: key file unreadable)"}},
+		step{tick(19000), nil},
+	))
+	if !m.Exited() {
+		t.Fatal("not exited")
+	}
+}
+
+// TestMachineShutdownANAFails: at a clean stop a group whose inaccessible
+// change fails is not released (its lease ends; the next owner fences).
+func TestMachineShutdownANAFails(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{func(m *Machine) []Action { return m.Shutdown() }, []string{"group 1: set-ana inaccessible"}},
+		step{anaDone(1, false, 10, errors.New("reload failed")), nil},
+		step{tick(1000), nil},
+	))
+}
+
+// TestMachineANAOneAtATime: a step-down while the optimized change is
+// still out waits for it, then makes the group inaccessible.
+func TestMachineANAOneAtATime(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, free, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+		{tick(3000), []string{"group 1: renew"}},
+		{renewed(1, "", ErrLockBusy), []string{"group 1: step-down (the lock is no longer ours: gateway: the group's lock is held by another gateway)"}},
+		{anaDone(1, true, 3100, nil), []string{"group 1: set-ana inaccessible"}},
+	})
 }

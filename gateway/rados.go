@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -132,42 +133,91 @@ func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 			return nil, fmt.Errorf("gateway: watch %s: %w", oid, classify(err))
 		}
 		r.watches = append(r.watches, w)
-		r.wg.Go(func() { r.readWatch(w) })
+		r.wg.Go(func() { r.watchLoop(oid, w) })
 	}
 	return r, nil
 }
 
+// watchBackoff bounds the wait between two attempts to watch an object
+// again after its watch failed.
+const watchBackoff = 5 * time.Second
+
+// watchLoop reads the watch w of oid (readWatch) and, when it fails,
+// deletes it and watches oid again (with a backoff: the object may be
+// gone until a gateway takes the group and so creates it again), so that
+// notifications keep coming after an error. Each failure signals Changed
+// (something may have happened meanwhile). It ends at Close.
+func (r *RADOS) watchLoop(oid string, w *rados.Watcher) {
+	backoff := 100 * time.Millisecond
+	for {
+		if !r.readWatch(w) {
+			return // Close deletes the watches
+		}
+		_ = w.Delete()
+		r.signal()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(backoff):
+			}
+			nw, err := r.ioctx.Watch(oid)
+			if err == nil {
+				r.mu.Lock()
+				if r.closed {
+					r.mu.Unlock()
+					_ = nw.Delete()
+					return
+				}
+				r.watches = slices.DeleteFunc(r.watches, func(x *rados.Watcher) bool { return x == w })
+				r.watches = append(r.watches, nw)
+				r.mu.Unlock()
+				w, backoff = nw, 100*time.Millisecond
+				r.signal()
+				break
+			}
+			backoff = min(2*backoff, watchBackoff)
+		}
+	}
+}
+
+func (r *RADOS) signal() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
 // readWatch acknowledges the notifications of one watch and signals
-// Changed; it ends when the watch is deleted.
-func (r *RADOS) readWatch(w *rados.Watcher) {
+// Changed. It returns true when the watch failed (an error: the client
+// lost the OSD, was blocklisted, or the object was removed), false at
+// Close.
+func (r *RADOS) readWatch(w *rados.Watcher) bool {
 	ev, errs := w.Events(), w.Errors()
-	for ev != nil || errs != nil {
+	for {
 		select {
 		case <-r.stop:
 			// Delete may fail (a fenced client cannot unwatch) and
 			// then leaves the channels open.
-			return
+			return false
 		case e, ok := <-ev:
 			if !ok {
-				ev = nil
-				continue
+				return false // deleted
 			}
 			_ = e.Ack(nil)
-			select {
-			case r.changed <- struct{}{}:
-			default:
-			}
+			r.signal()
 		case _, ok := <-errs:
-			// A watch error (the client lost the OSD, or was
-			// blocklisted): the next operation says which.
 			if !ok {
-				errs = nil
+				return false
 			}
+			return true
 		}
 	}
 }
 
 func (r *RADOS) closeWatches() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, w := range r.watches {
 		_ = w.Delete()
 	}

@@ -44,6 +44,66 @@ type gw struct {
 	wake   chan struct{}
 	// onOptimized, if set, runs when SetANA(optimized) is applied.
 	onOptimized func()
+	// refuseInaccessible: SetANA(inaccessible) fails (the target refuses
+	// the reload), the ports stay as they were.
+	refuseInaccessible bool
+	// bes are the rbd backends of each ANA group (be is the first
+	// group's), addrs every client each group's backends ever had.
+	bes    map[uint32]*backend.RBD
+	addrs  map[uint32][]string
+	images map[uint32]string
+	f      *fixture
+	reopen int // Reopen calls
+	// barriers: WaitForLatestOSDMap calls (group, events so far).
+	barriers [][2]int
+}
+
+// backendOf returns group n's current backend.
+func (g *gw) backendOf(n uint32) *backend.RBD {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.bes[n]
+}
+
+func (g *gw) open(n uint32) *backend.RBD {
+	g.t.Helper()
+	be, err := backend.OpenRBD(backend.RBDOptions{Pool: g.f.c.Pool, Image: g.images[n], CephConf: g.f.c.Conf, ClientID: g.f.c.ClientID,
+		Keyring: g.f.c.Keyring, OpTimeout: 5 * time.Second})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(func() { be.Close() })
+	g.addrs[n] = append(g.addrs[n], be.CephClient().Addrs)
+	g.bes[n] = be
+	return be
+}
+
+// WaitForLatestOSDMap is the OSD-map barrier on group n's backend; the
+// number of events then is noted in barriers.
+func (g *gw) WaitForLatestOSDMap(n uint32) error {
+	g.mu.Lock()
+	g.barriers = append(g.barriers, [2]int{int(n), len(g.events)})
+	g.mu.Unlock()
+	return g.backendOf(n).WaitForLatestOSDMap()
+}
+
+// Reopen replaces group n's backend with one on a new client (the old one
+// is closed; its address stays in the group's addresses).
+func (g *gw) Reopen(n uint32) error {
+	be, err := backend.OpenRBD(backend.RBDOptions{Pool: g.f.c.Pool, Image: g.images[n], CephConf: g.f.c.Conf, ClientID: g.f.c.ClientID,
+		Keyring: g.f.c.Keyring, OpTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	old := g.bes[n]
+	g.bes[n] = be
+	g.addrs[n] = append(g.addrs[n], be.CephClient().Addrs)
+	g.reopen++
+	g.mu.Unlock()
+	g.t.Cleanup(func() { be.Close() })
+	old.Close()
+	return nil
 }
 
 func (g *gw) SetANA(group uint32, optimized bool) error {
@@ -51,16 +111,25 @@ func (g *gw) SetANA(group uint32, optimized bool) error {
 		g.onOptimized()
 	}
 	g.mu.Lock()
+	if !optimized && g.refuseInaccessible {
+		g.mu.Unlock()
+		return errors.New("reload: refused (test)")
+	}
 	g.ana[group] = optimized
+	be := g.bes[group]
 	g.mu.Unlock()
 	// As the target does (target.server.syncWritable): the backend writes,
 	// and holds the image's exclusive lock, while its group is optimized.
-	return g.be.SetWritable(optimized)
+	return be.SetWritable(optimized)
 }
 
-func (g *gw) Flush(group uint32) error { return g.be.Flush() }
+func (g *gw) Flush(group uint32) error { return g.backendOf(group).Flush() }
 
-func (g *gw) Addrs() []string { return []string{g.be.CephClient().Addrs} }
+func (g *gw) Addrs(group uint32) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.addrs[group])
+}
 
 func (g *gw) onEvent(e gateway.Event) {
 	g.mu.Lock()
@@ -146,6 +215,11 @@ type fixture struct {
 	c     *cephtest.Cluster
 	image string
 	group string
+	// groups are the ANA groups and their preferred owners (default
+	// group 1, preferred a), images each group's image (default image
+	// for group 1).
+	groups map[uint32]string
+	images map[uint32]string
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -156,31 +230,47 @@ func newFixture(t *testing.T) *fixture {
 }
 
 func (f *fixture) config(name, session string) gateway.Config {
+	groups := f.groups
+	if groups == nil {
+		groups = map[uint32]string{1: "a"}
+	}
 	return gateway.Config{Name: name, Session: session, Lease: 4 * time.Second, RenewInterval: 500 * time.Millisecond,
-		Margin: 1500 * time.Millisecond, FailbackDelay: time.Second, Groups: map[uint32]string{1: "a"}}
+		Margin: 1500 * time.Millisecond, FailbackDelay: time.Second, Groups: groups}
 }
 
 // start starts gateway name (session distinguishes its runs).
 func (f *fixture) start(t *testing.T, name, session string, wrap func(gateway.Cluster) gateway.Cluster) *gw {
 	cfg := f.config(name, session)
+	images := f.images
+	if images == nil {
+		images = map[uint32]string{1: f.image}
+	}
+	ids := make([]uint32, 0, len(cfg.Groups))
+	canonical := ""
+	for id := range cfg.Groups {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		canonical += fmt.Sprintf("group %d preferred %s\n", id, cfg.Groups[id])
+	}
 	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
-		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: cfg.Lease, OpTimeout: 2 * time.Second})
+		Pool: f.c.Pool, GroupName: f.group, Groups: ids, Lease: cfg.Lease, OpTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	be, err := backend.OpenRBD(backend.RBDOptions{Pool: f.c.Pool, Image: f.image, CephConf: f.c.Conf, ClientID: f.c.ClientID,
-		Keyring: f.c.Keyring, OpTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	g := &gw{t: t, name: name + "/" + session, cl: cl, ana: map[uint32]bool{}, wake: make(chan struct{}, 1), done: make(chan error, 1),
+		bes: map[uint32]*backend.RBD{}, addrs: map[uint32][]string{}, images: images, f: f}
+	for _, id := range ids {
+		g.open(id)
 	}
-	t.Cleanup(func() { be.Close() })
-	g := &gw{t: t, name: name + "/" + session, cl: cl, be: be, ana: map[uint32]bool{}, wake: make(chan struct{}, 1), done: make(chan error, 1)}
+	g.be = g.bes[ids[0]]
 	var c gateway.Cluster = cl
 	if wrap != nil {
 		c = wrap(cl)
 	}
-	g.r, err = gateway.NewRunner(cfg, "group 1 preferred a\n", c, g, zaptest.NewLogger(t).Named(name))
+	g.r, err = gateway.NewRunner(cfg, canonical, c, g, zaptest.NewLogger(t).Named(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,11 +314,13 @@ func block(s string) []byte {
 }
 
 // TestTakeoverFencesThenFailback: a owns group 1 (it is preferred) and
-// stops renewing; b fences every RADOS client of a (its group client and
-// its rbd backend) before it goes optimized: a write by a's backend at
-// that moment is refused (ESHUTDOWN); b serves the image. a comes back
-// (new clients): after the failback delay b hands the group over
-// (inaccessible, flush, release) and a takes it without fencing.
+// stops renewing; b fences a's RADOS clients of the group (its rbd
+// backend; not a's client of the group objects, which serves its other
+// groups) before it goes optimized: a write by a's backend at that moment
+// is refused (ESHUTDOWN); b serves the image. a comes back (new clients):
+// after the failback delay b hands the group over (inaccessible, flush,
+// release) and a fences b's backend (issue 21.3: a graceful hand-over is
+// fenced too) before it serves.
 func TestTakeoverFencesThenFailback(t *testing.T) {
 	f := newFixture(t)
 	a := f.start(t, "a", "a-1", nil)
@@ -256,16 +348,18 @@ func TestTakeoverFencesThenFailback(t *testing.T) {
 	b.mu.Lock()
 	fence := b.events[iFence].Action
 	b.mu.Unlock()
-	for _, want := range []string{a.cl.Addrs(), a.be.CephClient().Addrs} {
-		if !slices.Contains(fence.Addrs, want) {
-			t.Errorf("fence %v lacks a's client %s", fence.Addrs, want)
-		}
+	unblock(t, f.c, gateway.SplitAddrs(a.be.CephClient().Addrs)...)
+	if !slices.Contains(fence.Addrs, a.be.CephClient().Addrs) {
+		t.Errorf("fence %v lacks a's backend client %s", fence.Addrs, a.be.CephClient().Addrs)
+	}
+	if slices.Contains(fence.Addrs, a.cl.Addrs()) {
+		t.Errorf("fence %v has a's client of the group objects %s (it serves a's other groups)", fence.Addrs, a.cl.Addrs())
 	}
 	if !errors.Is(fencedWrite, backend.ErrUnavailable) || !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
 		t.Fatalf("a's write when b went optimized: %v, want ErrUnavailable (ESHUTDOWN): a was not fenced first", fencedWrite)
 	}
-	if _, err := a.cl.Read(1); !errors.Is(err, gateway.ErrFenced) {
-		t.Errorf("a's group client after the fence: %v, want ErrFenced", err)
+	if _, err := a.cl.Read(1); err != nil {
+		t.Errorf("a's client of the group objects after the fence: %v, want no error (only the group's backend is fenced)", err)
 	}
 	// b serves the image: a's data from before the fence is there.
 	p := make([]byte, 4096)
@@ -288,13 +382,17 @@ func TestTakeoverFencesThenFailback(t *testing.T) {
 	a2.waitEvent("a optimized again", 0, isANA(true))
 	t.Logf("failback %s after a restarted (failback delay 1s); b: inaccessible at event %d, released at %d",
 		time.Since(begin).Round(time.Millisecond), iIna, iRel)
+	unblock(t, f.c, gateway.SplitAddrs(b.be.CephClient().Addrs)...)
+	iFence = a2.waitEvent("a fences b's backend", 0, isAct(gateway.ActFence, true))
 	a2.mu.Lock()
-	for _, e := range a2.events {
-		if e.Action.Kind == gateway.ActFence {
-			t.Errorf("a fenced on failback: %s", e.Action)
-		}
-	}
+	fence = a2.events[iFence].Action
 	a2.mu.Unlock()
+	if !slices.Contains(fence.Addrs, b.be.CephClient().Addrs) || slices.Contains(fence.Addrs, b.cl.Addrs()) {
+		t.Errorf("a's fence on failback %v: want b's backend %s, not b's group client %s", fence.Addrs, b.be.CephClient().Addrs, b.cl.Addrs())
+	}
+	if err := b.be.WriteAt(block("b after the hand-over"), 0, false); !errors.Is(err, syscall.ESHUTDOWN) {
+		t.Errorf("b's backend write after the hand-over: %v, want ESHUTDOWN", err)
+	}
 	if err := a2.be.ReadAt(p, 0); err != nil || !strings.HasPrefix(string(p), "written by b") {
 		t.Fatalf("a reads %q, %v", p[:16], err)
 	}
@@ -351,12 +449,13 @@ func (g *gate) Renew(n uint32, r gateway.Record) (string, error) {
 	return g.Cluster.Renew(n, r)
 }
 
-// TestFrozenOwnerExits: the owner's cluster operations stall (frozen); it
-// steps down by itself before its lease can end, b fences it and takes
-// over; when the owner runs again, its next operation finds it fenced and
-// its runner ends with ErrFenced (the daemon exits non-zero), and its
-// backend's write is refused.
-func TestFrozenOwnerExits(t *testing.T) {
+// TestFrozenOwnerFenced: the owner's cluster operations stall (frozen);
+// it steps down by itself before its lease can end, b fences its clients
+// of the group and takes over; when the owner runs again, its backend's
+// write is refused, and it stays a member of the group (standby: its
+// client of the group objects was not fenced, its other groups would go
+// on).
+func TestFrozenOwnerFenced(t *testing.T) {
 	f := newFixture(t)
 	var ga *gate
 	a := f.start(t, "a", "a-1", func(c gateway.Cluster) gateway.Cluster {
@@ -372,17 +471,11 @@ func TestFrozenOwnerExits(t *testing.T) {
 	iFence := b.waitEvent("b fence", 0, isAct(gateway.ActFence, true))
 	b.waitEvent("b optimized", iFence, isANA(true))
 	t.Logf("a stepped down (event %d): %s", iDown, a.dump())
+	unblock(t, f.c, gateway.SplitAddrs(a.be.CephClient().Addrs)...)
+	mark := a.nEvents()
 	ga.thaw()
-	select {
-	case err := <-a.done:
-		if !errors.Is(err, gateway.ErrFenced) {
-			t.Fatalf("a's runner: %v, want ErrFenced", err)
-		}
-		t.Logf("a's runner ended: %v", err)
-		a.done <- nil
-	case <-time.After(hang):
-		t.Fatalf("a's runner still runs after it was fenced:\n%s", a.dump())
-	}
+	a.waitEvent("a reads the group", mark, isAct(gateway.ActRead, true))
+	a.waitStatus("a sees b as the holder", func(s gateway.GroupStatus) bool { return s.Holder == "b" && s.Role == gateway.Standby })
 	// a tries to write again (it stepped down, so it must take the image's
 	// exclusive lock first): the fence refuses it.
 	_ = a.be.SetWritable(true)
@@ -568,5 +661,101 @@ func TestRemovedObjectFences(t *testing.T) {
 	}
 	if o.Record.Name != "b" || o.Record.Epoch != 2 {
 		t.Errorf("b's record %+v, want epoch 2 (a had 1)", o.Record)
+	}
+}
+
+// TestFailbackANAFails (issue 21.4): b holds group 1 (a, its preferred
+// owner, was down) and its target refuses every ANA change; a comes back
+// and asks for the group. b must write no release while its ports may say
+// optimized: it retries, and after a lease of refusals it exits
+// (ErrStepDownFailed). a then finds b's lease expired without a release,
+// fences b and only then serves: b's backend write at that moment is
+// refused.
+func TestFailbackANAFails(t *testing.T) {
+	f := newFixture(t)
+	b := f.start(t, "b", "b-1", nil)
+	b.waitEvent("b optimized", 0, isANA(true))
+	unblock(t, f.c, gateway.SplitAddrs(b.be.CephClient().Addrs)...)
+	unblock(t, f.c, gateway.SplitAddrs(b.cl.Addrs())...)
+	b.mu.Lock()
+	b.refuseInaccessible = true
+	b.mu.Unlock()
+	var fencedWrite error
+	a := f.start(t, "a", "a-1", nil)
+	a.onOptimized = func() { fencedWrite = b.be.WriteAt(block("b after the fence"), 0, false) }
+	a.waitEvent("a optimized", 0, isANA(true))
+	t.Logf("b:\n%s\na:\n%s", b.dump(), a.dump())
+	b.mu.Lock()
+	for _, e := range b.events {
+		if e.Action.Kind == gateway.ActRelease {
+			t.Errorf("b released the group although it could not make it inaccessible: %s (err %v)", e.Action, e.Err)
+		}
+	}
+	b.mu.Unlock()
+	if !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
+		t.Errorf("b's write when a went optimized: %v, want ESHUTDOWN: b was not fenced first", fencedWrite)
+	}
+	select {
+	case err := <-b.done:
+		if !errors.Is(err, gateway.ErrStepDownFailed) {
+			t.Errorf("b's runner: %v, want ErrStepDownFailed", err)
+		}
+		b.done <- nil
+	case <-time.After(hang):
+		t.Errorf("b's runner still runs")
+	}
+}
+
+// TestWatchReestablished (issue 21 availability): a watch that fails (here
+// the group object is removed, and later created again by a gateway's
+// lock) is established again, so that notifications keep coming instead
+// of the gateway polling for ever.
+func TestWatchReestablished(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 30 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	x, y := dial(), dial()
+	oid := gateway.ObjectName(f.group, 1)
+	me := fmt.Sprintf("client.%d ", x.InstanceID())
+	watching := func() bool {
+		return strings.Contains(admin(t, f.c, "rados", "-p", f.c.Pool, "listwatchers", oid)+" ", me)
+	}
+	if !watching() {
+		t.Fatalf("%s does not watch %s", me, oid)
+	}
+	admin(t, f.c, "rados", "-p", f.c.Pool, "rm", oid)
+	if err := y.Acquire(1, gateway.Record{Name: "y", Session: "y-1", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(hang)
+	for !watching() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not watch %s again within %s after it was removed and created again", me, oid, hang)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Its notifications arrive again.
+	for {
+		select {
+		case <-x.Changed():
+			continue
+		default:
+		}
+		break
+	}
+	if err := y.RequestHandover(1, "z"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-x.Changed():
+	case <-time.After(hang):
+		t.Fatal("no notification after the watch was established again")
 	}
 }

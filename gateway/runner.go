@@ -54,9 +54,23 @@ type Applier interface {
 	// that no new write comes in).
 	Flush(group uint32) error
 	// Addrs returns the address vectors of every RADOS client through
-	// which the gateway may write (the rbd backends'; see
-	// backend.CephClients).
-	Addrs() []string
+	// which the gateway may write to the group's images: the rbd backends
+	// of the group's namespaces, closed ones included (see
+	// backend.CephClients), and no client that serves another group, so
+	// that fencing them leaves the gateway's other groups alone.
+	Addrs(group uint32) []string
+	// Reopen replaces the RADOS clients of the group's namespaces with
+	// new ones (a new client has a new address nonce and is not
+	// blocklisted): called before the gateway takes back a group that
+	// another gateway held since, which fenced the old ones. The group is
+	// inaccessible here meanwhile.
+	Reopen(group uint32) error
+	// WaitForLatestOSDMap makes the RADOS clients of the group's
+	// namespaces (those that will carry its writes) wait for the
+	// cluster's latest OSD map: their next operations carry its epoch, and
+	// an OSD handles them only once it has that map, with the fence's
+	// blocklist entries. Called before every acquisition.
+	WaitForLatestOSDMap(group uint32) error
 }
 
 // Event is an action the runner carried out, with its outcome, for
@@ -193,9 +207,11 @@ func (r *Runner) publish() {
 	r.mu.Unlock()
 }
 
-func (r *Runner) record(epoch uint64) Record {
-	addrs := []string{r.cl.Addrs()}
-	for _, a := range r.ap.Addrs() {
+// record is this gateway's record of group g: only the clients of g's
+// namespaces, never the Cluster's own (it serves every group).
+func (r *Runner) record(g uint32, epoch uint64) Record {
+	var addrs []string
+	for _, a := range r.ap.Addrs(g) {
 		if !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
@@ -237,18 +253,28 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 		}
 		switch a.Kind {
 		case ActSetANA:
-			err := r.ap.SetANA(g, a.Optimized)
-			r.event(a, err)
-			if err != nil {
-				r.log.Error("gateway: "+a.String()+" failed", zap.Error(err))
-				if a.Optimized {
-					// Not served here: give the group up rather than hold
-					// it down on every gateway.
-					more = append(more, r.m.ServeFailed(g, time.Now(), err)...)
+			report := func(err error) []Action {
+				r.event(a, err)
+				if err != nil {
+					r.log.Error("gateway: "+a.String()+" failed", zap.Error(err))
+				} else {
+					r.log.Info("gateway: " + a.String())
 				}
-			} else {
-				r.log.Info("gateway: " + a.String())
+				return r.m.SetANADone(g, a.Optimized, time.Now(), err)
 			}
+			if r.m.Exited() {
+				// On the way out (fenced): at once, before the exit.
+				report(r.ap.SetANA(g, a.Optimized))
+				continue
+			}
+			// Off the loop: a slow reload must not delay renewals.
+			*pending++
+			r.ops.Add(1)
+			go func() {
+				defer r.ops.Done()
+				err := r.ap.SetANA(g, a.Optimized)
+				r.results <- func() []Action { return report(err) }
+			}()
 		case ActStepDown:
 			r.event(a, nil)
 			r.log.Warn("gateway: stepped down from group", zap.Uint32("group", g), zap.String("reason", a.Reason))
@@ -260,16 +286,34 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: %s", ErrFenced, a.Reason)
+		case ActExitStepDownFailed:
+			r.event(a, nil)
+			r.log.Error("gateway: a group could not be made inaccessible: this gateway stops serving and exits", zap.String("reason", a.Reason))
+			r.publish()
+			return nil, fmt.Errorf("%w: %s", ErrStepDownFailed, a.Reason)
 		case ActRead:
 			var o Observed
 			async(func() (err error) { o, err = r.cl.Read(g); return err },
 				func(err error) []Action { return r.m.ReadDone(g, time.Now(), o, err) })
 		case ActAcquire:
-			rec := r.record(a.Epoch)
-			async(func() error { return r.cl.Acquire(g, rec) },
+			async(func() error {
+				if a.Reopen {
+					if err := r.ap.Reopen(g); err != nil {
+						return fmt.Errorf("reopen the group's namespaces with new RADOS clients: %w", err)
+					}
+				}
+				// The OSD-map barrier on the clients that will write (a
+				// fence's own wait is on the Cluster's client, which
+				// writes nothing to the images).
+				if err := r.ap.WaitForLatestOSDMap(g); err != nil {
+					return fmt.Errorf("OSD-map barrier on the group's clients: %w", err)
+				}
+				// After the reopen: the record names the new clients.
+				return r.cl.Acquire(g, r.record(g, a.Epoch))
+			},
 				func(err error) []Action { return r.m.AcquireDone(g, err) })
 		case ActRenew:
-			rec := r.record(a.Epoch)
+			rec := r.record(g, a.Epoch)
 			var req string
 			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
 				func(err error) []Action { return r.m.RenewDone(g, req, err) })
@@ -286,7 +330,7 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					return r.m.FenceDone(g, time.Now(), err)
 				})
 		case ActRelease:
-			rec := r.record(a.Epoch)
+			rec := r.record(g, a.Epoch)
 			rec.Released, rec.HandoverTo = true, a.To
 			async(func() error {
 				if err := r.ap.Flush(g); err != nil {
@@ -335,12 +379,21 @@ func (r *Runner) shutdown(d time.Duration, pending int) error {
 			return nil
 		}
 	}
-	for _, a := range r.m.Shutdown() {
+	acts := r.m.Shutdown()
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
 		switch a.Kind {
 		case ActSetANA:
-			r.event(a, r.ap.SetANA(a.Group, false))
+			err := r.ap.SetANA(a.Group, a.Optimized)
+			r.event(a, err)
+			if err != nil {
+				r.log.Warn("gateway: inaccessible at shutdown failed: not released; the next owner fences this gateway", zap.Uint32("group", a.Group), zap.Error(err))
+			}
+			// The release follows once the group is inaccessible.
+			acts = append(acts, r.m.SetANADone(a.Group, a.Optimized, time.Now(), err)...)
 		case ActRelease:
-			rec := r.record(a.Epoch)
+			rec := r.record(a.Group, a.Epoch)
 			rec.Released = true
 			done := make(chan error, 1)
 			r.ops.Add(1)

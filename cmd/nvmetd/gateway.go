@@ -201,6 +201,10 @@ type gatewayState struct {
 
 	mu    sync.Mutex
 	owned map[uint32]bool
+	// closed: the group's rbd namespaces are disabled in the target for
+	// a moment, so that they reopen with new RADOS clients
+	// (daemonApplier.Reopen).
+	closed map[uint32]bool
 }
 
 // overlay sets the gateway groups' ANA states on every port of cfg:
@@ -213,6 +217,15 @@ func (gs *gatewayState) overlay(cfg *target.Config) *target.Config {
 	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
+	for i := range cfg.Subsystems {
+		for j := range cfg.Subsystems[i].Namespaces {
+			n := &cfg.Subsystems[i].Namespaces[j]
+			if gs.closed[n.ANAGroup] && n.Backend.Kind == string(backend.KindRBD) {
+				off := false
+				n.Enabled = &off
+			}
+		}
+	}
 	for i := range cfg.Ports {
 		p := &cfg.Ports[i]
 		for _, a := range gs.cfg.ANAGroups {
@@ -249,7 +262,16 @@ func (a daemonApplier) SetANA(group uint32, optimized bool) error {
 	d.gw.mu.Lock()
 	d.gw.owned[group] = optimized
 	d.gw.mu.Unlock()
-	return d.t.Reload(d.targetConfig(d.config().Target))
+	err := d.t.Reload(d.targetConfig(d.config().Target))
+	if err != nil && optimized {
+		// Not served: a later reload (SIGHUP, the API) must not make it
+		// optimized behind the gateway's back. A failed inaccessible
+		// change stays wanted: the next reload applies it.
+		d.gw.mu.Lock()
+		d.gw.owned[group] = false
+		d.gw.mu.Unlock()
+	}
+	return err
 }
 
 // drainTimeout bounds Flush's wait for the commands in flight.
@@ -278,13 +300,102 @@ func (a daemonApplier) Flush(group uint32) error {
 	}
 }
 
-// Addrs are the RADOS clients of every rbd backend this process opened.
-func (a daemonApplier) Addrs() []string {
+// groupImages returns the rbd images (pool/[namespace/]image) of the
+// namespaces of ANA group group in the running configuration: all of
+// them, and those enabled.
+func (a daemonApplier) groupImages(group uint32) (all, enabled map[string]bool) {
+	all, enabled = map[string]bool{}, map[string]bool{}
+	for _, s := range a.d.config().Target.Subsystems {
+		for _, n := range s.Namespaces {
+			if n.ANAGroup != group || n.Backend.Kind != string(backend.KindRBD) {
+				continue
+			}
+			spec := backend.RBDOptions{Pool: n.Backend.Pool, RADOSNamespace: n.Backend.RADOSNamespace, Image: n.Backend.Image}.Spec()
+			all[spec] = true
+			if n.IsEnabled() {
+				enabled[spec] = true
+			}
+		}
+	}
+	return all, enabled
+}
+
+// Addrs are the RADOS clients of every rbd backend this process opened on
+// an image of the group's namespaces (closed ones included: a write may
+// still be in flight on one), and no other: fencing them leaves the
+// gateway's other groups alone.
+func (a daemonApplier) Addrs(group uint32) []string {
+	imgs, _ := a.groupImages(group)
 	var out []string
 	for _, c := range backend.CephClients() {
-		out = append(out, c.Addrs)
+		if imgs[c.Image] {
+			out = append(out, c.Addrs)
+		}
 	}
 	return out
+}
+
+// WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the
+// group's open rbd namespaces: after a fence, before the gateway serves.
+func (a daemonApplier) WaitForLatestOSDMap(group uint32) error {
+	imgs, _ := a.groupImages(group)
+	if len(imgs) == 0 {
+		return nil
+	}
+	return backend.WaitForLatestOSDMap(imgs)
+}
+
+// Reopen gives the group's rbd namespaces new RADOS clients: a reload with
+// them disabled closes their backends, a reload as configured opens them
+// again (a new client has a new address nonce: the fence of the old ones
+// does not apply to it). The group is inaccessible here meanwhile; hosts
+// see the namespaces of this path go and come back.
+func (a daemonApplier) Reopen(group uint32) error {
+	d := a.d
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
+	_, enabled := a.groupImages(group)
+	if len(enabled) == 0 {
+		return nil
+	}
+	before := map[string]bool{}
+	for _, c := range backend.CephClients() {
+		before[c.Addrs] = true
+	}
+	d.gw.mu.Lock()
+	if d.gw.closed == nil {
+		d.gw.closed = map[uint32]bool{}
+	}
+	d.gw.closed[group] = true
+	d.gw.mu.Unlock()
+	err := d.t.Reload(d.targetConfig(d.config().Target))
+	d.gw.mu.Lock()
+	delete(d.gw.closed, group)
+	d.gw.mu.Unlock()
+	if err != nil {
+		// Expected when the old clients were fenced: their flush at
+		// close fails (ESHUTDOWN), after the swap. Whether they closed
+		// or not, the next reload opens what is not open, and the
+		// check below says whether new clients came of it.
+		d.log.Info("gateway: closing the namespaces of a group to reopen them", zap.Uint32("group", group), zap.Error(err))
+	}
+	if err := d.t.Reload(d.targetConfig(d.config().Target)); err != nil {
+		return fmt.Errorf("reopen the rbd namespaces of ANA group %d: %w", group, err)
+	}
+	// A namespace that cannot open is not a reload error: check that
+	// each image has a new client.
+	fresh := map[string]bool{}
+	for _, c := range backend.CephClients() {
+		if !before[c.Addrs] {
+			fresh[c.Image] = true
+		}
+	}
+	for img := range enabled {
+		if !fresh[img] {
+			return fmt.Errorf("ANA group %d: image %s did not open on a new RADOS client (see the namespace's state)", group, img)
+		}
+	}
+	return nil
 }
 
 // newSession returns a lock cookie unique to this run.
