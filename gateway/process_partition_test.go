@@ -196,6 +196,9 @@ func TestGatewayProcessCephCut(t *testing.T) {
 	oneWriter(t, w, pa, pb, cutAt)
 	_, _, e1 := ioTotals(pa)
 	t.Logf("the host's I/Os completed with an error status through gw-a after the cut (failed over to gw-b): %d", e1-e0)
+	if e1 == e0 {
+		t.Errorf("no I/O of the host failed through gw-a after the cut: none was in flight, the scenario did not run as meant")
+	}
 	stall, err := w.Stall(pa.Address(), cutAt)
 	if err != nil {
 		t.Fatal(err)

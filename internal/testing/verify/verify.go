@@ -66,7 +66,7 @@ type Config struct {
 	// each sweep sees the other's blocks as untouched (another run).
 	Blocks int64
 	// Workers is the number of concurrent writers (each owns the blocks
-	// whose number is its index modulo Workers). Default 8.
+	// First+i, First+i+Workers, …; i its index). Default 8, at most 65536.
 	Workers int
 	// ReadBack reads each block back after its acknowledged write and
 	// checks it holds that write (as the earlier multipath tests did).
@@ -78,11 +78,10 @@ type Config struct {
 
 // Workload is a running verified workload.
 type Workload struct {
-	dev   Device
-	pdev  PathDevice // dev, if it tells paths
-	cfg   Config
-	run   uint64
-	start time.Time
+	dev  Device
+	pdev PathDevice // dev, if it tells paths
+	cfg  Config
+	run  uint64
 
 	// Per block, written only by its worker (read after Stop): the last
 	// acknowledged and the highest submitted sequence.
@@ -121,15 +120,17 @@ func Start(dev Device, cfg Config) (*Workload, error) {
 	if int64(cfg.Workers) > cfg.Blocks {
 		cfg.Workers = int(cfg.Blocks)
 	}
+	if cfg.Workers < 0 || cfg.Workers > 1<<16 {
+		return nil, fmt.Errorf("verify: %d workers (1 to 65536)", cfg.Workers)
+	}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
 	w := &Workload{
-		dev: dev, cfg: cfg, run: binary.LittleEndian.Uint64(rb[:]), start: time.Now(),
+		dev: dev, cfg: cfg, run: binary.LittleEndian.Uint64(rb[:]),
 		acked: make([]uint64, cfg.Blocks), submitted: make([]uint64, cfg.Blocks),
 		stop: make(chan struct{}),
 	}
 	w.pdev, _ = dev.(PathDevice)
-	w.paths.cond = make(chan struct{})
 	for i := range cfg.Workers {
 		w.wg.Go(func() { w.worker(i) })
 	}
@@ -438,7 +439,8 @@ type pathLog struct {
 	names []string
 	count []int64
 	log   []pathEvent
-	cond  chan struct{} // closed and replaced on each record
+	// cond, made by a waiter, is closed by the next record.
+	cond chan struct{}
 }
 
 type pathEvent struct {
@@ -457,8 +459,10 @@ func (l *pathLog) record(path string) {
 	}
 	l.count[i]++
 	l.log = append(l.log, pathEvent{at.UnixNano(), int32(i)})
-	close(l.cond)
-	l.cond = make(chan struct{})
+	if l.cond != nil {
+		close(l.cond)
+		l.cond = nil
+	}
 	l.mu.Unlock()
 }
 
@@ -509,10 +513,14 @@ func (w *Workload) CompletionsSince(path string, since time.Time) int {
 // WaitCompletions waits until n I/Os completed through path at or after
 // since, or ctx ends.
 func (w *Workload) WaitCompletions(ctx context.Context, path string, since time.Time, n int) error {
+	l := &w.paths
 	for {
-		w.paths.mu.Lock()
-		cond := w.paths.cond
-		w.paths.mu.Unlock()
+		l.mu.Lock()
+		if l.cond == nil {
+			l.cond = make(chan struct{})
+		}
+		cond := l.cond
+		l.mu.Unlock()
 		k := w.CompletionsSince(path, since)
 		if k >= n {
 			return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -348,4 +349,25 @@ func TestBlockDevice(t *testing.T) {
 		t.Fatalf("%s: %v", r, err)
 	}
 	t.Logf("%s: %s", loop, r)
+}
+
+// TestWorkloadAllocs: the workload's I/O loop does not allocate per I/O
+// (on a file: the device's own calls do not either).
+func TestWorkloadAllocs(t *testing.T) {
+	_, dev := tempDevice(t, 256*4096)
+	w, err := Start(dev, Config{Workers: 2, ReadBack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitWrites(t, w, 200) // the workers' buffers are made
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	n0 := w.Stats().Writes
+	waitWrites(t, w, n0+5000)
+	runtime.ReadMemStats(&m1)
+	n := w.Stats().Writes - n0
+	if per := float64(m1.Mallocs-m0.Mallocs) / float64(n); per > 0.05 {
+		t.Errorf("%.3f allocations per verified write (%d in %d writes), want none", per, m1.Mallocs-m0.Mallocs, n)
+	}
 }
