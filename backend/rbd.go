@@ -479,9 +479,15 @@ func (r *RBD) acquireWrite() error {
 func (r *RBD) writeGate() error {
 	r.lockMu.Lock()
 	defer r.lockMu.Unlock()
+	if !r.claimed.Load() {
+		if err := r.claimLocked(); err != nil {
+			if errors.Is(err, ErrBusy) {
+				return fmt.Errorf("backend rbd %s: write before the claim (the namespace's previous backend still holds the image): %w", r.spec, ErrUnavailable)
+			}
+			return err
+		}
+	}
 	switch {
-	case !r.claimed.Load():
-		return fmt.Errorf("backend rbd %s: write before the claim (the namespace's previous backend still holds the image): %w", r.spec, ErrUnavailable)
 	case !r.writable.Load():
 		return fmt.Errorf("backend rbd %s: writes are not allowed here (the namespace's ANA group is not served optimized by this target): %w", r.spec, ErrUnavailable)
 	case !r.exclusive || r.lockHeld.Load():
@@ -571,8 +577,10 @@ func (r *RBD) WriteLockErr() error {
 
 // Claim takes this process's claim on the image, which an open with
 // DeferClaim left out, and the exclusive lock if writes are allowed; until
-// then writes fail with ErrUnavailable. It fails with ErrBusy if another
-// backend of this process has the image. See [Claimer].
+// then writes fail with ErrUnavailable (each write tries to claim: a
+// previous backend that closes late, after a slow drain, hands the image
+// over at the next write). It fails with ErrBusy if another backend of
+// this process has the image. See [Claimer].
 func (r *RBD) Claim() error {
 	if err := r.acquire(); err != nil {
 		return err
@@ -580,6 +588,11 @@ func (r *RBD) Claim() error {
 	defer r.release()
 	r.lockMu.Lock()
 	defer r.lockMu.Unlock()
+	return r.claimLocked()
+}
+
+// claimLocked is Claim with lockMu and the guard held.
+func (r *RBD) claimLocked() error {
 	if r.claimed.Load() {
 		return nil
 	}

@@ -20,9 +20,9 @@ func rbdConfig(c *cephtest.Cluster, image string) backend.Config {
 }
 
 // TestRBDClaimInProcess: one image is one namespace in a process, as one
-// file is: a second backend.Open of it fails with ErrBusy, whatever
-// ceph.conf it came through; one opened with DeferClaim refuses writes
-// (ErrUnavailable) until it claims, which it can once the first is closed.
+// file is: a second backend.Open of it fails with ErrBusy; one opened with
+// DeferClaim refuses writes (ErrUnavailable) and Claim (ErrBusy) while the
+// first is open, and claims at its first write once it is closed.
 func TestRBDClaimInProcess(t *testing.T) {
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 8<<20)
@@ -62,11 +62,13 @@ func TestRBDClaimInProcess(t *testing.T) {
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Claim(); err != nil {
-		t.Fatalf("Claim after the first closed: %v", err)
-	}
+	// The first write after the holder closed claims (a holder that
+	// closes late, after the reload's Claim failed, hands over).
 	if err := deferred.WriteAt(p, 0, false); err != nil {
-		t.Fatalf("write after the claim: %v", err)
+		t.Fatalf("write after the first closed: %v", err)
+	}
+	if err := cl.Claim(); err != nil {
+		t.Fatalf("Claim after the write claimed: %v", err)
 	}
 	got := make([]byte, 512)
 	if err := deferred.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
 )
 
@@ -52,6 +54,8 @@ func (p *gwProc) post(path, body string) (int, string) {
 //   - SIGHUP with a file that adds group 7 to the gateway section and a
 //     namespace in it (the gateway section is read at start only, so the
 //     target would serve group 7 unmanaged): refused;
+//   - a host that connects afterwards sees only group 1 (namespace 1)
+//     optimized;
 //   - another RADOS client (another gateway, or a stand-alone nvmetd on
 //     the image) cannot write the image while the gateway owns the group:
 //     the gateway holds librbd's exclusive lock.
@@ -126,6 +130,33 @@ func TestGatewayProcessGuard(t *testing.T) {
 	}
 	if n := nsCount(); n != 1 {
 		t.Errorf("%d namespaces after SIGHUP, want 1 (namespace 2 would be optimized in group 7)", n)
+	}
+
+	// A host that connects now (it reads the ANA log as it sets up) sees
+	// namespace 1 optimized in group 1, and nothing else optimized.
+	s := initiator.NewSubsystem(gwSubNQN, initiator.MultipathConfig{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	hp, err := s.AddPath(ctx, initiator.Config{Address: p.addr(), SubNQN: gwSubNQN, HostNQN: gwHostNQN, NrIOQueues: 1, QueueSize: 16})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOptimized(t, hp)
+	for _, g := range hp.ANAGroups() {
+		t.Logf("host: ANA group %d %v, NSIDs %v", g.ID, g.State, g.NSIDs)
+		if g.ID != 1 && len(g.NSIDs) > 0 && g.State == nvmeof.ANAOptimized {
+			t.Errorf("host: ANA group %d optimized with namespaces %v", g.ID, g.NSIDs)
+		}
+	}
+	for _, nsid := range []uint32{2, 3} {
+		if st := hp.ANAState(nsid); st == nvmeof.ANAOptimized {
+			t.Errorf("host: namespace %d optimized", nsid)
+		}
 	}
 
 	// Another client cannot write the image the gateway serves.

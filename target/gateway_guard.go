@@ -86,16 +86,22 @@ func (s *server) checkGuard(cfg *Config) error {
 }
 
 // guardNamespace fails an opened namespace that the guard refuses: a
-// writable backend whose image lacks the exclusive-lock feature.
+// writable backend whose image lacks the exclusive-lock feature. Without a
+// guard (a stand-alone target) such a namespace is served, with a warning.
 func (s *server) guardNamespace(ns *namespace) {
-	if s.guard.Load() == nil || ns.state != NamespaceOnline {
+	if ns.state != NamespaceOnline {
 		return
 	}
 	wl, ok := ns.be.(backend.WriteLocker)
 	if !ok {
 		return
 	}
-	if err := wl.WriteLockErr(); err != nil {
+	err := wl.WriteLockErr()
+	if err != nil && s.guard.Load() == nil {
+		s.log.Warn("namespace: another client could write its image at the same time", zap.String("subsystem", ns.nqn), zap.Uint32("nsid", ns.nsid), zap.Error(err))
+		return
+	}
+	if err != nil {
 		_ = ns.close(nil)
 		ns.be = nil
 		ns.state, ns.err, ns.field = NamespaceFailed, "refused in a gateway: "+err.Error(), ns.field+".backend"

@@ -709,8 +709,9 @@ func indentLines(s string) string {
 
 // sameStorage reports whether two namespace backends are on the same
 // storage, which the new one claims only once the old one is closed: a
-// file or device (kind and path), or an RBD image (pool, RADOS namespace,
-// image and cluster configuration).
+// file or device (kind and path), or an RBD image (pool, RADOS namespace
+// and image; with another ceph.conf it may be another cluster's, and then
+// deferring the claim costs nothing).
 func sameStorage(o, n *BackendConfig) bool {
 	if o.Kind != n.Kind {
 		return false
@@ -719,7 +720,7 @@ func sameStorage(o, n *BackendConfig) bool {
 	case string(backend.KindFile), string(backend.KindBlock):
 		return o.Path == n.Path
 	case string(backend.KindRBD):
-		return o.Pool == n.Pool && o.RADOSNamespace == n.RADOSNamespace && o.Image == n.Image && o.CephConf == n.CephConf
+		return o.Pool == n.Pool && o.RADOSNamespace == n.RADOSNamespace && o.Image == n.Image
 	}
 	return false
 }
