@@ -65,6 +65,14 @@ func ConfigObjectName(name string) string {
 	return "nvmetd_gateway." + name + ".config"
 }
 
+// RecordsObjectName is the RADOS object holding a copy of each ANA
+// group's record (omap key ana.<ANAGRPID>): the record of the highest
+// epoch of the two is the one that counts, so that removing a group object
+// does not hide its holder from a gateway that never saw it.
+func RecordsObjectName(name string) string {
+	return "nvmetd_gateway." + name + ".records"
+}
+
 // LockName is the cls_lock name on the group objects.
 const LockName = "nvmetd-gateway"
 

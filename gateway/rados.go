@@ -331,9 +331,31 @@ func (r *RADOS) Read(g uint32) (Observed, error) {
 			}
 		}
 		o.HandoverRequest = string(vals[keyRequest])
+		// The copy of the record on the records object: newer if the
+		// group object was removed (or rewritten from an older state),
+		// so that even a gateway that never saw the group fences the
+		// last holder.
+		mo := RecordsObjectName(r.o.GroupName)
+		mv, err := r.ioctx.GetOmapValues(mo, "", mirrorKey(g), 16)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return o, fmt.Errorf("read the copy of the record of %s in %s: %w", oid, mo, classify(err))
+		}
+		if b, ok := mv[mirrorKey(g)]; ok {
+			var m Record
+			if err := json.Unmarshal(b, &m); err != nil {
+				return o, fmt.Errorf("copy of the record of %s in %s: %w", oid, mo, err)
+			}
+			if m.Epoch > o.Record.Epoch {
+				o.Record = m
+			}
+		}
 		return o, nil
 	}
 }
+
+// mirrorKey is the omap key of group g's record copy on the records
+// object.
+func mirrorKey(g uint32) string { return fmt.Sprintf("ana.%d", g) }
 
 func (r *RADOS) lock(g uint32, rec Record, flags byte) error {
 	oid := r.oid(g)
@@ -395,6 +417,13 @@ func (r *RADOS) writeRecord(g uint32, rec Record, clearRequest bool) error {
 			return fmt.Errorf("write the record of %s: %w (the lock is not held by this session: %w)", r.oid(g), ErrLockBusy, e)
 		}
 		return fmt.Errorf("write the record of %s: %w", r.oid(g), classify(err))
+	}
+	// The copy, after the record: a copy that lags is older than the
+	// record and ignored; one that failed fails the write (an acquire
+	// gives the lock back, a release leaves the lock to expire).
+	mo := RecordsObjectName(r.o.GroupName)
+	if err := r.ioctx.SetOmap(mo, map[string][]byte{mirrorKey(g): b}); err != nil {
+		return fmt.Errorf("write the copy of the record of %s in %s: %w", r.oid(g), mo, classify(err))
 	}
 	r.mu.Lock()
 	r.written[g] = string(b)

@@ -759,3 +759,27 @@ func TestWatchReestablished(t *testing.T) {
 		t.Fatal("no notification after the watch was established again")
 	}
 }
+
+// TestRemovedObjectFencedByNewGateway (issue 21.7): as
+// TestRemovedObjectFences, but b starts only after the group object was
+// removed, so it never saw a's record there: the copy of the record on
+// the records object still names a, and b fences a before it serves.
+func TestRemovedObjectFencedByNewGateway(t *testing.T) {
+	f := newFixture(t)
+	a := f.start(t, "a", "a-1", nil)
+	a.waitEvent("a optimized", 0, isANA(true))
+	unblock(t, f.c, gateway.SplitAddrs(a.be.CephClient().Addrs)...)
+	a.stop()
+	admin(t, f.c, "rados", "-p", f.c.Pool, "rm", gateway.ObjectName(f.group, 1))
+	var fencedWrite error
+	b := f.start(t, "b", "b-1", nil)
+	b.onOptimized = func() { fencedWrite = a.be.WriteAt(block("a after the fence"), 0, false) }
+	iOpt := b.waitEvent("b optimized", 0, isANA(true))
+	iFence := b.waitEvent("b fence", 0, isAct(gateway.ActFence, true))
+	if iFence > iOpt {
+		t.Fatalf("b went optimized (event %d) before it fenced (event %d):\n%s", iOpt, iFence, b.dump())
+	}
+	if !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
+		t.Fatalf("a's write when b went optimized: %v, want ESHUTDOWN: a was not fenced first", fencedWrite)
+	}
+}
