@@ -74,12 +74,20 @@ const (
 	// the driver stops serving by exiting non-zero (its leases then end
 	// and a survivor fences it). Nothing follows it.
 	ActExitStepDownFailed
+	// ActServeUntil sets until when the target may serve the group's I/O
+	// (Until: the moment this gateway would step down, the lease's earliest
+	// end less the margin, as of the last acquisition or renewal). Local;
+	// no result. It comes before the ActSetANA optimized of an
+	// acquisition and after every renewal, so that a gateway that was
+	// frozen or whose renewals stalled does no I/O past it, whatever its
+	// loop has not yet noticed (Target.SetServingDeadline).
+	ActServeUntil
 )
 
 var actionNames = map[ActionKind]string{
 	ActRead: "read", ActAcquire: "acquire", ActRenew: "renew", ActFence: "fence", ActSetANA: "set-ana",
 	ActRelease: "release", ActRequestHandover: "request-handover", ActStepDown: "step-down", ActExitFenced: "exit-fenced",
-	ActExitStepDownFailed: "exit-step-down-failed",
+	ActExitStepDownFailed: "exit-step-down-failed", ActServeUntil: "serve-until",
 }
 
 func (k ActionKind) String() string {
@@ -103,6 +111,8 @@ type Action struct {
 	// Reopen (ActAcquire): first replace the RADOS clients of the group's
 	// namespaces (Applier.Reopen): a successor may have fenced them.
 	Reopen bool
+	// Until (ActServeUntil): the serving deadline.
+	Until time.Time
 }
 
 func (a Action) String() string {
@@ -693,7 +703,13 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	// The lease runs from no earlier than when the request was sent.
 	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
 	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}, true
-	return m.setANA(nil, g, true)
+	return m.setANA(m.serveUntil(nil, g), g, true)
+}
+
+// serveUntil emits the group's serving deadline: the moment the tick
+// would step down for want of a renewal.
+func (m *Machine) serveUntil(acts []Action, g *group) []Action {
+	return append(acts, Action{Kind: ActServeUntil, Group: g.id, Until: g.leaseEnd.Add(-m.cfg.Margin)})
 }
 
 // RenewDone reports the result of ActRenew, with the handover request
@@ -715,7 +731,7 @@ func (m *Machine) RenewDone(id uint32, handoverRequest string, err error) []Acti
 		return nil
 	}
 	g.leaseEnd = g.issued.Add(m.cfg.Lease)
-	var acts []Action
+	acts := m.serveUntil(nil, g)
 	if !g.releasing && handoverRequest != "" && handoverRequest != m.cfg.Name && handoverRequest == g.preferred {
 		// Failback, gracefully: inaccessible here first (ANA change to
 		// the hosts), then (once that is applied) flush, mark released

@@ -68,6 +68,9 @@ func run(t *testing.T, m *Machine, steps []step) {
 	for i, s := range steps {
 		got := []string{}
 		for _, a := range s.in(m) {
+			if a.Kind == ActServeUntil {
+				continue // its own test: TestMachineServeUntil
+			}
 			got = append(got, a.String())
 		}
 		want := s.want
@@ -630,4 +633,67 @@ func TestMachineANAOneAtATime(t *testing.T) {
 		{renewed(1, "", ErrLockBusy), []string{"group 1: step-down (the lock is no longer ours: gateway: the group's lock is held by another gateway)"}},
 		{anaDone(1, true, 3100, nil), []string{"group 1: set-ana inaccessible"}},
 	})
+}
+
+// TestMachineServeUntil: the serving deadline is the moment the machine
+// would step down for want of a renewal (the lease's earliest end less the
+// margin): emitted on an acquisition before its set-ana optimized, and
+// after every renewal, moved from the renewal's send time; a failed
+// renewal moves nothing, and the tick steps down exactly at it.
+func TestMachineServeUntil(t *testing.T) {
+	m := oneGroup("a")
+	cfg := testConfig("a")
+	var acts []Action
+	acts = append(acts, m.Tick(at(0))...)
+	acts = append(acts, m.ReadDone(1, at(10), Observed{}, nil)...)
+	var acq bool
+	for _, a := range acts {
+		acq = acq || a.Kind == ActAcquire
+	}
+	if !acq {
+		t.Fatalf("no acquisition: %v", acts)
+	}
+	acts = m.AcquireDone(1, nil)
+	if len(acts) < 2 || acts[0].Kind != ActServeUntil || acts[1].Kind != ActSetANA || !acts[1].Optimized {
+		t.Fatalf("acquired: %v, want serve-until then set-ana optimized", acts)
+	}
+	first := acts[0].Until
+	// The acquisition was issued at 10 ms (the read's result time).
+	if want := at(10).Add(cfg.Lease - cfg.Margin); !first.Equal(want) {
+		t.Fatalf("serve until %v, want %v (issued + lease - margin)", first.Sub(t0), want.Sub(t0))
+	}
+	m.SetANADone(1, true, at(20), nil)
+	// A renewal sent at the renew interval moves the deadline.
+	renewAt := 10 + int(cfg.RenewInterval/time.Millisecond)
+	var renew bool
+	for _, a := range m.Tick(at(renewAt)) {
+		renew = renew || a.Kind == ActRenew
+	}
+	if !renew {
+		t.Fatal("no renewal at the renew interval")
+	}
+	acts = m.RenewDone(1, "", nil)
+	if len(acts) == 0 || acts[0].Kind != ActServeUntil || !acts[0].Until.Equal(at(renewAt).Add(cfg.Lease-cfg.Margin)) {
+		t.Fatalf("renewed: %v, want serve-until renewal + lease - margin", acts)
+	}
+	second := acts[0].Until
+	// A failed renewal moves nothing; the tick steps down at the deadline.
+	for _, a := range m.Tick(at(renewAt + int(cfg.RenewInterval/time.Millisecond))) {
+		if a.Kind == ActServeUntil {
+			t.Fatalf("a tick moved the deadline: %v", a)
+		}
+	}
+	for _, a := range m.RenewDone(1, "", errors.New("timed out")) {
+		if a.Kind == ActServeUntil {
+			t.Fatalf("a failed renewal moved the deadline: %v", a)
+		}
+	}
+	var down bool
+	for _, a := range m.Tick(second) {
+		down = down || (a.Kind == ActSetANA && !a.Optimized)
+	}
+	if !down {
+		t.Fatalf("no step-down at the serving deadline %v", second.Sub(t0))
+	}
+	_ = first
 }

@@ -78,6 +78,9 @@ func (g *gw) open(n uint32) *backend.RBD {
 	return be
 }
 
+// ServeUntil: the in-process test gateways have no target.
+func (g *gw) ServeUntil(uint32, time.Time) {}
+
 // WaitForLatestOSDMap is the OSD-map barrier on group n's backend; the
 // number of events then is noted in barriers.
 func (g *gw) WaitForLatestOSDMap(n uint32) error {

@@ -71,6 +71,12 @@ type Applier interface {
 	// an OSD handles them only once it has that map, with the fence's
 	// blocklist entries. Called before every acquisition.
 	WaitForLatestOSDMap(group uint32) error
+	// ServeUntil sets until when the target may serve the group's I/O
+	// (target.Target.SetServingDeadline): every read and write past it is
+	// refused, so that a gateway that ran late (frozen, or its renewals
+	// stalled) serves nothing its lease no longer covers. It must not
+	// block.
+	ServeUntil(group uint32, until time.Time)
 }
 
 // Event is an action the runner carried out, with its outcome, for
@@ -275,6 +281,10 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 				err := r.ap.SetANA(g, a.Optimized)
 				r.results <- func() []Action { return report(err) }
 			}()
+		case ActServeUntil:
+			// At once, on the loop: before the ActSetANA optimized that
+			// may follow, and before anything is served past it.
+			r.ap.ServeUntil(g, a.Until)
 		case ActStepDown:
 			r.event(a, nil)
 			r.log.Warn("gateway: stepped down from group", zap.Uint32("group", g), zap.String("reason", a.Reason))
