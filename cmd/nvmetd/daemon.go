@@ -640,13 +640,26 @@ const (
 	healthDegraded = "degraded"
 )
 
-// degradation lists what of the configuration is not served: namespaces
-// that failed (with their configuration field; they are retried on every
-// reload), ports that do not listen, and an unhealthy target.
+// degradation lists what of the configuration is not served: nothing at
+// all (no port, or no port serving a subsystem or a referral: after
+// nvmetctl clear, a daemon that answers but serves nothing is not
+// healthy), namespaces that failed (with their configuration field; they
+// are retried on every reload), ports that do not listen, and an unhealthy
+// target.
 func degradation(st *target.Status, healthErr string) []string {
 	var p []string
 	if healthErr != "" {
 		p = append(p, healthErr)
+	}
+	serving := false
+	for _, pt := range st.Ports {
+		serving = serving || len(pt.Subsystems) > 0 || len(pt.Referrals) > 0
+	}
+	switch {
+	case len(st.Ports) == 0:
+		p = append(p, "nothing is served: the configuration has no port (nvmetctl port add, or restore a configuration)")
+	case !serving:
+		p = append(p, "nothing is served: no port serves a subsystem (nvmetctl port link ID NQN, or restore a configuration)")
 	}
 	for _, pt := range st.Ports {
 		if !pt.Listening && pt.Error != "not started" {
