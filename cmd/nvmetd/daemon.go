@@ -133,6 +133,22 @@ func (d *daemon) run() int {
 		d.log.Error("cannot create the default namespace", zap.Error(err))
 		return exitFailure
 	}
+	// A start that fails (the port cannot be bound, the control socket is
+	// taken, ...) removes the default image it created: nothing was served
+	// from it, and a 1 GiB file left in the data directory by a failed
+	// first start is litter (issue 23.14). An image a previous start made
+	// is never touched.
+	started := false
+	defer func() {
+		if started || !cfg.DefaultImageCreated {
+			return
+		}
+		if err := os.Remove(cfg.DefaultImage); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("the start failed; cannot remove the default namespace image it created", zap.String("path", cfg.DefaultImage), zap.Error(err))
+			return
+		}
+		d.log.Info("the start failed: removed the default namespace image it created", zap.String("path", cfg.DefaultImage))
+	}()
 	for _, w := range cfg.Warnings {
 		d.log.Warn("configuration: " + w)
 	}
@@ -211,6 +227,7 @@ starting:
 		}
 		defer d.stopGateway()
 	}
+	started = true
 
 	d.mu.Lock()
 	d.startedAt = time.Now()
@@ -313,6 +330,10 @@ func (d *daemon) prepareDefaultImage(cfg *loadedConfig) error {
 	}
 	keyCreated, err := ensureHostKey(cfg.DefaultHostKey, cfg.DefaultHostNQN)
 	if err != nil {
+		if created {
+			os.Remove(cfg.DefaultImage) // this start made it and serves nothing
+			cfg.DefaultImageCreated = false
+		}
 		return err
 	}
 	if keyCreated {
