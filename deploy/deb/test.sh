@@ -145,6 +145,18 @@ if [[ $out == *"daemon.bogus_setting: unknown key"* && $out == *"$examples/nvmet
 else
 	bad "--check-config of an unknown key: $out"
 fi
+# The auth example as its comments say to use it: the keys made with the
+# installed nvmeof, then --check-config (removed again afterwards).
+in_root install -d -m 0700 /etc/nvmetd/keys
+for k in app1:01 app2:02 app2.ctrl:02; do
+	in_root sh -c "nvmeof gen-dhchap-key -m 1 -n nqn.2014-08.org.nvmexpress:uuid:5d1e5f6a-3b7c-4d0e-9f21-7a0b1c2d3e${k#*:} >/etc/nvmetd/keys/${k%:*}.key && chmod 0600 /etc/nvmetd/keys/${k%:*}.key"
+done
+if out=$(in_root nvmetd --check-config --config "$examples/nvmetd-auth.yaml" 2>&1 >/dev/null) && [[ $out == *"the configuration is valid"* ]]; then
+	ok "nvmetd --check-config on $examples/nvmetd-auth.yaml with keys made as its comments say"
+else
+	bad "nvmetd --check-config on $examples/nvmetd-auth.yaml: $out"
+fi
+rm -rf "$root/etc/nvmetd/keys" "$root/var/lib/nvmetd/app-shared.img" "$root/var/lib/nvmetd/app2-private.img"
 for f in "$examples/nvmetd.yaml" "$examples/nvmetd-gateway.yaml"; do
 	if out=$(in_root nvmetd --check-config --config "$f" 2>&1 >/dev/null) && [[ $out == *"the configuration is valid"* ]]; then
 		ok "nvmetd --check-config on $f"
