@@ -106,10 +106,19 @@ func ruleExprs(t *testing.T) []string {
 			exprs = append(exprs, r.Expr)
 		}
 	}
-	// The alerts the issue asks for.
-	for _, a := range []string{"NvmetdControllerFlapping", "NvmetdTerminates", "NvmetdReadLatencyP99High", "NvmetdNamespaceFailed"} {
+	// The alerts the issues ask for (issue 23.14: "nvmetd down").
+	for _, a := range []string{"NvmetdControllerFlapping", "NvmetdTerminates", "NvmetdReadLatencyP99High", "NvmetdNamespaceFailed", "NvmetdDown"} {
 		if !alerts[a] {
 			t.Errorf("rules lack %s", a)
+		}
+	}
+	// The down alert watches the scrape itself (Prometheus's up series of
+	// the nvmetd job), not a metric of ours that vanishes with the daemon.
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "NvmetdDown" && !regexp.MustCompile(`^up\{job="nvmetd"\} == 0$`).MatchString(strings.TrimSpace(r.Expr)) {
+				t.Errorf("NvmetdDown: expr %q, want up{job=\"nvmetd\"} == 0", r.Expr)
+			}
 		}
 	}
 	return exprs

@@ -249,7 +249,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dSubBytes, sn.rbytes, sub.nqn, "read")
 		counter(dSubBytes, sn.wbytes, sub.nqn, "write")
 		for op := range sn.lat {
-			ch <- constHist(dSubLatency, &sn.lat[op], 1, sub.nqn, latOpNames[op])
+			emitHist(ch, dSubLatency, &sn.lat[op], sub.nqn, latOpNames[op])
 		}
 		gauge(dSubInflight, float64(subInflight[sub.nqn]), sub.nqn)
 		gauge(dSubCtrls, float64(len(sub.controllers())), sub.nqn)
@@ -273,7 +273,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dCtrlBytes, cv.snap.rbytes, append(lv, "read")...)
 		counter(dCtrlBytes, cv.snap.wbytes, append(lv, "write")...)
 		for op := range cv.snap.lat {
-			ch <- constHist(dCtrlLatency, &cv.snap.lat[op], 2, append(lv, latOpNames[op])...)
+			emitHist(ch, dCtrlLatency, &cv.snap.lat[op], append(lv, latOpNames[op])...)
 		}
 		gauge(dCtrlInflight, float64(cv.inflight), lv...)
 		ct.mu.Lock()
@@ -441,7 +441,7 @@ func (c *collector) collectNamespaces(ch chan<- prometheus.Metric, sub *subsyste
 		for op := range ns.met.lat {
 			var h histSnap
 			ns.met.lat[op].AddTo(&h)
-			ch <- constHist(dNSLatency, &h, 1, sub.nqn, nsid, latOpNames[op])
+			emitHist(ch, dNSLatency, &h, sub.nqn, nsid, latOpNames[op])
 		}
 		if st := ns.backendStats(); st != nil {
 			cnt(dNSNowait, st.NowaitDone, "done")
@@ -471,11 +471,20 @@ func emitCmds(ch chan<- prometheus.Metric, d *prometheus.Desc, sn *cmdSnap, lv .
 	}
 }
 
-// constHist turns a histogram snapshot into a const histogram, keeping
-// every step-th bucket bound (1: all, 4 per octave; 2: 2 per octave).
-func constHist(d *prometheus.Desc, h *histSnap, step int, lv ...string) prometheus.Metric {
-	buckets, count := h.Cumulative(step)
-	return prometheus.MustNewConstHistogram(d, count, float64(h.Sum)/1e9, buckets, lv...)
+// emitHist emits a histogram snapshot in the export layout (lathist.Export:
+// one bucket per octave, 25 bounds and +Inf), and nothing for a histogram
+// that never counted a value: an object that never saw the operation (the
+// discovery subsystem's reads and writes, an idle namespace, a controller
+// that only reads) costs no series (issue 23.10). The series appears with
+// its first value (rate() misses the increase of that first scrape
+// interval only); the dashboard and the rules aggregate with sum by, which
+// takes series that appear later.
+func emitHist(ch chan<- prometheus.Metric, d *prometheus.Desc, h *histSnap, lv ...string) {
+	buckets, count := h.Export()
+	if count == 0 {
+		return
+	}
+	ch <- prometheus.MustNewConstHistogram(d, count, float64(h.Sum)/1e9, buckets, lv...)
 }
 
 // termLayerName names the layer of a Terminate's cause (RFC 5040 §7.1).

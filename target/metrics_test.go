@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/nvmetd/nvmetd/internal/lathist"
 	"github.com/nvmetd/nvmetd/internal/rawpeer"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -161,7 +162,7 @@ func TestMetricsCommands(t *testing.T) {
 		t.Logf("scrape:\n%s", strings.Join(keys, "\n"))
 	}
 	hr := hs["nvmetd_subsystem_command_latency_seconds{op=read,"+sub+"}"]
-	if hr == nil || len(hr.Bucket) != latBuckets {
+	if hr == nil || len(hr.Bucket) != lathist.ExportBuckets {
 		t.Fatalf("read latency histogram: %v", hr)
 	}
 

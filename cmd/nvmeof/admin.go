@@ -438,6 +438,9 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "invalid 'select' param:%d\n", sel)
 		return exitUsage
 	}
+	// -o json: one object for the command, as nvme-cli 2.x prints it
+	// (json_show_init ... json_show_finish around every command).
+	root := &jobj{}
 	one := func(fid uint8, all bool) int {
 		n := dataLen
 		if n == 0 {
@@ -454,23 +457,31 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 			}
 			return adminFail(stderr, "get-feature", err)
 		}
-		if o.output == "binary" {
+		switch o.output {
+		case "binary":
 			_, _ = stdout.Write(data)
-			return exitOK
+		case "json":
+			featureJSON(root, fid, sel, res, data)
+		default:
+			printFeature(stdout, fid, sel, res, data, o.human)
 		}
-		printFeature(stdout, fid, sel, res, data, o.human)
 		return exitOK
 	}
+	code := exitOK
 	if fid != 0 {
-		return one(fid, false)
-	}
-	for f := 1; f < 0x100; f++ {
-		if f == 0x80 || (f > 0x1a && f < 0x7d) || f > 0x84 {
-			continue
+		code = one(fid, false)
+	} else {
+		for f := 1; f < 0x100; f++ {
+			if f == 0x80 || (f > 0x1a && f < 0x7d) || f > 0x84 {
+				continue
+			}
+			one(uint8(f), true)
 		}
-		one(uint8(f), true)
 	}
-	return exitOK
+	if o.output == "json" && len(root.keys) > 0 {
+		fmt.Fprintln(stdout, root.String())
+	}
+	return code
 }
 
 // featureDataLen is nvme-cli's data length of a feature (get_feat_buf_len).

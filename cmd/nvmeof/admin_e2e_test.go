@@ -76,6 +76,20 @@ func TestE2EAdminCommands(t *testing.T) {
 	if out := e.must("get-feature", "-d", "nvme0", "-f", "7"); !strings.HasPrefix(out, "get-feature:0x07 (Number of Queues), Current value:") {
 		t.Fatalf("get-feature:\n%s", out)
 	}
+	// Issue 23 item 14: -o json printed the text. nvme-cli 2.x's layout:
+	// one object, "feature: 0xNN" (name, value under the select's name) and
+	// "Feature: 0xNN" (the decoded fields).
+	var feat map[string][]map[string]any
+	if out := e.must("get-feature", "-d", "nvme0", "-f", "7", "-o", "json"); json.Unmarshal([]byte(out), &feat) != nil ||
+		len(feat["feature: 0x07"]) != 1 || feat["feature: 0x07"][0]["name"] != "Number of Queues" ||
+		!strings.HasPrefix(fmt.Sprint(feat["feature: 0x07"][0]["Current"]), "0x") ||
+		len(feat["Feature: 0x07"]) != 1 || feat["Feature: 0x07"][0]["Number of IO Submission Queues Allocated (NSQA)"] == nil {
+		t.Fatalf("get-feature -o json:\n%s", out)
+	}
+	var all map[string]any
+	if out := e.must("get-feature", "-d", "nvme0", "-o", "json"); json.Unmarshal([]byte(out), &all) != nil || all["feature: 0x07"] == nil || all["feature: 0x0f"] == nil {
+		t.Fatalf("get-feature -o json (all features):\n%s", out)
+	}
 	if out := e.must("get-log", "-d", "nvme0", "-i", "2", "-l", "512"); !strings.HasPrefix(out, "Device:nvme0 log-id:2 namespace-id:0xffffffff\n") {
 		t.Fatalf("get-log:\n%s", out)
 	}

@@ -44,6 +44,14 @@ type benchParams struct {
 	Force bool `json:"force,omitempty"`
 }
 
+// writes says whether the load writes to the namespace: a write or mixed
+// pattern, a prefill, or a verified read load that writes its pattern
+// first. A load that only reads runs on a namespace in use (mounted) without
+// --force: it cannot harm the filesystem (issue 23.14).
+func (p *benchParams) writes() bool {
+	return p.PrefillOnly || (p.RW != "read" && p.RW != "randread") || (p.Verify && !p.Prefilled)
+}
+
 // MarshalJSON writes Runtime as a Go duration string ("10s").
 func (p benchParams) MarshalJSON() ([]byte, error) {
 	type plain benchParams
@@ -571,7 +579,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&p.Seed, "seed", 0, "pattern and random seed (default: time)")
 	fs.BoolVar(&p.PrefillOnly, "prefill-only", false, "write the verification pattern of --seed over the region in --bs pieces, then stop")
 	fs.BoolVar(&p.Prefilled, "prefilled", false, "with --verify: the region already holds the pattern of --seed (skip writing it)")
-	fs.BoolVar(&p.Force, "force", false, "run even on a namespace in use on this host (mounted, on a loop device, its device file open): a write load destroys its data")
+	fs.BoolVar(&p.Force, "force", false, "run a load that writes (write, rw, randrw, randwrite, --verify, --prefill-only) even on a namespace in use on this host (mounted, on a loop device, its device file open): it destroys its data. Read-only loads need no --force")
 	output := fs.StringP("output-format", "o", "normal", "output format: normal or json")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
@@ -639,7 +647,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		if ns == nil {
 			return fail(stderr, "bench", fmt.Errorf("no namespace %d", p.NSID))
 		}
-		if !p.Force {
+		if !p.Force && p.writes() {
 			ids := ns.Identifiers()
 			n := nsState{NSID: ns.NSID()}
 			if ids.HasNGUID {
@@ -649,7 +657,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 				n.UUID = nvmeof.FormatUUID(ids.UUID)
 			}
 			if err := attachedElsewhere("", []nsState{n}); err != nil {
-				return fail(stderr, "bench", fmt.Errorf("%w; a benchmark would write under it (--force to run anyway)", err))
+				return fail(stderr, "bench", fmt.Errorf("%w; a load that writes would write under it (a read-only load, --rw read or randread, runs; --force to run anyway)", err))
 			}
 		}
 		header(stdout, *output, p, cfg.SubNQN+" at "+cfg.Address)

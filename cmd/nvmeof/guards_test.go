@@ -35,7 +35,15 @@ func TestE2EBenchRefusesMounted(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "already attached on this host as nvme0n1") {
 		t.Fatalf("bench -a -n on an attached namespace: %v\n%s", err, out)
 	}
-	// A read-only check still runs with --force.
+	// A load that only reads cannot harm the filesystem: it runs without
+	// --force (issue 23.14: it was refused), through the controller and
+	// through a connection of its own; a verified read load writes its
+	// pattern first and is refused.
+	e.must("bench", "-d", "nvme0", "--rw", "randread", "--runtime", "200ms")
+	e.must("bench", "-a", "127.0.0.1", "-s", port, "-n", tg.NQN, "--rw", "read", "--runtime", "200ms")
+	if out, err := e.run("bench", "-d", "nvme0", "--rw", "randread", "--verify", "--runtime", "200ms"); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("bench --verify on a mounted namespace: %v\n%s", err, out)
+	}
 	e.must("bench", "-d", "nvme0", "--rw", "randread", "--runtime", "200ms", "--force")
 	checkTree(t, mnt, sums)
 	e.must("disconnect", "-d", "nvme0")

@@ -480,9 +480,9 @@ func (d *daemon) handle(c net.Conn) {
 			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("no namespace %d", req.Bench.NSID)})
 			return
 		}
-		if why := d.inUse(req.Bench.NSID); why != "" && !req.Bench.Force {
-			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("%sn%d is in use (%s): a benchmark would read and write under it, and a write load destroys its filesystem; "+
-				"unmount or disconnect it first, or give --force", d.dev, req.Bench.NSID, why)})
+		if why := d.inUse(req.Bench.NSID); why != "" && !req.Bench.Force && req.Bench.writes() {
+			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("%sn%d is in use (%s): a load that writes destroys its filesystem; "+
+				"run a read-only load (--rw read or randread), unmount or disconnect it first, or give --force", d.dev, req.Bench.NSID, why)})
 			return
 		}
 		if b := req.Bench; b.Verify || b.PrefillOnly || (b.RW != "read" && b.RW != "randread") {

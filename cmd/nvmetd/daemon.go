@@ -133,6 +133,22 @@ func (d *daemon) run() int {
 		d.log.Error("cannot create the default namespace", zap.Error(err))
 		return exitFailure
 	}
+	// A start that fails (the port cannot be bound, the control socket is
+	// taken, ...) removes the default image it created: nothing was served
+	// from it, and a 1 GiB file left in the data directory by a failed
+	// first start is litter (issue 23.14). An image a previous start made
+	// is never touched.
+	started := false
+	defer func() {
+		if started || !cfg.DefaultImageCreated {
+			return
+		}
+		if err := os.Remove(cfg.DefaultImage); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("the start failed; cannot remove the default namespace image it created", zap.String("path", cfg.DefaultImage), zap.Error(err))
+			return
+		}
+		d.log.Info("the start failed: removed the default namespace image it created", zap.String("path", cfg.DefaultImage))
+	}()
 	for _, w := range cfg.Warnings {
 		d.log.Warn("configuration: " + w)
 	}
@@ -211,6 +227,7 @@ starting:
 		}
 		defer d.stopGateway()
 	}
+	started = true
 
 	d.mu.Lock()
 	d.startedAt = time.Now()
@@ -313,6 +330,10 @@ func (d *daemon) prepareDefaultImage(cfg *loadedConfig) error {
 	}
 	keyCreated, err := ensureHostKey(cfg.DefaultHostKey, cfg.DefaultHostNQN)
 	if err != nil {
+		if created {
+			os.Remove(cfg.DefaultImage) // this start made it and serves nothing
+			cfg.DefaultImageCreated = false
+		}
 		return err
 	}
 	if keyCreated {
@@ -640,13 +661,26 @@ const (
 	healthDegraded = "degraded"
 )
 
-// degradation lists what of the configuration is not served: namespaces
-// that failed (with their configuration field; they are retried on every
-// reload), ports that do not listen, and an unhealthy target.
+// degradation lists what of the configuration is not served: nothing at
+// all (no port, or no port serving a subsystem or a referral: after
+// nvmetctl clear, a daemon that answers but serves nothing is not
+// healthy), namespaces that failed (with their configuration field; they
+// are retried on every reload), ports that do not listen, and an unhealthy
+// target.
 func degradation(st *target.Status, healthErr string) []string {
 	var p []string
 	if healthErr != "" {
 		p = append(p, healthErr)
+	}
+	serving := false
+	for _, pt := range st.Ports {
+		serving = serving || len(pt.Subsystems) > 0 || len(pt.Referrals) > 0
+	}
+	switch {
+	case len(st.Ports) == 0:
+		p = append(p, "nothing is served: the configuration has no port (nvmetctl port add, or restore a configuration)")
+	case !serving:
+		p = append(p, "nothing is served: no port serves a subsystem (nvmetctl port link ID NQN, or restore a configuration)")
 	}
 	for _, pt := range st.Ports {
 		if !pt.Listening && pt.Error != "not started" {

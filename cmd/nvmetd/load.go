@@ -319,6 +319,20 @@ func decodeHook() mapstructure.DecodeHookFunc {
 	)
 }
 
+// exampleConfig is where the Debian package installs the commented example
+// configuration that documents every setting.
+var exampleConfig = "/usr/share/doc/nvmetd/examples/nvmetd.yaml"
+
+// exampleConfigHint says where every setting is documented: the installed
+// example when there is one (never a path of the source tree, which an
+// installed nvmetd has not: issue 23.8), else the manual page.
+func exampleConfigHint() string {
+	if _, err := os.Stat(exampleConfig); err == nil {
+		return "every setting is documented in " + exampleConfig
+	}
+	return "every setting is documented in the commented example configuration nvmetd.yaml; the package installs it as " + exampleConfig
+}
+
 // formatDecodeError rewrites mapstructure's errors (target.DecodeProblems)
 // as one "key: problem" line per problem, with a hint for unknown keys, a
 // plainer text for values that do not parse, and the environment
@@ -329,7 +343,7 @@ func formatDecodeError(err error) string {
 		var de *mapstructure.DecodeError
 		switch {
 		case errors.Is(p.Err, target.ErrUnknownKey):
-			lines = append(lines, p.Field+": unknown key (see configs/nvmetd.yaml for every setting)")
+			lines = append(lines, p.Field+": unknown key ("+exampleConfigHint()+")")
 		case errors.As(p.Err, &de):
 			msg := p.Reason
 			var pe *mapstructure.ParseError

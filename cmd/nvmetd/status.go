@@ -29,7 +29,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	reports := fs.Bool("health-report", false, "include the device health reports (SMART) of block namespaces")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the daemon")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: nvmetd status [flags]\n\nexit status: 0 healthy, 1 no answer, 2 usage, 3 degraded (a namespace failed, a port down, the last reload refused)\n\nflags:\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, "usage: nvmetd status [flags]\n\nexit status: 0 healthy, 1 no answer, 2 usage, 3 degraded (nothing served, a namespace failed, a port down, the last reload refused)\n\nflags:\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {

@@ -5,8 +5,13 @@
 #
 # nvmetd (always): static binaries. The package holds /usr/sbin/nvmetd, /usr/sbin/nvmetctl, /usr/bin/nvmeof,
 # /usr/bin/iwping, the
-# systemd unit, /etc/nvmetd/nvmetd.yaml (a conffile: dpkg keeps the admin's
-# edits), man pages and bash/zsh completions generated from the programs'
+# systemd units (nvmetd.service; nvmeof-autoconnect.service, the host's
+# boot-time connections), /etc/nvmetd/nvmetd.yaml (a conffile: dpkg keeps the admin's
+# edits), the operations kit under /usr/share/nvmetd (grafana/ dashboard,
+# prometheus/ alert rules, wireshark/nvmeof-iwarp.lua dissector), the example
+# configurations (nvmetd.yaml, nvmetd-auth.yaml, nvmetd-gateway.yaml) under
+# /usr/share/doc/nvmetd/examples, with the source tree's paths in their
+# comments rewritten to the installed ones, man pages and bash/zsh completions generated from the programs'
 # own flag definitions (deploy/deb/gendocs), LICENSE and copyright, and the
 # changelog. Version: `git describe` (tags vX.Y.Z), or VERSION=.
 #
@@ -68,8 +73,53 @@ install -d -m 0755 "$root/lib/systemd/system"
 sed -e 's|/usr/local/sbin/nvmetd|/usr/sbin/nvmetd|' -e 's|^# Installed by deploy/install.sh.|# Installed by the nvmetd package.|' \
 	"$src/deploy/nvmetd.service" > "$root/lib/systemd/system/nvmetd.service"
 chmod 0644 "$root/lib/systemd/system/nvmetd.service"
+# The operations kit (issue 23.8), where the package puts it:
+share=/usr/share/nvmetd
+examples=/usr/share/doc/nvmetd/examples
+# installed rewrites the source tree's paths in a shipped text to the
+# installed ones (the comments of the configuration and the examples, the
+# autoconnect unit's binary and install line), so that nothing the package
+# installs points into a source checkout.
+installed() {
+	sed -e "s|configs/nvmetd-auth\.yaml|$examples/nvmetd-auth.yaml|g" \
+		-e "s|configs/nvmetd-gateway\.yaml|$examples/nvmetd-gateway.yaml|g" \
+		-e "s|configs/nvmetd\.yaml|$examples/nvmetd.yaml|g" \
+		-e "s|deploy/grafana|$share/grafana|g" \
+		-e "s|deploy/prometheus|$share/prometheus|g" \
+		-e "s|deploy/wireshark/nvmeof-iwarp\.lua|$share/wireshark/nvmeof-iwarp.lua|g" \
+		-e "s|\bdocs/\([a-z-]*\)\.md|https://github.com/nvmetd/nvmetd/blob/main/docs/\1.md|g" \
+		-e 's|/usr/local/bin/nvmeof|/usr/bin/nvmeof|g' \
+		-e 's|^# Install: cp deploy/nvmeof-autoconnect.service /etc/systemd/system/ &&$|# Installed by the nvmetd package; enable it with|' \
+		-e 's|^#          systemctl enable nvmeof-autoconnect.service$|#   systemctl enable nvmeof-autoconnect.service|' \
+		"$1"
+}
 # 0640 root:root: the file may come to hold literal DH-HMAC-CHAP secrets.
-install -D -m 0640 "$src/configs/nvmetd.yaml" "$root/etc/nvmetd/nvmetd.yaml"
+install -d -m 0755 "$root/etc/nvmetd"
+installed "$src/configs/nvmetd.yaml" >"$root/etc/nvmetd/nvmetd.yaml"
+chmod 0640 "$root/etc/nvmetd/nvmetd.yaml"
+# The host's boot-time connections (nvme-cli's nvmf-autoconnect for
+# nvmeof); not enabled by the package.
+installed "$src/deploy/nvmeof-autoconnect.service" >"$root/lib/systemd/system/nvmeof-autoconnect.service"
+chmod 0644 "$root/lib/systemd/system/nvmeof-autoconnect.service"
+grep -q '^ExecStart=/usr/bin/nvmeof autoconnect$' "$root/lib/systemd/system/nvmeof-autoconnect.service" ||
+	{ echo "nvmeof-autoconnect.service: ExecStart not rewritten to /usr/bin/nvmeof (deploy/nvmeof-autoconnect.service changed?)" >&2; exit 1; }
+# Grafana dashboard, Prometheus alert rules, Wireshark dissector (the path
+# nvmetd trace --help names), example configurations.
+install -D -m 0644 "$src/deploy/grafana/nvmetd-dashboard.json" "$root$share/grafana/nvmetd-dashboard.json"
+install -D -m 0644 "$src/deploy/prometheus/nvmetd-rules.yml" "$root$share/prometheus/nvmetd-rules.yml"
+install -D -m 0644 "$src/deploy/wireshark/nvmeof-iwarp.lua" "$root$share/wireshark/nvmeof-iwarp.lua"
+install -d -m 0755 "$root$examples"
+for ex in nvmetd.yaml nvmetd-auth.yaml nvmetd-gateway.yaml; do
+	installed "$src/configs/$ex" >"$root$examples/$ex"
+	chmod 0644 "$root$examples/$ex"
+done
+# Nothing shipped may point into the source tree.
+if left=$(grep -rnE '(^|[^/a-z])(configs|deploy)/[a-z]|/usr/local/' "$root/etc/nvmetd" "$root$examples" \
+	"$root/lib/systemd/system/nvmeof-autoconnect.service" "$root/lib/systemd/system/nvmetd.service"); then
+	echo "shipped files still point into the source tree or /usr/local:" >&2
+	echo "$left" >&2
+	exit 1
+fi
 for m in "$work"/docs/man/*; do
 	sec=${m##*.}
 	install -D -m 0644 "$m" "$root/usr/share/man/man$sec/$(basename "$m")"
@@ -149,6 +199,9 @@ set -e
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
 	systemctl stop nvmetd.service >/dev/null 2>&1 || true
 	systemctl disable nvmetd.service >/dev/null 2>&1 || true
+	# Not stopped: its connections (nvmeof daemons) outlive the oneshot
+	# unit and may hold mounted filesystems.
+	systemctl disable nvmeof-autoconnect.service >/dev/null 2>&1 || true
 fi
 exit 0
 SH

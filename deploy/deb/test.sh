@@ -10,7 +10,14 @@
 # It checks: dpkg -i succeeds with only the package's dependencies;
 # `nvmetd --check-config` on the shipped configuration and `--version` of
 # nvmetd, nvmetctl, nvmeof and iwping; the man pages and completions are installed;
-# the conffile is 0640 root:root; dpkg -r removes every file but the
+# the conffile is 0640 root:root; the operations kit (nvmeof-autoconnect.service
+# running /usr/bin/nvmeof, the Grafana dashboard, the Prometheus rules and
+# the Wireshark dissector under /usr/share/nvmetd, the example
+# configurations under /usr/share/doc/nvmetd/examples) is installed, the
+# units run installed binaries, nvmetd trace --help names the installed
+# dissector, --check-config names the installed example for an unknown
+# key, and no shipped file points into the source tree or /usr/local;
+# dpkg -r removes every file but the
 # conffile; dpkg -P removes that too and keeps the data (/var/lib/nvmetd:
 # namespace images, keys; an admin's key beside the configuration) and
 # says so; with the kept data removed by hand, the root is as it was
@@ -94,6 +101,71 @@ for f in /usr/share/man/man8/nvmetd.8.gz /usr/share/man/man8/nvmeof.8.gz /usr/sh
 	if [ -s "$root$f" ]; then ok "installed $f"; else bad "missing $f"; fi
 done
 if grep -q '^ExecStart=/usr/sbin/nvmetd ' "$root/lib/systemd/system/nvmetd.service"; then ok "unit runs /usr/sbin/nvmetd"; else bad "unit ExecStart"; fi
+
+# The operations kit (issue 23.8): each piece installed, the same bytes as
+# the source's (or, for texts whose comments name paths, rewritten to the
+# installed paths), and pointing at installed paths only.
+src=$(cd "$(dirname "$0")/../.." && pwd)
+share=/usr/share/nvmetd
+examples=/usr/share/doc/nvmetd/examples
+for f in grafana/nvmetd-dashboard.json prometheus/nvmetd-rules.yml wireshark/nvmeof-iwarp.lua; do
+	if [ -s "$root$share/$f" ] && cmp -s "$root$share/$f" "$src/deploy/$f"; then ok "installed $share/$f"; else bad "missing or different: $share/$f"; fi
+done
+for f in nvmetd.yaml nvmetd-auth.yaml nvmetd-gateway.yaml; do
+	if [ -s "$root$examples/$f" ]; then ok "installed $examples/$f"; else bad "missing $examples/$f"; fi
+done
+u=$root/lib/systemd/system/nvmeof-autoconnect.service
+if grep -q '^ExecStart=/usr/bin/nvmeof autoconnect$' "$u" 2>/dev/null && [ -x "$root/usr/bin/nvmeof" ]; then
+	ok "nvmeof-autoconnect.service runs the installed /usr/bin/nvmeof"
+else
+	bad "nvmeof-autoconnect.service: $(grep '^ExecStart=' "$u" 2>&1)"
+fi
+# Every ExecStart/ExecReload of the package's units is an installed binary.
+for unit in nvmetd.service nvmeof-autoconnect.service; do
+	for b in $(sed -n 's/^Exec[A-Za-z]*=[-@+!]*\([^ ]*\).*/\1/p' "$root/lib/systemd/system/$unit"); do
+		if [ -x "$root$b" ]; then ok "$unit: $b is installed"; else bad "$unit runs $b, which the package does not install"; fi
+	done
+done
+if out=$(in_root nvmetd trace --help 2>&1) && lua=$(grep -o "$share/wireshark/[a-z.-]*\.lua" <<<"$out" | head -1) && [ -s "$root$lua" ]; then
+	ok "nvmetd trace --help names the installed dissector $lua"
+else
+	bad "nvmetd trace --help does not name an installed dissector: $out"
+fi
+if left=$(grep -rnE '(^|[^/a-z])(configs|deploy)/[a-z]|/usr/local/' "$root/etc/nvmetd" "$root$examples" "$root$share" \
+	"$root/lib/systemd/system/nvmetd.service" "$u"); then
+	bad "shipped files point into the source tree or /usr/local:"$'\n'"$left"
+else
+	ok "no shipped configuration, example, unit or kit file points into the source tree or /usr/local"
+fi
+printf 'daemon:\n  bogus_setting: 1\n' >"$root/tmp/bogus.yaml"
+out=$(in_root nvmetd --check-config --config /tmp/bogus.yaml 2>&1) || true
+rm -f "$root/tmp/bogus.yaml"
+if [[ $out == *"daemon.bogus_setting: unknown key"* && $out == *"$examples/nvmetd.yaml"* && $out != *configs/* ]] && [ -s "$root$examples/nvmetd.yaml" ]; then
+	ok "--check-config of an unknown key names the installed example $examples/nvmetd.yaml"
+else
+	bad "--check-config of an unknown key: $out"
+fi
+# The auth example as its comments say to use it: the keys made with the
+# installed nvmeof, then --check-config (removed again afterwards).
+in_root install -d -m 0700 /etc/nvmetd/keys
+for k in app1:01 app2:02 app2.ctrl:02; do
+	in_root sh -c "nvmeof gen-dhchap-key -m 1 -n nqn.2014-08.org.nvmexpress:uuid:5d1e5f6a-3b7c-4d0e-9f21-7a0b1c2d3e${k#*:} >/etc/nvmetd/keys/${k%:*}.key && chmod 0600 /etc/nvmetd/keys/${k%:*}.key"
+done
+if out=$(in_root nvmetd --check-config --config "$examples/nvmetd-auth.yaml" 2>&1 >/dev/null) && [[ $out == *"the configuration is valid"* ]]; then
+	ok "nvmetd --check-config on $examples/nvmetd-auth.yaml with keys made as its comments say"
+else
+	bad "nvmetd --check-config on $examples/nvmetd-auth.yaml: $out"
+fi
+rm -rf "$root/etc/nvmetd/keys" "$root/var/lib/nvmetd/app-shared.img" "$root/var/lib/nvmetd/app2-private.img"
+for f in "$examples/nvmetd.yaml" "$examples/nvmetd-gateway.yaml"; do
+	if out=$(in_root nvmetd --check-config --config "$f" 2>&1 >/dev/null) && [[ $out == *"the configuration is valid"* ]]; then
+		ok "nvmetd --check-config on $f"
+	elif [[ $f == *gateway* && $out == *"Ceph"* ]]; then
+		ok "nvmetd --check-config on $f: needs nvmetd-rbd, and says so"
+	else
+		bad "nvmetd --check-config on $f: $out"
+	fi
+done
 if zcat "$root/usr/share/man/man8/nvmeof.8.gz" | grep -q 'nvmeof disconnect'; then ok "nvmeof(8) lists the commands"; else bad "nvmeof(8) lacks the commands"; fi
 if bash -n "$root/usr/share/bash-completion/completions/nvmeof"; then ok "bash completion parses"; else bad "bash completion syntax"; fi
 if zcat "$root/usr/share/man/man8/nvmetctl.8.gz" | grep -q 'nvmetctl namespace'; then ok "nvmetctl(8) lists the commands"; else bad "nvmetctl(8) lacks the commands"; fi
@@ -181,7 +253,8 @@ if [ -n "$rdeb" ]; then
 	done
 fi
 if in_root dpkg -r nvmetd >/tmp/nvmetd-deb-remove.log 2>&1; then ok "dpkg -r"; else bad "dpkg -r: $(tail -5 /tmp/nvmetd-deb-remove.log)"; fi
-for f in /usr/sbin/nvmetd /usr/sbin/nvmetctl /usr/bin/nvmeof /usr/bin/iwping /lib/systemd/system/nvmetd.service; do
+for f in /usr/sbin/nvmetd /usr/sbin/nvmetctl /usr/bin/nvmeof /usr/bin/iwping /lib/systemd/system/nvmetd.service \
+	/lib/systemd/system/nvmeof-autoconnect.service /usr/share/nvmetd /usr/share/doc/nvmetd/examples; do
 	if [ -e "$root$f" ]; then bad "$f left after remove"; fi
 done
 if grep -q 'edited by the admin' "$root/etc/nvmetd/nvmetd.yaml" 2>/dev/null; then ok "remove keeps the edited conffile"; else bad "remove lost the conffile"; fi
