@@ -335,6 +335,14 @@ func (a daemonApplier) Addrs(group uint32) []string {
 	return out
 }
 
+// ServeUntil sets the group's serving deadline in the target: no read or
+// write of the group's namespaces past it (target.Target.SetServingDeadline).
+func (a daemonApplier) ServeUntil(group uint32, until time.Time) {
+	if t, ok := a.d.t.(interface{ SetServingDeadline(uint32, time.Time) }); ok {
+		t.SetServingDeadline(group, until)
+	}
+}
+
 // WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the
 // group's open rbd namespaces: after a fence, before the gateway serves.
 func (a daemonApplier) WaitForLatestOSDMap(group uint32) error {
