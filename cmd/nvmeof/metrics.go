@@ -34,7 +34,7 @@ var (
 	dHostRetrans    = prometheus.NewDesc("nvmeof_host_qp_tcp_retransmits_total", "TCP segments retransmitted on the queue's current connection.", hqLabels, nil)
 	dHostCwnd       = prometheus.NewDesc("nvmeof_host_qp_tcp_cwnd_segments", "TCP congestion window of the queue's connection.", hqLabels, nil)
 	dHostUnacked    = prometheus.NewDesc("nvmeof_host_qp_tcp_unacked_segments", "TCP segments sent and not yet acknowledged on the queue's connection.", hqLabels, nil)
-	dHostLatency    = prometheus.NewDesc("nvmeof_host_queue_latency_seconds", "Command latency at the host, from the capsule's send to its completion, by op; 4 buckets per octave from 100 ns.", append(hqLabels, "op"), nil)
+	dHostLatency    = prometheus.NewDesc("nvmeof_host_queue_latency_seconds", "Command latency at the host, from the capsule's send to its completion, by op; one bucket per octave from 1.35 µs to 22.6 s.", append(hqLabels, "op"), nil)
 )
 
 // hostCollector collects a controller's metrics.
@@ -76,7 +76,8 @@ func (h *hostCollector) Collect(ch chan<- prometheus.Metric) {
 			op string
 			s  *lathist.Snap
 		}{{"read", &q.ReadLatency}, {"write", &q.WriteLatency}, {"other", &q.OtherLatency}} {
-			b, n := l.s.Cumulative(1)
+			b, n := l.s.Export() // the target's layout: one bucket per octave
+
 			ch <- prometheus.MustNewConstHistogram(dHostLatency, n, float64(l.s.Sum)/1e9, b, lv(l.op)...)
 		}
 	}
