@@ -10,6 +10,7 @@ import (
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp"
 )
 
 // request is a command in execution as the target sees it, whatever the
@@ -55,7 +56,9 @@ type queue struct {
 	// conn is the binding's side of the queue (its connection), set by
 	// the accept or by the first command, whichever comes first.
 	conn atomic.Pointer[rdma.ControllerQueue]
-	ctrl atomic.Pointer[controller]
+	// tconn is the same for an NVMe/TCP queue.
+	tconn atomic.Pointer[tcp.ControllerQueue]
+	ctrl  atomic.Pointer[controller]
 	// auth is the queue's DH-HMAC-CHAP state (auth.go); nil when the
 	// queue need not and did not authenticate.
 	auth atomic.Pointer[queueAuth]
@@ -138,6 +141,41 @@ func newQueue(s *server, p *port, req *rdma.QueueRequest) *queue {
 	return q
 }
 
+// newQueueTCP makes the target's side of an NVMe/TCP queue: its QID and
+// size are those of the Connect that opened it (tcp.QueueRequest), which
+// plays the part of the RDMA CM private data.
+func newQueueTCP(s *server, p *port, req *tcp.QueueRequest) *queue {
+	q := &queue{s: s, port: p, qid: req.QID, size: req.Size(), remote: req.RemoteAddr, local: req.LocalAddr}
+	q.cmds = make([]command, req.Contexts())
+	for i := range q.cmds {
+		q.cmds[i].q = q
+	}
+	return q
+}
+
+// tcpQueue is a queue as the tcp.Handler of its tcp.ControllerQueue.
+type tcpQueue queue
+
+// HandleCommand is the entry of every command capsule (tcp.Handler).
+func (t *tcpQueue) HandleCommand(r *tcp.Request) {
+	q := (*queue)(t)
+	if q.tconn.Load() == nil {
+		q.tconn.CompareAndSwap(nil, r.Queue())
+	}
+	q.handleCommand(r)
+}
+
+// DataReady continues a command whose data arrived (tcp.Handler).
+func (t *tcpQueue) DataReady(r *tcp.Request, err error) { (*queue)(t).dataReady(r, err) }
+
+// QueueClosed is called once the connection has ended (tcp.Handler).
+func (t *tcpQueue) QueueClosed(conn *tcp.ControllerQueue, err error) {
+	q := (*queue)(t)
+	q.tconn.CompareAndSwap(nil, conn)
+	q.s.met.queueClosed(q, nil, q.ctrl.Load())
+	q.closedWith(err)
+}
+
 // cmd returns r's entry in the command table.
 func (q *queue) cmd(r request) *command { return &q.cmds[r.Index()] }
 
@@ -145,6 +183,9 @@ func (q *queue) cmd(r request) *command { return &q.cmds[r.Index()] }
 // the first command).
 func (q *queue) link() link {
 	if c := q.conn.Load(); c != nil {
+		return c
+	}
+	if c := q.tconn.Load(); c != nil {
 		return c
 	}
 	return nil
@@ -243,11 +284,18 @@ func (q *queue) DataReady(r *rdma.Request, err error) { q.dataReady(r, err) }
 func (q *queue) dataReady(r request, err error) {
 	c := q.cmd(r)
 	if err != nil {
-		// The RDMA Read failed: the connection is failing as well.
+		// The RDMA Read failed (the connection is failing as well), or
+		// the host's data arrived damaged.
 		if c.kind == cmdIO {
 			c.putNS()
 		}
-		q.respond(r, nvmeof.StatusDataTransferError)
+		// A binding that names the status (NVMe/TCP: a data digest error
+		// is a transient transport error) gets it.
+		st := nvmeof.StatusDataTransferError
+		if bs := nvmeof.StatusFromError(err); bs != nvmeof.StatusInternalError {
+			st = bs
+		}
+		q.respond(r, st)
 		return
 	}
 	switch c.kind {
