@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -147,6 +148,7 @@ func (q *ControllerQueue) Close() {
 	q.live.Store(false)
 	_ = q.conn.Close()
 	q.wmu.Unlock()
+	q.stop.Do(func() { close(q.closing) }) // a receive goroutine waiting for a context
 }
 
 // run is the receive goroutine.
@@ -156,7 +158,7 @@ func (q *ControllerQueue) run() {
 	q.wmu.Lock()
 	_ = q.conn.Close()
 	q.wmu.Unlock()
-	close(q.closing)
+	q.stop.Do(func() { close(q.closing) })
 	defer close(q.closedCh)
 	q.h.QueueClosed(q, err)
 }
@@ -213,6 +215,11 @@ func (q *ControllerQueue) receive() error {
 		// The first byte waits as long as the host may be idle; the rest
 		// of the PDU is bounded by the PDU timeout.
 		if err := q.read(hb[:1], true); err != nil {
+			if errors.Is(err, io.EOF) || (errors.Is(err, net.ErrClosed) && !q.live.Load()) {
+				// The host closed between PDUs, or we closed the queue
+				// (Close): a clean end.
+				return nil
+			}
 			return err
 		}
 		if err := q.read(hb[1:wire.CommonHeaderSize], false); err != nil {
@@ -408,6 +415,7 @@ func (q *ControllerQueue) onH2CData(hdr []byte, h wire.Header, l wire.Layout) er
 		return nil
 	}
 	r.r2t.Store(false)
+	r.r2tTimer.Stop()
 	if r.digestErr {
 		q.h.DataReady(r, ErrDataDigest)
 	} else {
@@ -465,6 +473,7 @@ type Request struct {
 	answered  bool
 	active    atomic.Bool
 	r2t       atomic.Bool // waiting for H2CData
+	r2tTimer  *time.Timer // bounds the wait for H2CData (made once)
 
 	// The response: a C2HData header (with its digest), the data, then
 	// the data digest and the CapsuleResp PDU (with its digest) in out.
@@ -519,6 +528,14 @@ func (r *Request) FetchData() {
 	}
 	r.rcvd = 0
 	r.r2t.Store(true)
+	// A host that never answers the R2T would hold the command, its
+	// context and buffer: the PDU timeout bounds the wait for its data
+	// (nvmet has no such bound; the Linux host answers at once).
+	if r.r2tTimer == nil {
+		r.r2tTimer = time.AfterFunc(q.cfg.PDUTimeout, r.r2tExpired)
+	} else {
+		r.r2tTimer.Reset(q.cfg.PDUTimeout)
+	}
 	h := wire.NewHeader(wire.TypeR2T, 0, q.d, 0, 0)
 	wire.PutDataHeader(r.c2h[:], h, r.sqe.CID(), uint16(r.index), 0, uint32(len(r.data)))
 	n := wire.DataHLen
@@ -533,6 +550,14 @@ func (r *Request) FetchData() {
 		// completed (released) by the handler.
 		r.r2t.Store(false)
 		q.h.DataReady(r, fmt.Errorf("nvme-tcp: R2T: %w", err))
+	}
+}
+
+// r2tExpired ends the queue of an R2T still unanswered.
+func (r *Request) r2tExpired() {
+	if r.r2t.Load() {
+		r.q.log.Info("nvme-tcp: R2T unanswered within the PDU timeout, closing queue", zap.Uint16("cid", r.sqe.CID()))
+		r.q.Close()
 	}
 }
 

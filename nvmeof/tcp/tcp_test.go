@@ -38,6 +38,10 @@ func (m *memHandler) HandleCommand(r *Request) {
 		r.FetchData()
 	case nvmeof.NVMRead:
 		off := sqe.RWCmd().SLBA() * 512
+		if off+uint64(len(r.Data())) > uint64(len(m.mem)) {
+			r.Complete(nvmeof.StatusLBAOutOfRange)
+			return
+		}
 		m.mu.Lock()
 		copy(r.Data(), m.mem[off:])
 		m.mu.Unlock()
@@ -59,6 +63,10 @@ func (m *memHandler) DataReady(r *Request, err error) {
 		return
 	}
 	off := sqe.RWCmd().SLBA() * 512
+	if off+uint64(len(r.Data())) > uint64(len(m.mem)) {
+		r.Complete(nvmeof.StatusLBAOutOfRange)
+		return
+	}
 	m.mu.Lock()
 	copy(m.mem[off:], r.Data())
 	m.mu.Unlock()
@@ -68,7 +76,7 @@ func (m *memHandler) DataReady(r *Request, err error) {
 func (m *memHandler) QueueClosed(q *ControllerQueue, err error) { m.closed <- err }
 
 // serve listens on loopback and serves every queue with h.
-func serve(t *testing.T, cfg Config, h Handler) *Listener {
+func serve(t testing.TB, cfg Config, h Handler) *Listener {
 	t.Helper()
 	ln, err := Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
@@ -479,6 +487,14 @@ func TestHostile(t *testing.T) {
 		if st := h.read(0, make([]byte, 512)); st != nvmeof.StatusSuccess {
 			t.Fatalf("read after the digest error: %v", st)
 		}
+	})
+	t.Run("R2T-unanswered", func(t *testing.T) {
+		h, _ := start(t, wire.Digests{})
+		h.capsule(rwSQE(nvmeof.NVMWrite, 7, 0, 8192, false), nil)
+		if hd, _, _ := h.recv(); hd.Type != wire.TypeR2T {
+			t.Fatalf("%s, want R2T", hd.Type)
+		}
+		h.expectClose() // no H2CData ever comes
 	})
 	t.Run("stalled-ICReq", func(t *testing.T) {
 		ln := serve(t, cfg, newMemHandler())
