@@ -2,6 +2,7 @@ package target
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net"
 	"testing"
@@ -325,5 +326,34 @@ func TestTCPTransportConfig(t *testing.T) {
 	cfg.Ports[1].Transport = "udp"
 	if err := cfg.Validate(); err == nil || !bytes.Contains([]byte(err.Error()), []byte("ports[1].transport")) {
 		t.Fatalf("transport udp: %v, want an error naming ports[1].transport", err)
+	}
+}
+
+// TestTCPNvmetcli: a TCP port exports as trtype tcp and imports back as a
+// TCP port.
+func TestTCPNvmetcli(t *testing.T) {
+	cfg := tcpConfig(t)
+	cfg.Subsystems[0].Namespaces = []NamespaceConfig{{NSID: 1, Backend: BackendConfig{Kind: "file", Path: "/srv/ns1.img"}}}
+	cfg.ApplyDefaults()
+	nc, err := ExportNvmetcli(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nc.Ports[1].Addr["trtype"]; got != TransportTCP {
+		t.Fatalf("exported trtype %v, want tcp", got)
+	}
+	if got := nc.Ports[0].Addr["trtype"]; got != TransportRDMA {
+		t.Fatalf("exported trtype %v, want rdma", got)
+	}
+	data, err := json.Marshal(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ImportNvmetcli(data, nil)
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if !back.Ports[1].IsTCP() || back.Ports[0].IsTCP() {
+		t.Fatalf("imported transports %q %q, want rdma tcp", back.Ports[0].Transport, back.Ports[1].Transport)
 	}
 }
