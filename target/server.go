@@ -229,6 +229,7 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, er
 			ConnectTimeout:  cfg.Transport.ConnectTimeout,
 			PDUTimeout:      cfg.Transport.WriteTimeout,
 			WriteTimeout:    cfg.Transport.WriteTimeout,
+			MaxPending:      cfg.Limits.MaxPending,
 			Logger:          s.log,
 		}}, nil
 	}

@@ -124,6 +124,9 @@ type Listener struct {
 	errMu   sync.Mutex
 	err     error
 	wg      sync.WaitGroup
+	// initializing are the connections not yet handed to Accept: Close
+	// closes them.
+	initializing map[net.Conn]struct{}
 }
 
 // Listen listens for queue connections ("tcp", "tcp4" or "tcp6").
@@ -136,7 +139,8 @@ func Listen(network, address string, cfg Config) (*Listener, error) {
 		return nil, fmt.Errorf("nvme-tcp: listen: %w", err)
 	}
 	c := cfg.withDefaults()
-	l := &Listener{ln: ln, cfg: c, reqs: make(chan *QueueRequest), pending: make(chan struct{}, c.MaxPending), closed: make(chan struct{})}
+	l := &Listener{ln: ln, cfg: c, reqs: make(chan *QueueRequest), pending: make(chan struct{}, c.MaxPending), closed: make(chan struct{}),
+		initializing: map[net.Conn]struct{}{}}
 	l.wg.Add(1)
 	go l.loop()
 	return l, nil
@@ -153,6 +157,11 @@ func (l *Listener) Close() error {
 		close(l.closed)
 		err = l.ln.Close()
 	})
+	l.errMu.Lock()
+	for c := range l.initializing {
+		_ = c.Close()
+	}
+	l.errMu.Unlock()
 	l.wg.Wait()
 	return err
 }
@@ -174,6 +183,14 @@ func (l *Listener) loop() {
 		}
 		select {
 		case l.pending <- struct{}{}:
+			l.errMu.Lock()
+			l.initializing[c] = struct{}{}
+			l.errMu.Unlock()
+			select {
+			case <-l.closed: // Close may have missed it
+				_ = c.Close()
+			default:
+			}
 			l.wg.Add(1)
 			go l.initialize(c)
 		default:
@@ -205,7 +222,12 @@ func (l *Listener) Accept(ctx context.Context) (*QueueRequest, error) {
 // Connect) says which queue the host opens.
 func (l *Listener) initialize(c net.Conn) {
 	defer l.wg.Done()
-	defer func() { <-l.pending }()
+	defer func() {
+		l.errMu.Lock()
+		delete(l.initializing, c)
+		l.errMu.Unlock()
+		<-l.pending
+	}()
 	cfg := &l.cfg
 	log := cfg.Logger.With(zap.Stringer("remote", c.RemoteAddr()))
 	if tc, ok := c.(*net.TCPConn); ok {

@@ -571,3 +571,32 @@ func TestAllocsPerIO(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerCloseInitializing: closing the listener does not wait for
+// connections stalled before their first command (their connect timeout
+// here is an hour).
+func TestListenerCloseInitializing(t *testing.T) {
+	ln, err := Listen("tcp", "127.0.0.1:0", Config{ConnectTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write(wire.NewICReq(0, wire.Digests{}, 0)[:]) // then no Connect
+	var b [wire.ICSize]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		t.Fatalf("ICResp: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = ln.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Listener.Close waits for a connection stalled before its Connect")
+	}
+	h := &host{t: t, c: c}
+	h.expectClose()
+}
