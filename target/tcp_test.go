@@ -2,11 +2,16 @@ package target
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"io"
 	"net"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
@@ -355,5 +360,114 @@ func TestTCPNvmetcli(t *testing.T) {
 	}
 	if !back.Ports[1].IsTCP() || back.Ports[0].IsTCP() {
 		t.Fatalf("imported transports %q %q, want rdma tcp", back.Ports[0].Transport, back.Ports[1].Transport)
+	}
+}
+
+// TestTCPIOAllocations: an NVMe/TCP I/O command (read, in-capsule write,
+// write through R2T; with and without digests) allocates nothing in steady
+// state, target and raw host together.
+func TestTCPIOAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode: it measures allocations over thousands of commands")
+	}
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, kind := range []string{"null", "memory"} {
+		for _, d := range []wire.Digests{{}, {Header: true, Data: true}} {
+			t.Run(fmt.Sprintf("%s/digests=%v", kind, d.Header), func(t *testing.T) {
+				cfg := tcpConfig(t)
+				cfg.Subsystems[0].Namespaces[0].Backend.Kind = kind
+				c := cfg.Clone()
+				c.ApplyDefaults()
+				s := newServer(c, zap.NewNop())
+				if err := s.start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.shutdown(context.Background()) })
+				adm := dialTCP(t, portAddr(s, 2), d)
+				cntlid := adm.connect(0, nvmeof.AdminQueueDepth, testSubNQN, nvmeof.CNTLIDDynamic)
+				adm.enable()
+				io := dialTCP(t, portAddr(s, 2), d)
+				io.connect(1, 32, testSubNQN, cntlid)
+				for _, tc := range []struct {
+					name  string
+					size  int
+					write bool
+					inCap bool
+				}{{"read 4KiB", 4096, false, false}, {"write 4KiB in-capsule", 4096, true, true}, {"write 128KiB R2T", 128 << 10, true, false}, {"read 128KiB", 128 << 10, false, false}} {
+					var sqe nvmeof.SQE
+					if tc.write {
+						sqe.BuildWrite(1, 0, uint32(tc.size/512))
+					} else {
+						sqe.BuildRead(1, 0, uint32(tc.size/512))
+					}
+					cmd := io.prepare(&sqe, tc.size, tc.inCap)
+					data := make([]byte, tc.size)
+					h2c := io.pdu(wire.TypeH2CData, wire.FlagLastPDU, make([]byte, wire.DataHLen-wire.CommonHeaderSize), data)
+					once := func() { io.run(cmd, h2c, data) }
+					for range 200 {
+						once()
+					}
+					const n = 2000
+					var before, after runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&before)
+					for range n {
+						once()
+					}
+					runtime.ReadMemStats(&after)
+					per := float64(after.Mallocs-before.Mallocs) / n
+					t.Logf("%s: %.3f allocations per command (both sides, all goroutines)", tc.name, per)
+					if per > 0.05 {
+						t.Errorf("%s: %.3f allocations per command", tc.name, per)
+					}
+				}
+			})
+		}
+	}
+}
+
+// prepare builds the CapsuleCmd PDU of a command once (CID 1000).
+func (h *tcpHost) prepare(sqe *nvmeof.SQE, n int, inCap bool) []byte {
+	sqe.SetCID(1000)
+	sqe.SetPSDT(1)
+	if inCap {
+		sqe.SGL1().SetIdentifier(nvmeof.SGLIDInCapsule)
+		sqe.SGL1().SetInCapsule(0, uint32(n))
+		return h.pdu(wire.TypeCapsuleCmd, 0, sqe[:], make([]byte, n))
+	}
+	sqe.SGL1().SetIdentifier(uint8(nvmeof.SGLTypeTransportDataBlock)<<4 | 0xA)
+	sqe.SGL1().SetLength(uint32(n))
+	return h.pdu(wire.TypeCapsuleCmd, 0, sqe[:], nil)
+}
+
+// run sends a prepared command and answers its R2T with the prepared
+// H2CData PDU (its header fields patched in place), until the response.
+func (h *tcpHost) run(cmd, h2c, data []byte) {
+	if _, err := h.c.Write(cmd); err != nil {
+		h.t.Fatal(err)
+	}
+	for {
+		hd, hdr, in := h.recv()
+		switch hd.Type {
+		case wire.TypeR2T:
+			r2t := (*wire.DataHeader)(hdr[:wire.DataHLen])
+			hh, _ := wire.ParseHeader(h2c)
+			wire.PutDataHeader(h2c, hh, r2t.CID(), r2t.TTag(), 0, uint32(len(data)))
+			if h.d.Header {
+				wire.PutDigest(h2c[wire.DataHLen:], wire.HeaderDigest(h2c[:wire.DataHLen]))
+			}
+			if _, err := h.c.Write(h2c); err != nil {
+				h.t.Fatal(err)
+			}
+		case wire.TypeC2HData:
+			copy(data, in)
+		case wire.TypeCapsuleResp:
+			if st := wire.CapsuleCQE(hdr).Status(); st != nvmeof.StatusSuccess {
+				h.t.Fatalf("status %v", st)
+			}
+			return
+		}
 	}
 }
