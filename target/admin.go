@@ -6,14 +6,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // handleAdmin serves a command on a connected admin queue. The commands and
 // their statuses follow nvmet (drivers/nvme/target/admin-cmd.c,
 // discovery.c, fabrics-cmd.c); everything here is quick and runs on the
 // engine goroutine.
-func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
+func (c *controller) handleAdmin(q *queue, r request) {
 	sqe := r.SQE()
 	if sqe.IsFabrics() {
 		c.handleFabrics(q, r)
@@ -75,7 +74,7 @@ func (c *controller) handleAdmin(q *queue, r *rdma.Request) {
 // handleFabrics serves Property Get, Property Set and the authentication
 // commands on the admin queue. Connect on a connected queue and anything
 // else are unknown capsule types (nvmet_parse_fabrics_admin_cmd).
-func (c *controller) handleFabrics(q *queue, r *rdma.Request) {
+func (c *controller) handleFabrics(q *queue, r request) {
 	sqe := r.SQE()
 	switch sqe.FCType() {
 	case nvmeof.FCTypePropertyGet:
@@ -102,7 +101,7 @@ func (c *controller) handleFabrics(q *queue, r *rdma.Request) {
 }
 
 // identify serves Identify. The data is always 4096 bytes.
-func (c *controller) identify(q *queue, r *rdma.Request) {
+func (c *controller) identify(q *queue, r request) {
 	d := r.Data()
 	if len(d) != nvmeof.IdentifyDataSize {
 		q.respond(r, nvmeof.StatusSGLInvalidData|nvmeof.StatusDNR)
@@ -308,7 +307,7 @@ func (ns *namespace) identifyIndependent(id *nvmeof.IdentifyNSIndependent) {
 
 // setFeatures serves Set Features (nvmet_execute_set_features,
 // nvmet_execute_disc_set_features).
-func (c *controller) setFeatures(q *queue, r *rdma.Request) {
+func (c *controller) setFeatures(q *queue, r request) {
 	cmd := r.SQE().FeaturesCmd()
 	v := cmd.Value()
 	st := nvmeof.StatusSuccess
@@ -357,7 +356,7 @@ func (c *controller) setFeatures(q *queue, r *rdma.Request) {
 
 // getFeatures serves Get Features (nvmet_execute_get_features,
 // nvmet_execute_disc_get_features).
-func (c *controller) getFeatures(q *queue, r *rdma.Request) {
+func (c *controller) getFeatures(q *queue, r request) {
 	cmd := r.SQE().FeaturesCmd()
 	fid := cmd.FID()
 	want := 0

@@ -23,7 +23,7 @@ func (s *server) tryAsync(c *command) bool {
 		return false
 	}
 	ctrl := q.ctrl.Load()
-	if ctrl == nil || !r.Queue().Live() || !ctrl.io.get() {
+	if ctrl == nil || !q.link().Live() || !ctrl.io.get() {
 		return false // execIO answers it
 	}
 	rw := sqe.RWCmd()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // In-band authentication (DH-HMAC-CHAP, NVMe Base 2.0 §8.13) of the
@@ -279,7 +278,7 @@ func (a *queueAuth) fail(err error, reason string, grace time.Duration) {
 
 // handleAuth serves an Authentication Send or Receive on a connected queue
 // (nvmet_execute_auth_send, nvmet_execute_auth_receive).
-func (q *queue) handleAuth(c *controller, r *rdma.Request) {
+func (q *queue) handleAuth(c *controller, r request) {
 	a := q.auth.Load()
 	if a == nil {
 		if c.sub.disc {
@@ -326,7 +325,7 @@ func (q *queue) handleAuth(c *controller, r *rdma.Request) {
 }
 
 // authSend continues an Authentication Send whose data has arrived.
-func (q *queue) authSend(r *rdma.Request) {
+func (q *queue) authSend(r request) {
 	a := q.auth.Load()
 	a.run(r, true, func() auth.Result { return a.ac.Send(r.SQE(), r.Data()) })
 }
@@ -337,7 +336,7 @@ func (q *queue) authSend(r *rdma.Request) {
 // one of dhSlots; a queue that gets none before its deadline (the Connect's,
 // or the transaction's) is answered Command Interrupted and left to its
 // timer.
-func (a *queueAuth) run(r *rdma.Request, send bool, step func() auth.Result) {
+func (a *queueAuth) run(r request, send bool, step func() auth.Result) {
 	a.mu.Lock()
 	dh := a.ac.NeedsDH(send)
 	a.mu.Unlock()
@@ -353,7 +352,7 @@ func (a *queueAuth) run(r *rdma.Request, send bool, step func() auth.Result) {
 		wait = time.Until(a.deadline)
 	}
 	var done <-chan struct{}
-	if conn := a.q.conn.Load(); conn != nil {
+	if conn := a.q.link(); conn != nil {
 		done = conn.Done()
 	}
 	go func() {
@@ -378,7 +377,7 @@ func (a *queueAuth) run(r *rdma.Request, send bool, step func() auth.Result) {
 
 // finish carries out a Result: the timer, the queue's state, the answer,
 // then the failure (after the answer, so AUTH_Failure1 reaches the host).
-func (a *queueAuth) finish(r *rdma.Request, res auth.Result) {
+func (a *queueAuth) finish(r request, res auth.Result) {
 	q, c := a.q, a.c
 	a.mu.Lock()
 	switch res.Timer {
@@ -438,7 +437,7 @@ func (a *queueAuth) admit(first bool) error {
 	if !first {
 		return nil
 	}
-	conn := a.q.conn.Load()
+	conn := a.q.link()
 	if conn == nil {
 		return nil
 	}

@@ -134,6 +134,7 @@ func (c *Config) ApplyDefaults() {
 			used[next] = true
 		}
 		defaults.Set(&p.ServiceID, DefaultServiceID)
+		defaults.Set(&p.Transport, TransportRDMA)
 		defaults.Set(&p.InlineDataSize, DefaultInlineDataSize)
 		defaults.Set(&p.MaxQueueSize, DefaultQueueSize)
 		for j := range p.Referrals {

@@ -52,10 +52,10 @@ type ConfigDiff struct {
 type PortChange struct {
 	// Old and New are the port's two configurations, defaults applied.
 	Old, New PortConfig
-	// Fields are the changed keys: "address", "service_id",
+	// Fields are the changed keys: "address", "service_id", "transport",
 	// "inline_data_size", "max_queue_size", "subsystems", "referrals".
 	Fields []string
-	// Relisten is set when the address or service ID changed: the listener
+	// Relisten is set when the address, service ID or transport changed: the listener
 	// must be replaced and its connections dropped.
 	Relisten bool
 	// SubsystemsAdded and SubsystemsRemoved are the NQNs that the port
@@ -137,7 +137,7 @@ func Diff(old, new *Config) *ConfigDiff {
 			continue
 		}
 		pc := PortChange{Old: *o, New: *n, Fields: fields}
-		pc.Relisten = o.Address != n.Address || o.ServiceID != n.ServiceID
+		pc.Relisten = o.Address != n.Address || o.ServiceID != n.ServiceID || o.Transport != n.Transport
 		pc.SubsystemsAdded, pc.SubsystemsRemoved = stringSetDiff(o.Subsystems, n.Subsystems)
 		pc.ReferralsAdded, pc.ReferralsRemoved = setDiff(o.Referrals, n.Referrals)
 		// Lists are sets: a reordering alone is no change.

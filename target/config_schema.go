@@ -81,6 +81,10 @@ type PortConfig struct {
 	Address string `mapstructure:"address"`
 	// ServiceID is the TCP port (trsvcid); default 4420.
 	ServiceID int `mapstructure:"service_id"`
+	// Transport is the port's transport (trtype): "rdma" (NVMe/RDMA over
+	// iWARP, the default) or "tcp" (NVMe/TCP). A subsystem may be served
+	// on ports of both.
+	Transport string `mapstructure:"transport"`
 	// InlineDataSize is the in-capsule data size of I/O queues in bytes
 	// (IOCCSZ = (64 + this) / 16): default 4096, at most 16384, a multiple
 	// of 16. In-capsule data cannot be turned off.
@@ -439,6 +443,23 @@ func (p *PortConfig) ListenAddress() string {
 func (p *PortConfig) IsWildcard() bool {
 	a, err := netip.ParseAddr(p.Address)
 	return err == nil && a.IsUnspecified()
+}
+
+// Port transports (ports[].transport).
+const (
+	TransportRDMA = "rdma"
+	TransportTCP  = "tcp"
+)
+
+// IsTCP reports whether the port speaks NVMe/TCP.
+func (p *PortConfig) IsTCP() bool { return p.Transport == TransportTCP }
+
+// TrType is the port's TRTYPE in discovery log entries.
+func (p *PortConfig) TrType() uint8 {
+	if p.IsTCP() {
+		return nvmeof.TrTypeTCP
+	}
+	return nvmeof.TrTypeRDMA
 }
 
 // ListenAddress returns address:service_id of the referral.

@@ -361,6 +361,9 @@ func (c *Config) validatePorts(v *validator) {
 		case p.InlineDataSize%16 != 0:
 			v.add(pp+".inline_data_size", "%d is not a multiple of 16 (IOCCSZ counts 16-byte units)", p.InlineDataSize)
 		}
+		if p.Transport != "" && p.Transport != TransportRDMA && p.Transport != TransportTCP {
+			v.add(pp+".transport", "%q is not a transport (rdma or tcp)", p.Transport)
+		}
 		if p.MaxQueueSize < MinQueueSize || p.MaxQueueSize > MaxQueueSizeLimit {
 			v.add(pp+".max_queue_size", "%d is out of range (%d..%d)", p.MaxQueueSize, MinQueueSize, MaxQueueSizeLimit)
 		}

@@ -8,14 +8,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // connectData runs a Connect whose 1024 bytes of data have arrived. The
 // checks and their statuses follow nvmet (drivers/nvme/target/
 // fabrics-cmd.c: nvmet_execute_admin_connect, nvmet_execute_io_connect,
 // nvmet_install_queue; core.c: nvmet_alloc_ctrl, nvmet_ctrl_find_get).
-func (q *queue) connectData(r *rdma.Request) {
+func (q *queue) connectData(r request) {
 	cmd := r.SQE().ConnectCmd()
 	if cmd.RECFMT() != 0 {
 		q.connectFailed(r, "unsupported record format", nvmeof.StatusConnectIncompatibleFormat|nvmeof.StatusDNR, 0, "")
@@ -62,7 +61,7 @@ func (q *queue) connectData(r *rdma.Request) {
 }
 
 // connectFailed answers a failed Connect and logs why.
-func (q *queue) connectFailed(r *rdma.Request, why string, st nvmeof.Status, result uint32, host string) {
+func (q *queue) connectFailed(r request, why string, st nvmeof.Status, result uint32, host string) {
 	lf := append(q.fields(), zap.String("reason", why), zap.Stringer("status", st))
 	if host != "" {
 		lf = append(lf, zap.String("host_nqn", host))
@@ -96,7 +95,7 @@ func (q *queue) subsystemFor(nqn string) *subsystem {
 	return s.subsystems[nqn]
 }
 
-func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.ConnectData) {
+func (q *queue) adminConnect(r request, cmd nvmeof.ConnectCmd, d *nvmeof.ConnectData) {
 	s := q.s
 	host, subnqn := d.HostNQN(), d.SubNQN()
 	if d.CNTLID() != nvmeof.CNTLIDDynamic {
@@ -137,7 +136,7 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 		inline: pc.InlineDataSize, maxQueue: pc.MaxQueueSize, created: time.Now(),
 		io: newIORef(), authRequired: required,
 	}
-	if conn := q.conn.Load(); conn != nil && conn.MaxTransferSize() >= 4096 {
+	if conn := q.link(); conn != nil && conn.MaxTransferSize() >= 4096 {
 		c.mdts = uint8(bits.TrailingZeros(uint(conn.MaxTransferSize())) - 12)
 	}
 	c.cap.SetMQES(uint16(pc.MaxQueueSize - 1))
@@ -185,7 +184,7 @@ func (q *queue) adminConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.C
 	q.connectDone(r, nvmeof.StatusSuccess, uint32(resp))
 }
 
-func (q *queue) ioConnect(r *rdma.Request, cmd nvmeof.ConnectCmd, d *nvmeof.ConnectData) {
+func (q *queue) ioConnect(r request, cmd nvmeof.ConnectCmd, d *nvmeof.ConnectData) {
 	s := q.s
 	host, subnqn := d.HostNQN(), d.SubNQN()
 	s.regMu.RLock()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // Controller limits and identity values.
@@ -88,7 +87,7 @@ type controller struct {
 	nqSet     bool // Number of Queues was set
 	aenEnable uint32
 	aenMasked uint32
-	aers      []*rdma.Request
+	aers      []request
 	events    []nvmeof.AEN
 	changed   []uint32
 	chOver    bool // more than 1024 namespaces changed
@@ -340,7 +339,7 @@ func (c *controller) queueClosed(q *queue) {
 }
 
 // asyncEventRequest holds an AER until an event occurs (never timed out).
-func (c *controller) asyncEventRequest(q *queue, r *rdma.Request) {
+func (c *controller) asyncEventRequest(q *queue, r request) {
 	c.mu.Lock()
 	if len(c.events) > 0 {
 		ev := c.events[0]

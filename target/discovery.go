@@ -29,12 +29,19 @@ func (s *server) discoveryEntries(p *port, host string, local net.Addr) []nvmeof
 		}
 	}
 	entry := func(subtype uint8, nqn string) nvmeof.DiscoveryEntry {
-		return nvmeof.DiscoveryEntry{
-			TrType: nvmeof.TrTypeRDMA, AdrFam: adrfam, SubType: subtype, TReq: nvmeof.TREQNotSpecified,
+		e := nvmeof.DiscoveryEntry{
+			TrType: pc.TrType(), AdrFam: adrfam, SubType: subtype, TReq: nvmeof.TREQNotSpecified,
 			PortID: p.id, CntlID: nvmeof.CNTLIDDynamic, ASQSZ: nvmeof.DiscoveryASQSZ,
 			TrSvcID: strconv.Itoa(pc.ServiceID), SubNQN: nqn, TrAddr: traddr,
-			RDMAQPType: nvmeof.RDMAQPTypeRC, RDMAPRType: nvmeof.RDMAPRTypeNone, RDMACMS: nvmeof.RDMACMSRDMACM,
 		}
+		if !pc.IsTCP() {
+			e.RDMAQPType, e.RDMAPRType, e.RDMACMS = nvmeof.RDMAQPTypeRC, nvmeof.RDMAPRTypeNone, nvmeof.RDMACMSRDMACM
+		}
+		// A TCP port's TSAS is SECTYPE 0, no security
+		// (NVMF_TCP_SECTYPE_NONE, as nvmet's discovery.c reports it): the
+		// subtype bytes stay zero. Referrals of a TCP port point at
+		// discovery services of the same transport.
+		return e
 	}
 	list := []nvmeof.DiscoveryEntry{entry(nvmeof.SubTypeCurrentDiscovery, nvmeof.DiscoveryNQN)}
 	for _, nqn := range pc.Subsystems {

@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // TestHooks make the real controller misbehave toward a host on purpose, at
@@ -90,7 +89,7 @@ func (t *Target) SetTestHooks(h *TestHooks) error {
 // hookCommand runs the Command hook on a command that just arrived; it
 // reports false when the hook took the command out of the controller's
 // hands.
-func (q *queue) hookCommand(h *TestHooks, r *rdma.Request) bool {
+func (q *queue) hookCommand(h *TestHooks, r request) bool {
 	if h.Command == nil {
 		return true
 	}
@@ -110,7 +109,7 @@ func (q *queue) hookCommand(h *TestHooks, r *rdma.Request) bool {
 }
 
 // hookResponse runs the Response hook on a completion about to be sent.
-func (q *queue) hookResponse(h *TestHooks, r *rdma.Request, st nvmeof.Status) nvmeof.Status {
+func (q *queue) hookResponse(h *TestHooks, r request, st nvmeof.Status) nvmeof.Status {
 	if h.Response == nil {
 		return st
 	}

@@ -160,7 +160,7 @@ func (s *server) tryNowait(c *command) bool {
 		return false
 	}
 	ctrl := q.ctrl.Load()
-	if ctrl == nil || !r.Queue().Live() || !ctrl.io.get() {
+	if ctrl == nil || !q.link().Live() || !ctrl.io.get() {
 		return false // execIO answers it
 	}
 	data := r.Data()
@@ -226,7 +226,7 @@ func (s *server) execIO(c *command) {
 	q, r := c.q, c.r
 	sqe := r.SQE()
 	ctrl := q.ctrl.Load()
-	if ctrl == nil || !r.Queue().Live() || !ctrl.io.get() {
+	if ctrl == nil || !q.link().Live() || !ctrl.io.get() {
 		if c.kind == cmdIO {
 			c.putNS()
 		}

@@ -6,14 +6,13 @@ import (
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // getLogPage serves Get Log Page (nvmet_execute_get_log_page; for discovery
 // controllers nvmet_execute_disc_get_log_page). The data length must be
 // NUMD dwords; the host may read any dword-aligned part of a log (LPO), and
 // reading past its end returns zeroes.
-func (c *controller) getLogPage(q *queue, r *rdma.Request) {
+func (c *controller) getLogPage(q *queue, r request) {
 	cmd := r.SQE().GetLogPageCmd()
 	d := r.Data()
 	if uint64(len(d)) != cmd.NumBytes() {

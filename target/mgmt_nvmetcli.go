@@ -182,6 +182,9 @@ func ImportNvmetcli(data []byte, kind func(path string) string) (*Config, error)
 			pc.ID = uint16(p.PortID)
 		}
 		importAddr(&ps, f+".addr", p.Addr, &pc.Address, &pc.ServiceID, nil)
+		if tr := attrString(p.Addr["trtype"]); tr == TransportTCP {
+			pc.Transport = TransportTCP
+		}
 		for k, v := range p.Param {
 			s := attrString(v)
 			switch k {
@@ -344,8 +347,8 @@ func importAddr(ps *nvmetcliProblems, f string, addr map[string]any, address *st
 		a := attrString(v)
 		switch k {
 		case "trtype":
-			if a != "rdma" {
-				ps.add(f+".trtype", "transport %q cannot be mapped (nvmetd serves rdma only)", a)
+			if a != TransportRDMA && a != TransportTCP {
+				ps.add(f+".trtype", "transport %q cannot be mapped (nvmetd serves rdma and tcp)", a)
 			}
 		case "adrfam":
 			if a != "ipv4" && a != "ipv6" {
@@ -397,7 +400,7 @@ func ExportNvmetcli(c *Config) (*NvmetcliConfig, error) {
 	}
 	for _, p := range c.Ports {
 		np := NvmetcliPort{PortID: int(p.ID), Subsystems: slices.Clone(p.Subsystems), Referrals: []NvmetcliReferral{}, ANAGroups: []NvmetcliANAGroup{},
-			Addr: exportAddr(p.Address, p.ServiceID, -1),
+			Addr: exportPortAddr(&p),
 			Param: map[string]any{
 				"inline_data_size": strconv.Itoa(p.InlineDataSize),
 				"max_queue_size":   strconv.Itoa(p.MaxQueueSize),
@@ -475,6 +478,15 @@ func ExportNvmetcli(c *Config) (*NvmetcliConfig, error) {
 		out.Subsystems = append(out.Subsystems, ns)
 	}
 	return out, ps.err()
+}
+
+// exportPortAddr is a port's addr group, with its transport.
+func exportPortAddr(p *PortConfig) map[string]any {
+	m := exportAddr(p.Address, p.ServiceID, -1)
+	if p.IsTCP() {
+		m["trtype"] = TransportTCP
+	}
+	return m
 }
 
 // exportAddr is a port's or referral's addr group (portID < 0: none).

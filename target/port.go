@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,10 +12,55 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp"
 )
 
-// port is one listener: an rdma.Listener on the port's address serving the
-// discovery subsystem and the port's subsystems.
+// listener is a port's listener, of either transport binding.
+type listener interface {
+	Addr() net.Addr
+	Close() error
+	// serveOne waits for the next queue connection and opens its queue.
+	serveOne(ctx context.Context, p *port) error
+}
+
+type rdmaListener struct{ *rdma.Listener }
+
+func (l rdmaListener) serveOne(ctx context.Context, p *port) error {
+	req, err := l.Accept(ctx)
+	if err == nil {
+		p.accept(req)
+	}
+	return err
+}
+
+type tcpListener struct{ *tcp.Listener }
+
+func (l tcpListener) serveOne(ctx context.Context, p *port) error {
+	req, err := l.Accept(ctx)
+	if err == nil {
+		p.acceptTCP(req)
+	}
+	return err
+}
+
+// openListener listens on the port's address with its transport.
+func openListener(pc *PortConfig, lc listenConfig) (listener, error) {
+	if pc.IsTCP() {
+		ln, err := tcp.Listen(pc.Network(), pc.ListenAddress(), lc.tcp)
+		if err != nil {
+			return nil, err
+		}
+		return tcpListener{ln}, nil
+	}
+	ln, err := rdma.Listen(pc.Network(), pc.ListenAddress(), lc.rdma)
+	if err != nil {
+		return nil, err
+	}
+	return rdmaListener{ln}, nil
+}
+
+// port is one listener: an rdma.Listener or a tcp.Listener on the port's
+// address serving the discovery subsystem and the port's subsystems.
 type port struct {
 	s  *server
 	id uint16
@@ -23,7 +69,7 @@ type port struct {
 
 	// The listener and its accept loop; replaced when the port re-listens.
 	lmu       sync.Mutex
-	ln        *rdma.Listener
+	ln        listener
 	cancel    context.CancelFunc
 	done      chan struct{}
 	lerr      string
@@ -48,8 +94,8 @@ func newPort(s *server, cfg PortConfig) *port {
 func (p *port) serves(nqn string) bool { return slices.Contains(p.cfg.Subsystems, nqn) }
 
 // listen opens the listener with the given settings and starts accepting.
-func (p *port) listen(pc PortConfig, cc rdma.ControllerConfig) error {
-	ln, err := rdma.Listen(pc.Network(), pc.ListenAddress(), cc)
+func (p *port) listen(pc PortConfig, cc listenConfig) error {
+	ln, err := openListener(&pc, cc)
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
 	if err != nil {
@@ -82,12 +128,11 @@ func (p *port) stopListening(why string) {
 	<-done
 }
 
-func (p *port) acceptLoop(ctx context.Context, ln *rdma.Listener, done chan struct{}) {
+func (p *port) acceptLoop(ctx context.Context, ln listener, done chan struct{}) {
 	defer close(done)
 	for {
-		req, err := ln.Accept(ctx)
+		err := ln.serveOne(ctx, p)
 		if err == nil {
-			p.accept(req)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -109,7 +154,7 @@ func (p *port) acceptLoop(ctx context.Context, ln *rdma.Listener, done chan stru
 
 // relisten opens the port's listener again after its accept loop failed,
 // retrying with backoff until it succeeds or the port stops (nil).
-func (p *port) relisten(ctx context.Context) *rdma.Listener {
+func (p *port) relisten(ctx context.Context) listener {
 	delay := 100 * time.Millisecond
 	for {
 		p.s.regMu.RLock()
@@ -117,9 +162,9 @@ func (p *port) relisten(ctx context.Context) *rdma.Listener {
 		cfg := p.s.cfg
 		p.s.regMu.RUnlock()
 		cc, err := p.s.controllerConfig(cfg, &pc)
-		var ln *rdma.Listener
+		var ln listener
 		if err == nil {
-			ln, err = rdma.Listen(pc.Network(), pc.ListenAddress(), cc)
+			ln, err = openListener(&pc, cc)
 		}
 		if err == nil {
 			p.lmu.Lock()
@@ -170,6 +215,23 @@ func (p *port) accept(req *rdma.QueueRequest) {
 	q.conn.CompareAndSwap(nil, conn)
 	s.traceQueue(q)
 	s.log.Debug("queue connected", append(q.fields(), zap.Uint16("port_id", p.id), zap.Int("size", q.size))...)
+}
+
+// acceptTCP opens an NVMe/TCP queue for a host's connection.
+func (p *port) acceptTCP(req *tcp.QueueRequest) {
+	s := p.s
+	q := newQueueTCP(s, p, req)
+	if s.stopping.Load() || !p.addQueue(q) {
+		s.met.event(eventRefused, "", "port_closed")
+		_ = req.Reject()
+		return
+	}
+	if _, err := req.Accept((*tcpQueue)(q)); err != nil {
+		p.removeQueue(q)
+		s.adm.Log(zap.WarnLevel, "accept_failed", "queue accept failed", append(q.fields(), zap.Error(err))...)
+		return
+	}
+	s.log.Debug("queue connected", append(q.fields(), zap.Uint16("port_id", p.id), zap.Int("size", q.size), zap.String("transport", "tcp"))...)
 }
 
 func (p *port) addQueue(q *queue) bool {

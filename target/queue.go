@@ -10,10 +10,39 @@ import (
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp"
 )
 
-// queue is the target's side of one NVMe/RDMA queue: the rdma.Handler of a
-// ControllerQueue. Until a Connect succeeds on it, it belongs to no
+// request is a command in execution as the target sees it, whatever the
+// transport binding (*rdma.Request, *tcp.Request): an interface of pointers,
+// so that handing one on allocates nothing.
+type request interface {
+	SQE() *nvmeof.SQE
+	// Index is the request's context number on its queue: the index of its
+	// entry in queue.cmds.
+	Index() int
+	Data() []byte
+	SetResult(dw0 uint32)
+	SetResult64(v uint64)
+	// FetchData gets host-to-controller data; DataReady follows.
+	FetchData()
+	// Complete sends the response (and controller-to-host data); once.
+	Complete(st nvmeof.Status)
+}
+
+// link is the binding's side of a queue (its connection), whatever the
+// transport.
+type link interface {
+	Live() bool
+	Admit() error
+	AdmitConnection()
+	Close()
+	Done() <-chan struct{}
+	MaxTransferSize() int
+}
+
+// queue is the target's side of one NVMe queue: the rdma.Handler of a
+// ControllerQueue, or (as tcpQueue) the tcp.Handler of a TCP one. Until a Connect succeeds on it, it belongs to no
 // controller and accepts only Connect.
 type queue struct {
 	s      *server
@@ -27,7 +56,9 @@ type queue struct {
 	// conn is the binding's side of the queue (its connection), set by
 	// the accept or by the first command, whichever comes first.
 	conn atomic.Pointer[rdma.ControllerQueue]
-	ctrl atomic.Pointer[controller]
+	// tconn is the same for an NVMe/TCP queue.
+	tconn atomic.Pointer[tcp.ControllerQueue]
+	ctrl  atomic.Pointer[controller]
 	// auth is the queue's DH-HMAC-CHAP state (auth.go); nil when the
 	// queue need not and did not authenticate.
 	auth atomic.Pointer[queueAuth]
@@ -56,7 +87,7 @@ type queue struct {
 	// parked are commands received while the target shuts down: they are
 	// never answered, so the host retries them after it reconnects; they
 	// are released once the connection is gone.
-	parked []*rdma.Request
+	parked []request
 
 	// met counts commands for the metrics (metrics.go) and the status
 	// (counters); folded is set, under metricsState.mu, once they were
@@ -71,7 +102,7 @@ type queue struct {
 // dynamic type of a context.
 type command struct {
 	q    *queue
-	r    *rdma.Request
+	r    request
 	kind cmdKind
 	// ns is the namespace an NVM command runs on (cmdIO), with a
 	// reference held until it is executed or dropped: on ref, the queue's
@@ -110,8 +141,55 @@ func newQueue(s *server, p *port, req *rdma.QueueRequest) *queue {
 	return q
 }
 
+// newQueueTCP makes the target's side of an NVMe/TCP queue: its QID and
+// size are those of the Connect that opened it (tcp.QueueRequest), which
+// plays the part of the RDMA CM private data.
+func newQueueTCP(s *server, p *port, req *tcp.QueueRequest) *queue {
+	q := &queue{s: s, port: p, qid: req.QID, size: req.Size(), remote: req.RemoteAddr, local: req.LocalAddr}
+	q.cmds = make([]command, req.Contexts())
+	for i := range q.cmds {
+		q.cmds[i].q = q
+	}
+	return q
+}
+
+// tcpQueue is a queue as the tcp.Handler of its tcp.ControllerQueue.
+type tcpQueue queue
+
+// HandleCommand is the entry of every command capsule (tcp.Handler).
+func (t *tcpQueue) HandleCommand(r *tcp.Request) {
+	q := (*queue)(t)
+	if q.tconn.Load() == nil {
+		q.tconn.CompareAndSwap(nil, r.Queue())
+	}
+	q.handleCommand(r)
+}
+
+// DataReady continues a command whose data arrived (tcp.Handler).
+func (t *tcpQueue) DataReady(r *tcp.Request, err error) { (*queue)(t).dataReady(r, err) }
+
+// QueueClosed is called once the connection has ended (tcp.Handler).
+func (t *tcpQueue) QueueClosed(conn *tcp.ControllerQueue, err error) {
+	q := (*queue)(t)
+	q.tconn.CompareAndSwap(nil, conn)
+	q.s.met.queueClosed(q, nil, q.ctrl.Load())
+	q.closedWith(err)
+}
+
 // cmd returns r's entry in the command table.
-func (q *queue) cmd(r *rdma.Request) *command { return &q.cmds[r.Index()] }
+func (q *queue) cmd(r request) *command { return &q.cmds[r.Index()] }
+
+// link returns the binding's side of the queue (nil before the accept or
+// the first command).
+func (q *queue) link() link {
+	if c := q.conn.Load(); c != nil {
+		return c
+	}
+	if c := q.tconn.Load(); c != nil {
+		return c
+	}
+	return nil
+}
 
 // counters are the queue's status counters, derived from its metrics'
 // counts (one set of atomics per command).
@@ -136,7 +214,7 @@ func (q *queue) counters() IOCounters {
 
 // close disconnects the queue gracefully.
 func (q *queue) close() {
-	if conn := q.conn.Load(); conn != nil {
+	if conn := q.link(); conn != nil {
 		conn.Close()
 	}
 }
@@ -151,11 +229,16 @@ func (q *queue) fields() []zap.Field {
 // to a worker pool (or runs inline for RAM backends), admin commands are
 // answered here.
 func (q *queue) HandleCommand(r *rdma.Request) {
-	q.inflight.Add(1)
 	if q.conn.Load() == nil {
 		// The host may send its Connect before Accept has returned.
 		q.conn.CompareAndSwap(nil, r.Queue())
 	}
+	q.handleCommand(r)
+}
+
+// handleCommand is HandleCommand for either binding.
+func (q *queue) handleCommand(r request) {
+	q.inflight.Add(1)
 	c := q.cmd(r)
 	c.r, c.kind, c.ns, c.ref, c.start = r, cmdOther, nil, nil, time.Time{}
 	if q.s.timed.Load() {
@@ -195,14 +278,24 @@ func (q *queue) HandleCommand(r *rdma.Request) {
 }
 
 // DataReady continues a command whose data was fetched (rdma.Handler).
-func (q *queue) DataReady(r *rdma.Request, err error) {
+func (q *queue) DataReady(r *rdma.Request, err error) { q.dataReady(r, err) }
+
+// dataReady is DataReady for either binding.
+func (q *queue) dataReady(r request, err error) {
 	c := q.cmd(r)
 	if err != nil {
-		// The RDMA Read failed: the connection is failing as well.
+		// The RDMA Read failed (the connection is failing as well), or
+		// the host's data arrived damaged.
 		if c.kind == cmdIO {
 			c.putNS()
 		}
-		q.respond(r, nvmeof.StatusDataTransferError)
+		// A binding that names the status (NVMe/TCP: a data digest error
+		// is a transient transport error) gets it.
+		st := nvmeof.StatusDataTransferError
+		if bs := nvmeof.StatusFromError(err); bs != nvmeof.StatusInternalError {
+			st = bs
+		}
+		q.respond(r, st)
 		return
 	}
 	switch c.kind {
@@ -221,6 +314,11 @@ func (q *queue) DataReady(r *rdma.Request, err error) {
 func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 	q.conn.CompareAndSwap(nil, conn)
 	q.s.met.queueClosed(q, conn, q.ctrl.Load())
+	q.closedWith(err)
+}
+
+// closedWith is the end of QueueClosed for either binding.
+func (q *queue) closedWith(err error) {
 	q.mu.Lock()
 	q.closed = true
 	if l := q.nsRefs.Load(); l != nil { // under mu: nsRef adds none after
@@ -259,12 +357,12 @@ func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 // respond completes a command: counters, the error log (with the More
 // bit, as nvmet), then the response capsule. Nothing of r may be used
 // after.
-func (q *queue) respond(r *rdma.Request, st nvmeof.Status) { q.respondAt(r, st, time.Time{}) }
+func (q *queue) respond(r request, st nvmeof.Status) { q.respondAt(r, st, time.Time{}) }
 
 // respondAt is respond with the time the command ended (zero: now), for
 // its latency: a caller that has just read the clock passes it. A command
 // that was not timed (command.start zero) reads no clock.
-func (q *queue) respondAt(r *rdma.Request, st nvmeof.Status, now time.Time) {
+func (q *queue) respondAt(r request, st nvmeof.Status, now time.Time) {
 	if h := q.s.hooks; h != nil {
 		st = q.hookResponse(h, r, st)
 	}
@@ -295,10 +393,10 @@ func (q *queue) respondAt(r *rdma.Request, st nvmeof.Status, now time.Time) {
 
 // hold takes a command out of the in-flight count (an AER waiting for an
 // event).
-func (q *queue) hold(*rdma.Request) { q.inflight.Add(-1) }
+func (q *queue) hold(request) { q.inflight.Add(-1) }
 
 // completeHeld completes a held command.
-func (q *queue) completeHeld(r *rdma.Request, st nvmeof.Status) {
+func (q *queue) completeHeld(r request, st nvmeof.Status) {
 	if h := q.s.hooks; h != nil {
 		st = q.hookResponse(h, r, st)
 	}
@@ -314,7 +412,7 @@ func (q *queue) isClosed() bool {
 }
 
 // park keeps a command unanswered during shutdown.
-func (q *queue) park(r *rdma.Request) {
+func (q *queue) park(r request) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -329,7 +427,7 @@ func (q *queue) park(r *rdma.Request) {
 // handleUnconnected serves a queue no Connect has succeeded on yet: only
 // Connect is valid (nvmet_parse_connect_cmd answers anything else with
 // Invalid Opcode).
-func (q *queue) handleUnconnected(r *rdma.Request) {
+func (q *queue) handleUnconnected(r request) {
 	sqe := r.SQE()
 	if !sqe.IsFabrics() || sqe.FCType() != nvmeof.FCTypeConnect {
 		q.respond(r, nvmeof.StatusInvalidOpcode|nvmeof.StatusDNR)
@@ -360,18 +458,18 @@ func (q *queue) handleUnconnected(r *rdma.Request) {
 
 // connectDone completes a Connect; a failed one lets the host try again on
 // the same queue.
-func (q *queue) connectDone(r *rdma.Request, st nvmeof.Status, result uint32) {
+func (q *queue) connectDone(r request, st nvmeof.Status, result uint32) {
 	if st == nvmeof.StatusSuccess && !q.authorized() {
 		// The host must authenticate first: the queue leaves the
 		// listener's pending set (the authentication deadline bounds it
 		// now) with what authentication needs; it gets its full resources
 		// once authenticated (queueAuth.finish).
-		r.Queue().AdmitConnection()
+		q.link().AdmitConnection()
 		q.s.traceQueue(q)
 	} else if st == nvmeof.StatusSuccess {
 		// The host is in: the queue gets its full resources and leaves
 		// the listener's pending set (connect_timeout no longer runs).
-		if err := r.Queue().Admit(); err != nil {
+		if err := q.link().Admit(); err != nil {
 			q.s.log.Warn("queue resources unavailable", append(q.fields(), zap.Error(err))...)
 			st = nvmeof.StatusInternalError
 		} else {

@@ -661,7 +661,7 @@ func (s *server) relisten(cfg *Config, p *port) error {
 func discoverySignature(c *Config) string {
 	var b []byte
 	for _, p := range c.Ports {
-		b = fmt.Appendf(b, "port %d %s %v %v\n", p.ID, p.ListenAddress(), p.Subsystems, p.Referrals)
+		b = fmt.Appendf(b, "port %d %s %s %v %v\n", p.ID, p.Transport, p.ListenAddress(), p.Subsystems, p.Referrals)
 	}
 	for _, sc := range c.Subsystems {
 		b = fmt.Appendf(b, "subsys %s %v %v\n", sc.NQN, sc.AllowAnyHost, sc.AllowedHosts)

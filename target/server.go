@@ -15,6 +15,7 @@ import (
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp"
 )
 
 // server is the running target behind Target: ports, subsystems with their
@@ -207,22 +208,44 @@ func (s *server) openNamespaces(cfg *Config, nqn string, list []NamespaceConfig,
 	return out
 }
 
+// listenConfig is the binding configuration of a port: the one of its
+// transport is used.
+type listenConfig struct {
+	rdma rdma.ControllerConfig
+	tcp  tcp.Config
+}
+
 // controllerConfig is the binding configuration of a port.
-func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (rdma.ControllerConfig, error) {
+func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, error) {
+	tun := &cfg.Tuning
+	if pc.IsTCP() {
+		// The connect timeout bounds the ICReq and the Connect as it
+		// bounds the MPA exchange and the Connect on RDMA; a stalled PDU
+		// and a blocked write get the transport's write timeout.
+		return listenConfig{tcp: tcp.Config{
+			InlineDataSize:  pc.InlineDataSize,
+			MaxQueueSize:    pc.MaxQueueSize,
+			MaxTransferSize: int(tun.MaxTransferBytes()),
+			ConnectTimeout:  cfg.Transport.ConnectTimeout,
+			PDUTimeout:      cfg.Transport.WriteTimeout,
+			WriteTimeout:    cfg.Transport.WriteTimeout,
+			MaxPending:      cfg.Limits.MaxPending,
+			Logger:          s.log,
+		}}, nil
+	}
 	tc, err := cfg.Transport.RDMA()
 	if err != nil {
-		return rdma.ControllerConfig{}, err
+		return listenConfig{}, err
 	}
 	tc.Admission = s.adm
-	tun := &cfg.Tuning
-	return rdma.ControllerConfig{
+	return listenConfig{rdma: rdma.ControllerConfig{
 		Transport:       tc,
 		InlineDataSize:  pc.InlineDataSize,
 		MaxQueueSize:    pc.MaxQueueSize,
 		MaxTransferSize: int(tun.MaxTransferBytes()),
 		IOPoolSize:      int(tun.BufferPoolBytes()),
 		Logger:          s.log,
-	}, nil
+	}}, nil
 }
 
 // keepAliveTimeout applies the configured keep-alive limits to a KATO.

@@ -129,6 +129,9 @@ func TestImportDirection(t *testing.T) {
 		{"backend", "nvmeof", "backends know no transport"},
 		{"backend", "iwarp", "backends know no transport"},
 		{"backend", "target", "backends are below the controller"},
+		{"nvmeof/tcp", "iwarp", "NVMe/TCP runs on the kernel's TCP, not the iWARP engine"},
+		{"nvmeof/tcp", "nvmeof/rdma", "the two transport bindings are siblings"},
+		{"nvmeof/rdma", "nvmeof/tcp", "the two transport bindings are siblings"},
 	}
 	for _, p := range pkgs {
 		if p.Standard || !strings.HasPrefix(p.ImportPath, module) {

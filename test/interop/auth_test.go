@@ -25,7 +25,7 @@ import (
 // The authentication interop test: DH-HMAC-CHAP (NVMe in-band
 // authentication) between nvmetd and Linux, both ways.
 //
-//   - The kernel host (nvme connect -t rdma --dhchap-secret, with and
+//   - The kernel host (nvme connect -t rdma and -t tcp --dhchap-secret, with and
 //     without --dhchap-ctrl-secret) against the nvmetd target, which
 //     requires authentication of that host: it connects, authenticates the
 //     admin queue and every I/O queue, and fio verifies its writes; a wrong
@@ -56,7 +56,9 @@ func testAuth(t *testing.T, k kernel) {
 	opts := k.opts(labOpts)
 	opts.Forwards = []int{4420, 4421}
 	vm := startHealthy(t, opts)
-	t.Run("kernel-host", func(t *testing.T) { testAuthKernelHost(t, vm) })
+	t.Run("kernel-host", func(t *testing.T) { testAuthKernelHost(t, vm, target.TransportRDMA) })
+	// The same over NVMe/TCP (nvme-tcp, no siw): issue 24.
+	t.Run("kernel-host-tcp", func(t *testing.T) { testAuthKernelHost(t, vm, target.TransportTCP) })
 	t.Run("kernel-target", func(t *testing.T) { testAuthKernelTarget(t, vm) })
 }
 
@@ -65,7 +67,7 @@ func testAuth(t *testing.T, k kernel) {
 // failed"; target: "nvmet: ... authentication failed" and the like).
 var authFailureRE = regexp.MustCompile(`(?i)(auth\w*\s+(failed|error)|failed to authenticate|dhchap.*fail)`)
 
-func testAuthKernelHost(t *testing.T, vm *lab.VM) {
+func testAuthKernelHost(t *testing.T, vm *lab.VM, transport string) {
 	hostNQN := strings.TrimSpace(step(t, vm, time.Minute, "cat /etc/nvme/hostnqn"))
 	// The host key comes from the guest's nvme-cli; the controller key
 	// from ours.
@@ -81,7 +83,7 @@ func testAuthKernelHost(t *testing.T, vm *lab.VM) {
 
 	port := freeTCPPort(t)
 	cfg := &target.Config{
-		Ports: []target.PortConfig{{ID: 1, Address: "127.0.0.1", ServiceID: port, Subsystems: []string{authNQN}}},
+		Ports: []target.PortConfig{{ID: 1, Address: "127.0.0.1", ServiceID: port, Transport: transport, Subsystems: []string{authNQN}}},
 		Subsystems: []target.SubsystemConfig{{
 			NQN: authNQN, AllowedHosts: []string{hostNQN}, AuthRequired: true, Model: "nvmetd auth interop",
 			Namespaces: []target.NamespaceConfig{{NSID: 1, Backend: target.BackendConfig{Kind: "file", Path: filepath.Join(t.TempDir(), "ns1.img"), Size: "128MiB"}}},
@@ -105,7 +107,7 @@ func testAuthKernelHost(t *testing.T, vm *lab.VM) {
 		}
 	}()
 	defer vm.Exec(context.Background(), "nvme disconnect -n "+authNQN+" >/dev/null 2>&1; true")
-	base := fmt.Sprintf("nvme connect -t rdma -a %s -s %d -n %s -i 2", vm.HostAddr(), port, authNQN)
+	base := fmt.Sprintf("nvme connect -t %s -a %s -s %d -n %s -i 2", transport, vm.HostAddr(), port, authNQN)
 	authenticated := func() int { return logs.FilterMessage("host authenticated").Len() }
 
 	run := func(t *testing.T, connect string) {
@@ -133,6 +135,11 @@ func testAuthKernelHost(t *testing.T, vm *lab.VM) {
 	// fails at once, the kernel and the target log the failure, and the
 	// target holds no controller after it.
 	refused := func(t *testing.T, what, secrets string) {
+		// The target logs connection events one by one up to 5 per 10 s
+		// (ratelog), then in a summary when the interval ends: wait out
+		// the interval, so that the failure below is logged at once (over
+		// TCP the connects come fast enough to exhaust it).
+		time.Sleep(11 * time.Second)
 		mark := kmsgMark(t, vm)
 		failures := logs.FilterMessage("authentication failed").Len()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -54,6 +54,8 @@ var suite = []struct {
 	{"KernelClientIwpingServer", testKernelClientIwpingServer},
 	{"IwpingMPARev1KernelServer", testIwpingMPARev1KernelServer},
 	{"LinuxHostAgainstTarget", testLinuxHostAgainstTarget},
+	// NVMe/TCP (issue 24): the stock nvme-tcp host, no siw.
+	{"LinuxHostTCP", testLinuxHostTCP},
 	// DH-HMAC-CHAP both ways (6.12 only; before the kernel target test,
 	// whose siw issue could leave nvmet unusable).
 	{"Auth", testAuth},

@@ -1,0 +1,621 @@
+package tcp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/internal/perfcount"
+	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
+)
+
+// Handler is the controller logic behind a queue. Its methods run on the
+// queue's receive goroutine and must not block: hand slow work (backend
+// I/O) to other goroutines and Complete from there.
+type Handler interface {
+	// HandleCommand is called for each command capsule with the data
+	// buffer (if the command has data) ready: in-capsule data is in it;
+	// host-to-controller data beyond it must be fetched with FetchData;
+	// controller-to-host data is written into it before Complete.
+	HandleCommand(r *Request)
+	// DataReady is called when FetchData finished; err is non-nil when
+	// the data could not be received intact (a data digest error: the
+	// command completes with a transient transport error).
+	DataReady(r *Request, err error)
+	// QueueClosed is called once when the queue's connection has ended.
+	// Requests still held must be completed (Complete then just releases
+	// them).
+	QueueClosed(q *ControllerQueue, err error)
+}
+
+// ErrDataDigest is the error DataReady gets for host data whose data
+// digest was wrong (TCP 1.0 §3.6.2.1: the command completes with a
+// Transient Transport Error).
+var ErrDataDigest error = &digestError{}
+
+type digestError struct{}
+
+func (*digestError) Error() string {
+	return "nvme-tcp: H2CData data digest error"
+}
+
+// Unwrap gives the status the command completes with.
+func (*digestError) Unwrap() error { return nvmeof.StatusTransientTransportError }
+
+// ControllerQueue is the controller side of one NVMe/TCP queue.
+//
+// Bounds: one goroutine reads the host's PDUs; a command takes a request
+// context (Size of them: the host may have at most that many outstanding)
+// and its data buffer, which the context keeps for the next command (so a
+// queue holds at most Size × MaxTransferSize of data buffers, as many as
+// nvmet-tcp would). A host that sends more commands than there are free
+// contexts is not read from until one is free. Until the controller admits
+// the queue, the connect timeout bounds everything; after, a PDU whose
+// first bytes arrived must be complete within the PDU timeout, and every
+// write within the write timeout; an idle host is the keep-alive's.
+type ControllerQueue struct {
+	qid      uint16
+	size     int
+	inline   int
+	maxXfer  int
+	maxH2C   uint32
+	d        wire.Digests
+	cfg      *Config
+	h        Handler
+	log      *zap.Logger
+	conn     net.Conn
+	br       *bufio.Reader
+	admitted atomic.Bool
+	live     atomic.Bool
+	sqHead   atomic.Uint32
+	closedCh chan struct{}
+	closing  chan struct{}
+	stop     sync.Once
+
+	wmu perfcount.Mutex // one writer at a time
+
+	reqs []Request
+	free chan int32
+
+	// Receive state (the receive goroutine's).
+	hb      [wire.MaxTermReqPLen + wire.DigestSize]byte
+	dl      bool // a PDU deadline is set
+	connDL  bool // the connect deadline still runs
+	scratch [256]byte
+}
+
+// Accept opens the queue: the handler gets the commands, starting with the
+// one that has arrived.
+func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
+	cfg := r.cfg
+	q := &ControllerQueue{
+		qid: r.QID, size: r.size, inline: cfg.InlineDataSize, maxXfer: cfg.MaxTransferSize,
+		maxH2C: uint32(cfg.MaxH2CData), d: r.Digests, cfg: cfg, h: h, conn: r.conn, br: r.br,
+		closedCh: make(chan struct{}), closing: make(chan struct{}), connDL: true,
+	}
+	if q.qid == 0 {
+		q.inline = max(q.inline, AdminInlineDataSize)
+	}
+	q.log = cfg.Logger.With(zap.Stringer("remote", r.RemoteAddr), zap.Uint16("qid", q.qid))
+	q.reqs = make([]Request, r.size)
+	q.free = make(chan int32, r.size)
+	for i := range q.reqs {
+		q.reqs[i] = Request{q: q, index: int32(i)}
+		q.free <- int32(i)
+	}
+	q.live.Store(true)
+	go q.run()
+	return q, nil
+}
+
+// QID is the queue identifier (0 = admin).
+func (q *ControllerQueue) QID() uint16 { return q.qid }
+
+// Digests are the digests in use on the queue.
+func (q *ControllerQueue) Digests() wire.Digests { return q.d }
+
+// MaxTransferSize is the largest data transfer of one command.
+func (q *ControllerQueue) MaxTransferSize() int { return q.maxXfer }
+
+// Done is closed when the connection has ended and the handler's
+// QueueClosed has returned.
+func (q *ControllerQueue) Done() <-chan struct{} { return q.closedCh }
+
+// Live reports whether the connection is up.
+func (q *ControllerQueue) Live() bool { return q.live.Load() }
+
+// Admit ends the connect timeout once the controller has accepted the host
+// (a successful Connect, or its authentication). Buffers are per command,
+// so there is nothing to grow.
+func (q *ControllerQueue) Admit() error { q.admitted.Store(true); return nil }
+
+// AdmitConnection is Admit for a queue whose host must still authenticate
+// (the authentication deadline bounds it now).
+func (q *ControllerQueue) AdmitConnection() { q.admitted.Store(true) }
+
+// Close disconnects the queue: responses already written go out first.
+func (q *ControllerQueue) Close() {
+	q.wmu.Lock()
+	q.live.Store(false)
+	_ = q.conn.Close()
+	q.wmu.Unlock()
+	q.stop.Do(func() { close(q.closing) }) // a receive goroutine waiting for a context
+}
+
+// run is the receive goroutine.
+func (q *ControllerQueue) run() {
+	err := q.receive()
+	q.live.Store(false)
+	q.wmu.Lock()
+	_ = q.conn.Close()
+	q.wmu.Unlock()
+	q.stop.Do(func() { close(q.closing) })
+	defer close(q.closedCh)
+	q.h.QueueClosed(q, err)
+}
+
+// errHostTerminated: the host sent an H2CTermReq.
+var errHostTerminated = errors.New("nvme-tcp: the host terminated the connection (H2CTermReq)")
+
+// read fills b from the socket. Waiting for the first byte of a PDU
+// (first) is bounded by the connect deadline until the queue is admitted,
+// and not at all after (the keep-alive is); the rest of a PDU by the PDU
+// timeout.
+func (q *ControllerQueue) read(b []byte, first bool) error {
+	n := 0
+	if !first && !q.connDL && !q.dl && q.br.Buffered() < len(b) {
+		_ = q.conn.SetReadDeadline(time.Now().Add(q.cfg.PDUTimeout))
+		q.dl = true
+	}
+	for n < len(b) {
+		m, err := q.br.Read(b[n:])
+		n += m
+		if err == nil {
+			continue
+		}
+		if first && n == 0 && q.connDL && q.admitted.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Admitted while we waited: the connect deadline is over.
+			q.connDL = false
+			_ = q.conn.SetReadDeadline(time.Time{})
+			continue
+		}
+		return err
+	}
+	return nil
+}
+
+// pduDone clears the PDU deadline.
+func (q *ControllerQueue) pduDone() {
+	if q.connDL && q.admitted.Load() {
+		q.connDL = false
+		_ = q.conn.SetDeadline(time.Time{})
+		q.dl = false
+		return
+	}
+	if q.dl {
+		_ = q.conn.SetReadDeadline(time.Time{})
+		q.dl = false
+	}
+}
+
+// receive reads PDUs until the connection ends or the host breaks the
+// protocol (answered with a C2HTermReq).
+func (q *ControllerQueue) receive() error {
+	for {
+		hb := q.hb[:]
+		// The first byte waits as long as the host may be idle; the rest
+		// of the PDU is bounded by the PDU timeout.
+		if err := q.read(hb[:1], true); err != nil {
+			if errors.Is(err, io.EOF) || (errors.Is(err, net.ErrClosed) && !q.live.Load()) {
+				// The host closed between PDUs, or we closed the queue
+				// (Close): a clean end.
+				return nil
+			}
+			return err
+		}
+		if err := q.read(hb[1:wire.CommonHeaderSize], false); err != nil {
+			return err
+		}
+		err := q.pdu(hb)
+		if err == nil {
+			q.pduDone()
+			continue
+		}
+		var fe *wire.FatalError
+		if errors.As(err, &fe) {
+			q.terminate(fe)
+		}
+		return err
+	}
+}
+
+// pdu handles one PDU whose common header is in hb.
+func (q *ControllerQueue) pdu(hb []byte) error {
+	h, _ := wire.ParseHeader(hb)
+	if h.Type == wire.TypeH2CTermReq {
+		if _, err := wire.Check(h, true, wire.Digests{}, 0); err != nil {
+			return err
+		}
+		if err := q.read(hb[wire.CommonHeaderSize:h.PLen], false); err != nil {
+			return err
+		}
+		t := (*wire.TermReq)(hb[:wire.TermReqHLen])
+		return fmt.Errorf("%w: %s (fei %d)", errHostTerminated, t.FES(), t.FEI())
+	}
+	l, err := wire.Check(h, true, q.d, 0)
+	if err != nil {
+		return err
+	}
+	hl := l.HeaderLen(h)
+	if err := q.read(hb[wire.CommonHeaderSize:hl], false); err != nil {
+		return err
+	}
+	if l.HDGST {
+		if err := wire.CheckHeaderDigest(hb[:hl], h); err != nil {
+			return err
+		}
+	}
+	if l.DataLen > 0 && int(l.DataOff) > hl {
+		// Padding up to PDO (a host that aligns its data).
+		if err := q.read(q.scratch[:int(l.DataOff)-hl], false); err != nil {
+			return err
+		}
+	}
+	switch h.Type {
+	case wire.TypeCapsuleCmd:
+		return q.onCapsule(hb[:hl], l)
+	case wire.TypeH2CData:
+		return q.onH2CData(hb[:hl], h, l)
+	}
+	// An ICReq after initialization.
+	return &wire.FatalError{Type: h.Type, FES: wire.FESSequenceError, Reason: h.Type.String() + " after connection initialization"}
+}
+
+// readData reads n bytes of PDU data into b[:n] and its data digest, if
+// the PDU carries one, and reports whether the digest was right.
+func (q *ControllerQueue) readData(b []byte, l wire.Layout) (bool, error) {
+	if err := q.read(b, false); err != nil {
+		return false, err
+	}
+	if !l.DDGST {
+		return true, nil
+	}
+	dg := q.scratch[:wire.DigestSize]
+	if err := q.read(dg, false); err != nil {
+		return false, err
+	}
+	return wire.GetDigest(dg) == wire.DataDigest(0, b), nil
+}
+
+// takeContext waits for a free request context.
+func (q *ControllerQueue) takeContext() (*Request, bool) {
+	select {
+	case i := <-q.free:
+		return &q.reqs[i], true
+	default:
+	}
+	// Every context is in use: the host has more commands outstanding
+	// than its queue holds, or responses are being written. Stop reading
+	// until one is free.
+	select {
+	case i := <-q.free:
+		return &q.reqs[i], true
+	case <-q.closing:
+		return nil, false
+	}
+}
+
+// onCapsule takes a CapsuleCmd (TCP 1.0 §3.6.2.4).
+func (q *ControllerQueue) onCapsule(hdr []byte, l wire.Layout) error {
+	if int(l.DataLen) > q.inline {
+		// The PDU carries more in-capsule data than IOCCSZ allows.
+		return &wire.FatalError{Type: wire.TypeCapsuleCmd, FES: wire.FESDataLimitExceeded, FEI: 4,
+			Reason: fmt.Sprintf("%d bytes of in-capsule data, IOCCSZ allows %d", l.DataLen, q.inline)}
+	}
+	r, ok := q.takeContext()
+	if !ok {
+		return net.ErrClosed
+	}
+	r.reset()
+	r.sqe = *wire.CapsuleSQE(hdr)
+	r.active.Store(true)
+	n := int(l.DataLen)
+	digestOK := true
+	if n > 0 {
+		buf := r.buffer(n)
+		var err error
+		if digestOK, err = q.readData(buf, l); err != nil {
+			return err
+		}
+	}
+	if !digestOK {
+		// TCP 1.0 §3.6.2.1: data digest error: the command fails with a
+		// Transient Transport Error, the queue goes on.
+		r.Complete(nvmeof.StatusTransientTransportError)
+		return nil
+	}
+	sgl := r.sqe.SGL1()
+	length := sgl.Length()
+	switch {
+	case length == 0:
+		q.h.HandleCommand(r)
+	case sgl.Type() == nvmeof.SGLTypeDataBlock && sgl.Subtype() == nvmeof.SGLSubtypeOffset:
+		// In-capsule data (nvmet_tcp_map_data): write direction only,
+		// inside the capsule.
+		desc, err := r.sqe.DecodeSGL1()
+		if err == nil {
+			err = desc.CheckInCapsule(n)
+		}
+		if err != nil {
+			r.Complete(nvmeof.StatusFromError(err))
+			return nil
+		}
+		r.data = r.buf[desc.Addr : desc.Addr+uint64(desc.Length)]
+		r.inCap = true
+		q.h.HandleCommand(r)
+	case sgl.Type() == nvmeof.SGLTypeTransportDataBlock:
+		// Data moved by R2T/H2CData or C2HData.
+		if n > 0 {
+			r.Complete(nvmeof.StatusSGLInvalidData | nvmeof.StatusDNR)
+			return nil
+		}
+		if int(length) > q.maxXfer {
+			r.Complete(nvmeof.StatusSGLInvalidData | nvmeof.StatusDNR)
+			return nil
+		}
+		r.data = r.buffer(int(length))
+		q.h.HandleCommand(r)
+	default:
+		r.Complete(nvmeof.StatusSGLInvalidType | nvmeof.StatusDNR)
+	}
+	return nil
+}
+
+// onH2CData takes data the host sends for an R2T (TCP 1.0 §3.6.2.6): it
+// must name a command waiting for it by CID and TTAG and continue its
+// transfer where it stopped, within MAXH2CDATA.
+func (q *ControllerQueue) onH2CData(hdr []byte, h wire.Header, l wire.Layout) error {
+	dh, _, err := wire.ParseDataHeader(hdr, true, q.d, 0)
+	if err != nil {
+		return err
+	}
+	tt := int(dh.TTag())
+	if tt >= len(q.reqs) || !q.reqs[tt].r2t.Load() {
+		return &wire.FatalError{Type: h.Type, FES: wire.FESInvalidHeaderField, FEI: 10, Reason: fmt.Sprintf("TTAG %d names no R2T", tt)}
+	}
+	r := &q.reqs[tt]
+	if dh.CID() != r.sqe.CID() {
+		return &wire.FatalError{Type: h.Type, FES: wire.FESInvalidHeaderField, FEI: 8, Reason: fmt.Sprintf("CID %#x, the R2T's is %#x", dh.CID(), r.sqe.CID())}
+	}
+	off, n := dh.Offset(), dh.Length()
+	if n > q.maxH2C {
+		return &wire.FatalError{Type: h.Type, FES: wire.FESDataLimitExceeded, Reason: fmt.Sprintf("DATAL %d > MAXH2CDATA %d", n, q.maxH2C)}
+	}
+	if off != r.rcvd || uint64(off)+uint64(n) > uint64(len(r.data)) {
+		return &wire.FatalError{Type: h.Type, FES: wire.FESDataOutOfRange, Reason: fmt.Sprintf("DATAO %d DATAL %d: the R2T expects offset %d of %d bytes", off, n, r.rcvd, len(r.data))}
+	}
+	ok, err := q.readData(r.data[off:off+n], l)
+	if err != nil {
+		return err
+	}
+	r.rcvd += n
+	if !ok {
+		r.digestErr = true
+	}
+	if int(r.rcvd) < len(r.data) {
+		return nil
+	}
+	r.r2t.Store(false)
+	r.r2tTimer.Stop()
+	if r.digestErr {
+		q.h.DataReady(r, ErrDataDigest)
+	} else {
+		q.h.DataReady(r, nil)
+	}
+	return nil
+}
+
+// terminate sends a C2HTermReq for a fatal error in the host's PDU (the
+// header in error, as far as it was read, goes along) and closes.
+func (q *ControllerQueue) terminate(fe *wire.FatalError) {
+	q.log.Info("nvme-tcp: host protocol error, closing queue", zap.Error(fe))
+	hl := min(int(q.hb[2]), wire.MaxTermReqPLen-wire.TermReqHLen)
+	if hl < wire.CommonHeaderSize {
+		hl = wire.CommonHeaderSize
+	}
+	pdu := wire.AppendTermReq(nil, wire.TypeC2HTermReq, fe.FES, fe.FEI, q.hb[:hl])
+	q.wmu.Lock()
+	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
+	_, _ = q.conn.Write(pdu)
+	q.live.Store(false)
+	_ = q.conn.Close()
+	q.wmu.Unlock()
+}
+
+// write writes bufs as one writev under the write lock.
+func (q *ControllerQueue) write(bufs *net.Buffers) error {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	if !q.live.Load() {
+		return net.ErrClosed
+	}
+	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
+	if _, err := bufs.WriteTo(q.conn); err != nil {
+		q.live.Store(false)
+		_ = q.conn.Close()
+		return err
+	}
+	return nil
+}
+
+// Request is one command being executed on a controller queue. It is valid
+// from HandleCommand until Complete returns; the controller logic must
+// complete every request exactly once.
+type Request struct {
+	q         *ControllerQueue
+	index     int32
+	sqe       nvmeof.SQE
+	buf       []byte // the context's data buffer, kept across commands
+	data      []byte
+	inCap     bool
+	result    uint64
+	rcvd      uint32
+	digestErr bool
+	answered  bool
+	active    atomic.Bool
+	r2t       atomic.Bool // waiting for H2CData
+	r2tTimer  *time.Timer // bounds the wait for H2CData (made once)
+
+	// The response: a C2HData header (with its digest), the data, then
+	// the data digest and the CapsuleResp PDU (with its digest) in out.
+	c2h  [wire.DataHLen + wire.DigestSize]byte
+	out  [2*wire.DigestSize + wire.CapsuleRespHLen]byte
+	iov  [3][]byte
+	bufs net.Buffers
+}
+
+func (r *Request) reset() {
+	r.data, r.inCap, r.result, r.rcvd, r.digestErr, r.answered = nil, false, 0, 0, false, false
+}
+
+// buffer returns the context's buffer sized n, grown if need be.
+func (r *Request) buffer(n int) []byte {
+	if cap(r.buf) < n {
+		r.buf = make([]byte, max(n, 4096))
+	}
+	r.buf = r.buf[:cap(r.buf)]
+	return r.buf[:n]
+}
+
+// SQE is the command.
+func (r *Request) SQE() *nvmeof.SQE { return &r.sqe }
+
+// Index is the request's context number on its queue, in
+// [0, QueueRequest.Contexts()).
+func (r *Request) Index() int { return int(r.index) }
+
+// Queue is the queue the command arrived on.
+func (r *Request) Queue() *ControllerQueue { return r.q }
+
+// Data is the command's data buffer, as long as its SGL says (nil when the
+// command carries no data).
+func (r *Request) Data() []byte { return r.data }
+
+// SetResult sets completion DW0.
+func (r *Request) SetResult(dw0 uint32) { r.result = r.result&^0xFFFFFFFF | uint64(dw0) }
+
+// SetResult64 sets completion DW0 and DW1.
+func (r *Request) SetResult64(v uint64) { r.result = v }
+
+// FetchData gets a write-direction command's data from the host: an R2T
+// for the whole transfer (TCP 1.0 §3.6.2.8; the host splits it into
+// H2CData PDUs of at most MAXH2CDATA), or nothing for in-capsule data
+// (DataReady is called at once).
+func (r *Request) FetchData() {
+	q := r.q
+	if r.inCap || len(r.data) == 0 {
+		q.h.DataReady(r, nil)
+		return
+	}
+	r.rcvd = 0
+	r.r2t.Store(true)
+	// A host that never answers the R2T would hold the command, its
+	// context and buffer: the PDU timeout bounds the wait for its data
+	// (nvmet has no such bound; the Linux host answers at once).
+	if r.r2tTimer == nil {
+		r.r2tTimer = time.AfterFunc(q.cfg.PDUTimeout, r.r2tExpired)
+	} else {
+		r.r2tTimer.Reset(q.cfg.PDUTimeout)
+	}
+	h := wire.NewHeader(wire.TypeR2T, 0, q.d, 0, 0)
+	wire.PutDataHeader(r.c2h[:], h, r.sqe.CID(), uint16(r.index), 0, uint32(len(r.data)))
+	n := wire.DataHLen
+	if q.d.Header {
+		wire.PutDigest(r.c2h[n:], wire.HeaderDigest(r.c2h[:n]))
+		n += wire.DigestSize
+	}
+	r.iov[0] = r.c2h[:n]
+	r.bufs = r.iov[:1]
+	if err := q.write(&r.bufs); err != nil {
+		// The connection is gone: QueueClosed follows; the command is
+		// completed (released) by the handler.
+		r.r2t.Store(false)
+		q.h.DataReady(r, fmt.Errorf("nvme-tcp: R2T: %w", err))
+	}
+}
+
+// r2tExpired ends the queue of an R2T still unanswered.
+func (r *Request) r2tExpired() {
+	if r.r2t.Load() {
+		r.q.log.Info("nvme-tcp: R2T unanswered within the PDU timeout, closing queue", zap.Uint16("cid", r.sqe.CID()))
+		r.q.Close()
+	}
+}
+
+// Complete finishes the command with a status: for a successful
+// controller-to-host command with data, a C2HData PDU with the data, then
+// the CapsuleResp, in one writev. It may be called from any goroutine,
+// once.
+func (r *Request) Complete(st nvmeof.Status) {
+	q := r.q
+	if r.answered || !r.active.Load() {
+		return
+	}
+	r.answered = true
+	r.r2t.Store(false)
+	var sqhd uint32
+	for {
+		old := q.sqHead.Load()
+		sqhd = (old + 1) % uint32(q.size)
+		if q.sqHead.CompareAndSwap(old, sqhd) {
+			break
+		}
+	}
+	k := 0
+	n := 0
+	if st == nvmeof.StatusSuccess && r.sqe.DataDirection() == nvmeof.DirControllerToHost && len(r.data) > 0 {
+		// TCP 1.0 §3.6.2.7: one C2HData with all the data, LAST_PDU; the
+		// CapsuleResp follows (SUCCESS is not used).
+		h := wire.NewHeader(wire.TypeC2HData, wire.FlagLastPDU, q.d, uint32(len(r.data)), 0)
+		wire.PutDataHeader(r.c2h[:], h, r.sqe.CID(), 0, 0, uint32(len(r.data)))
+		hl := wire.DataHLen
+		if q.d.Header {
+			wire.PutDigest(r.c2h[hl:], wire.HeaderDigest(r.c2h[:hl]))
+			hl += wire.DigestSize
+		}
+		r.iov[k] = r.c2h[:hl]
+		r.iov[k+1] = r.data
+		k += 2
+		if q.d.Data {
+			wire.PutDigest(r.out[:], wire.DataDigest(0, r.data))
+			n = wire.DigestSize
+		}
+	}
+	start := n
+	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[n:])
+	cqe := wire.CapsuleCQE(r.out[n:])
+	cqe.Complete(&r.sqe, q.qid, uint16(sqhd), uint32(r.result), st)
+	cqe.SetDW1(uint32(r.result >> 32))
+	n += wire.CapsuleRespHLen
+	if q.d.Header {
+		wire.PutDigest(r.out[n:], wire.HeaderDigest(r.out[start:n]))
+		n += wire.DigestSize
+	}
+	r.iov[k] = r.out[:n]
+	k++
+	r.bufs = r.iov[:k]
+	_ = q.write(&r.bufs)
+	r.iov = [3][]byte{}
+	r.data = nil
+	r.active.Store(false)
+	q.free <- r.index
+}
