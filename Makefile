@@ -95,7 +95,7 @@ test-rbd:
 
 test-rbd-run:
 	$(GO) vet -tags $(RBD_TAGS) $(RBD_PKGS) ./target/
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -tags $(RBD_TAGS) $(RBD_PKGS)
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m -tags $(RBD_TAGS) $(RBD_PKGS)
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 5m -tags $(RBD_TAGS) -run 'RBD' ./target/
 	CGO_ENABLED=1 $(GO) test -count=1 -run 'Alloc' -v -tags $(RBD_TAGS) ./backend/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)'
 
