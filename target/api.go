@@ -151,6 +151,8 @@ type PortStatus struct {
 	Address string `json:"address"`
 	// Family is "ipv4" or "ipv6".
 	Family string `json:"family"`
+	// Transport is "rdma" or "tcp".
+	Transport string `json:"transport"`
 	// Listening is true while the accept loop runs.
 	Listening bool `json:"listening"`
 	// Error says why the port is not listening (bind failure, accept loop

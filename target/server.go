@@ -546,7 +546,7 @@ func (s *server) status() Status {
 		pc := &cfg.Ports[i]
 		ps := PortStatus{
 			ID: pc.ID, Address: pc.ListenAddress(), Family: familyName(pc.AdrFam()),
-			Subsystems: cloneSlice(pc.Subsystems), InlineDataSize: pc.InlineDataSize, MaxQueueSize: pc.MaxQueueSize,
+			Subsystems: cloneSlice(pc.Subsystems), InlineDataSize: pc.InlineDataSize, MaxQueueSize: pc.MaxQueueSize, Transport: pc.Transport,
 		}
 		for _, r := range pc.Referrals {
 			ps.Referrals = append(ps.Referrals, r.ListenAddress())

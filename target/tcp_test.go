@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 

@@ -90,7 +90,11 @@ func printTree(w io.Writer, c *target.Config, states map[string]nsState) {
 	}
 	fmt.Fprintf(w, "  o- ports [%d]\n", len(c.Ports))
 	for _, p := range c.Ports {
-		fmt.Fprintf(w, "  | o- %d [trtype=rdma, traddr=%s, trsvcid=%d, inline_data_size=%d]\n", p.ID, p.Address, p.ServiceID, p.InlineDataSize)
+		trtype := p.Transport
+		if trtype == "" {
+			trtype = target.TransportRDMA
+		}
+		fmt.Fprintf(w, "  | o- %d [trtype=%s, traddr=%s, trsvcid=%d, inline_data_size=%d]\n", p.ID, trtype, p.Address, p.ServiceID, p.InlineDataSize)
 		fmt.Fprintf(w, "  | | o- ana_groups [%d]\n", len(p.ANAGroups))
 		for _, g := range p.ANAGroups {
 			fmt.Fprintf(w, "  | | | o- %d [state=%s]\n", g.ID, g.State)

@@ -317,6 +317,7 @@ func portFlags(fs *pflag.FlagSet) *body {
 	b := newBody(fs)
 	b.str("address", "address", "IPv4 or IPv6 address to listen on (traddr)")
 	b.integer("service-id", "service_id", "TCP port (trsvcid, default 4420)")
+	b.str("transport", "transport", "rdma (default) or tcp (trtype)")
 	b.integer("inline-data-size", "inline_data_size", "in-capsule data size")
 	b.integer("max-queue-size", "max_queue_size", "largest I/O queue a host may create")
 	b.strings("subsystem", "subsystems", "subsystem NQNs served (repeat or comma-separate)")

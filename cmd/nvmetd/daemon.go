@@ -397,6 +397,15 @@ func connectHints(cfg *loadedConfig) []zap.Field {
 	nqn := p.Subsystems[0]
 	nvmeof := fmt.Sprintf("%s connect -t rdma -a %s -s %d -n %s", hostTool(), addr, p.ServiceID, nqn)
 	linux := fmt.Sprintf("modprobe siw nvme-rdma; rdma link add siw0 type siw netdev IFACE; nvme connect -t rdma -a %s -s %d -n %s", addr, p.ServiceID, nqn)
+	if p.IsTCP() {
+		// An NVMe/TCP port: any stock Linux host, no siw; nvmeof does not
+		// speak NVMe/TCP yet.
+		linux = fmt.Sprintf("modprobe nvme-tcp; nvme connect -t tcp -a %s -s %d -n %s", addr, p.ServiceID, nqn)
+		if cfg.DefaultHostKey != "" {
+			linux += fmt.Sprintf(" --hostnqn %s --dhchap-secret \"$(cat %s)\"", cfg.DefaultHostNQN, cfg.DefaultHostKey)
+		}
+		return []zap.Field{zap.String("connect_linux", linux)}
+	}
 	if cfg.DefaultHostKey != "" {
 		// nvmeof reads the key file itself when its host NQN is the one
 		// the default admits (as root or the daemon's user); saying so

@@ -196,8 +196,9 @@ func (q *ControllerQueue) read(b []byte, first bool) error {
 // pduDone clears the PDU deadline.
 func (q *ControllerQueue) pduDone() {
 	if q.connDL && q.admitted.Load() {
+		// The read side only: writers set their own write deadline.
 		q.connDL = false
-		_ = q.conn.SetDeadline(time.Time{})
+		_ = q.conn.SetReadDeadline(time.Time{})
 		q.dl = false
 		return
 	}

@@ -600,3 +600,22 @@ func TestListenerCloseInitializing(t *testing.T) {
 	h := &host{t: t, c: c}
 	h.expectClose()
 }
+
+// TestAdmittedOutlivesConnectTimeout: once the controller admitted the
+// queue, the connect timeout no longer runs: an idle host (the keep-alive's
+// business) keeps its queue past it.
+func TestAdmittedOutlivesConnectTimeout(t *testing.T) {
+	m := newMemHandler()
+	ln := serve(t, Config{ConnectTimeout: 100 * time.Millisecond, PDUTimeout: 100 * time.Millisecond}, m)
+	h := dial(t, ln, wire.Digests{})
+	h.connect(1)
+	time.Sleep(time.Second) // ten connect timeouts, idle between PDUs
+	if st := h.read(0, make([]byte, 4096)); st != nvmeof.StatusSuccess {
+		t.Fatalf("read after the connect timeout: %v", st)
+	}
+	select {
+	case err := <-m.closed:
+		t.Fatalf("the queue ended: %v", err)
+	default:
+	}
+}

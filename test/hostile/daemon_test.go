@@ -141,6 +141,10 @@ type config struct {
 	// Hosts are YAML flow maps of the hosts section (DH-HMAC-CHAP keys);
 	// the legitimate host must not be among them.
 	Hosts []string
+	// TCP adds port 2, NVMe/TCP, serving the subsystem on
+	// daemon.tcpAddr.
+	TCP     bool
+	tcpPort int
 }
 
 func (c *config) yaml(port int, sock string) string {
@@ -155,6 +159,9 @@ func (c *config) yaml(port int, sock string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "daemon: {control_socket: %s, shutdown_timeout: %v, log_level: %s}\n", sock, shutdownTimeout, level)
 	fmt.Fprintf(&b, "ports:\n  - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}\n", port, subNQN)
+	if c.TCP {
+		fmt.Fprintf(&b, "  - {id: 2, address: 127.0.0.1, service_id: %d, transport: tcp, subsystems: [%s]}\n", c.tcpPort, subNQN)
+	}
 	fmt.Fprintf(&b, "subsystems:\n  - nqn: %s\n    allow_any_host: true\n    namespaces:\n", subNQN)
 	fmt.Fprintf(&b, "      - {nsid: 1, io_workers: %d, backend: %s}\n", c.IOWorkers, backend)
 	section := func(name string, kv []string) {
@@ -182,17 +189,19 @@ func (c *config) yaml(port int, sock string) string {
 
 // daemon is a running nvmetd.
 type daemon struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	pid    int
-	port   int
-	addr   string
-	sock   string
-	dir    string
-	cfg    config
-	stderr *logBuffer
-	exited chan struct{}
-	err    error // Wait's result, after exited is closed
+	t    testing.TB
+	cmd  *exec.Cmd
+	pid  int
+	port int
+	addr string
+	// tcpAddr is the NVMe/TCP port's address (config.TCP).
+	tcpAddr string
+	sock    string
+	dir     string
+	cfg     config
+	stderr  *logBuffer
+	exited  chan struct{}
+	err     error // Wait's result, after exited is closed
 	// crashSeen is set once a crash was reported, so that stop does not
 	// report it again.
 	crashSeen atomic.Bool
@@ -241,6 +250,10 @@ func tryStart(t testing.TB, cfg config) (*daemon, error) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	d := &daemon{t: t, cfg: cfg, port: freePort(t), dir: dir, sock: filepath.Join(dir, "ctl.sock"), stderr: &logBuffer{}, exited: make(chan struct{})}
 	d.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port))
+	if cfg.TCP {
+		cfg.tcpPort = freePort(t)
+		d.tcpAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.tcpPort))
+	}
 	cfgFile := filepath.Join(dir, "nvmetd.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg.yaml(d.port, d.sock)), 0o644); err != nil {
 		return nil, err
