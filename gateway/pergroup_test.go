@@ -57,6 +57,10 @@ func TestHandoverFencesOnlyItsGroup(t *testing.T) {
 	if barrier < 0 {
 		t.Errorf("no OSD-map barrier on a's group-1 client between its fence (event %d) and optimized (event %d): %v", iFence, iOpt, a.barriers)
 	}
+	// b's group 1 is inaccessible now, so its backend refuses writes
+	// itself; one that tries to take the image's exclusive lock first (as
+	// b would to serve again) meets the fence.
+	_ = b1.SetWritable(true)
 	if err := b1.WriteAt(block("b on group 1 after the hand-over"), 0, false); !errors.Is(err, syscall.ESHUTDOWN) {
 		t.Errorf("b's write to group 1's image after the hand-over: %v, want ESHUTDOWN", err)
 	}

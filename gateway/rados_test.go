@@ -393,6 +393,9 @@ func TestTakeoverFencesThenFailback(t *testing.T) {
 	if !slices.Contains(fence.Addrs, b.be.CephClient().Addrs) || slices.Contains(fence.Addrs, b.cl.Addrs()) {
 		t.Errorf("a's fence on failback %v: want b's backend %s, not b's group client %s", fence.Addrs, b.be.CephClient().Addrs, b.cl.Addrs())
 	}
+	// b's group is inaccessible, so its backend refuses writes itself;
+	// one that tries to take the exclusive lock first meets the fence.
+	_ = b.be.SetWritable(true)
 	if err := b.be.WriteAt(block("b after the hand-over"), 0, false); !errors.Is(err, syscall.ESHUTDOWN) {
 		t.Errorf("b's backend write after the hand-over: %v, want ESHUTDOWN", err)
 	}
