@@ -217,8 +217,13 @@ func PersistentHostIdentity(p HostPaths) (Identity, error) {
 	}
 	for _, f := range []string{p.HostNQN, p.HostID} {
 		if _, err := os.Lstat(f); !errors.Is(err, fs.ErrNotExist) {
-			// It exists (or cannot be examined) but was not read:
-			// not ours to replace.
+			// It exists now: another first use saved its identity since
+			// we read (each file appears whole: linked), so read again.
+			// If it still cannot be read, it is not ours to replace.
+			again, err := HostIdentityFrom(p)
+			if err != nil || strings.HasPrefix(again.Source, "file") {
+				return again, err
+			}
 			id.Persisted = fmt.Sprintf("not saved: %s exists but cannot be read", f)
 			return id, nil
 		}
