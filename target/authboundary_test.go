@@ -366,7 +366,7 @@ func loggedEvents(t testing.TB, l *jsonLog, msg string, kinds ...string) int {
 // compute nothing) is logged, not asserted.
 func TestAuthAttackersCannotLockOut(t *testing.T) {
 	if testing.Short() {
-		t.Skip("an attack of several seconds")
+		t.Skip("-short mode: an attack of several seconds (runs in make test)")
 	}
 	const maxCtrls = 2
 	const attackers = 3 * maxCtrls

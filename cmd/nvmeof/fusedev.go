@@ -209,7 +209,9 @@ func (f *nsFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off i
 	if f.ns.ReadOnly() {
 		return 0, syscall.EROFS
 	}
-	f.wrote.Store(true)
+	if !f.wrote.Load() { // a load per write, not a store to a shared cache line
+		f.wrote.Store(true)
+	}
 	size := f.ns.Size()
 	if off+int64(len(data)) > size {
 		return 0, syscall.ENOSPC
