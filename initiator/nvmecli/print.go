@@ -1,4 +1,4 @@
-package main
+package nvmecli
 
 import (
 	"fmt"
@@ -37,58 +37,58 @@ func cstr(b []byte) string {
 	return string(b)
 }
 
-func idCtrlJSON(c *nvmeof.IdentifyController) *jobj {
+func IDCtrlJSON(c *nvmeof.IdentifyController) *Object {
 	b := c[:]
 	u8 := func(o int) uint64 { return uint64(b[o]) }
 	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
 	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
-	o := &jobj{}
-	o.add("vid", u16(0)).add("ssvid", u16(2)).
-		add("sn", cstr(b[4:24])).add("mn", cstr(b[24:64])).add("fr", cstr(b[64:72])).
-		add("rab", u8(72)).add("ieee", uint64(b[75])<<16|uint64(b[74])<<8|uint64(b[73])).
-		add("cmic", u8(76)).add("mdts", u8(77)).add("cntlid", u16(78)).add("ver", u32(80)).
-		add("rtd3r", u32(84)).add("rtd3e", u32(88)).add("oaes", u32(92)).add("ctratt", u32(96)).
-		add("rrls", u16(100)).add("cntrltype", u8(111)).add("fguid", fguid(b[112:128])).
-		add("crdt1", u16(128)).add("crdt2", u16(130)).add("crdt3", u16(132)).
-		add("nvmsr", u8(253)).add("vwci", u8(254)).add("mec", u8(255)).
-		add("oacs", u16(256)).add("acl", u8(258)).add("aerl", u8(259)).add("frmw", u8(260)).
-		add("lpa", u8(261)).add("elpe", u8(262)).add("npss", u8(263)).add("avscc", u8(264)).
-		add("apsta", u8(265)).add("wctemp", u16(266)).add("cctemp", u16(268)).add("mtfa", u16(270)).
-		add("hmpre", u32(272)).add("hmmin", u32(276)).add("tnvmcap", u128(b[280:])).
-		add("unvmcap", u128(b[296:])).add("rpmbs", u32(312)).add("edstt", u16(316)).
-		add("dsto", u8(318)).add("fwug", u8(319)).add("kas", u16(320)).add("hctma", u16(322)).
-		add("mntmt", u16(324)).add("mxtmt", u16(326)).add("sanicap", u32(328)).
-		add("hmminds", u32(332)).add("hmmaxd", u16(336)).add("nsetidmax", u16(338)).
-		add("endgidmax", u16(340)).add("anatt", u8(342)).add("anacap", u8(343)).
-		add("anagrpmax", u32(344)).add("nanagrpid", u32(348)).add("pels", u32(352)).
-		add("domainid", u16(356)).add("megcap", u128(b[368:])).add("sqes", u8(512)).add("cqes", u8(513)).
-		add("maxcmd", u16(514)).add("nn", u32(516)).add("oncs", u16(520)).add("fuses", u16(522)).
-		add("fna", u8(524)).add("vwc", u8(525)).add("awun", u16(526)).add("awupf", u16(528)).
-		add("icsvscc", u8(530)).add("nwpc", u8(531)).add("acwu", u16(532)).add("ocfs", u16(534)).
-		add("sgls", u32(536)).add("mnan", u32(540)).add("maxdna", u128(b[544:])).add("maxcna", u32(560))
+	o := &Object{}
+	o.Add("vid", u16(0)).Add("ssvid", u16(2)).
+		Add("sn", cstr(b[4:24])).Add("mn", cstr(b[24:64])).Add("fr", cstr(b[64:72])).
+		Add("rab", u8(72)).Add("ieee", uint64(b[75])<<16|uint64(b[74])<<8|uint64(b[73])).
+		Add("cmic", u8(76)).Add("mdts", u8(77)).Add("cntlid", u16(78)).Add("ver", u32(80)).
+		Add("rtd3r", u32(84)).Add("rtd3e", u32(88)).Add("oaes", u32(92)).Add("ctratt", u32(96)).
+		Add("rrls", u16(100)).Add("cntrltype", u8(111)).Add("fguid", fguid(b[112:128])).
+		Add("crdt1", u16(128)).Add("crdt2", u16(130)).Add("crdt3", u16(132)).
+		Add("nvmsr", u8(253)).Add("vwci", u8(254)).Add("mec", u8(255)).
+		Add("oacs", u16(256)).Add("acl", u8(258)).Add("aerl", u8(259)).Add("frmw", u8(260)).
+		Add("lpa", u8(261)).Add("elpe", u8(262)).Add("npss", u8(263)).Add("avscc", u8(264)).
+		Add("apsta", u8(265)).Add("wctemp", u16(266)).Add("cctemp", u16(268)).Add("mtfa", u16(270)).
+		Add("hmpre", u32(272)).Add("hmmin", u32(276)).Add("tnvmcap", u128(b[280:])).
+		Add("unvmcap", u128(b[296:])).Add("rpmbs", u32(312)).Add("edstt", u16(316)).
+		Add("dsto", u8(318)).Add("fwug", u8(319)).Add("kas", u16(320)).Add("hctma", u16(322)).
+		Add("mntmt", u16(324)).Add("mxtmt", u16(326)).Add("sanicap", u32(328)).
+		Add("hmminds", u32(332)).Add("hmmaxd", u16(336)).Add("nsetidmax", u16(338)).
+		Add("endgidmax", u16(340)).Add("anatt", u8(342)).Add("anacap", u8(343)).
+		Add("anagrpmax", u32(344)).Add("nanagrpid", u32(348)).Add("pels", u32(352)).
+		Add("domainid", u16(356)).Add("megcap", u128(b[368:])).Add("sqes", u8(512)).Add("cqes", u8(513)).
+		Add("maxcmd", u16(514)).Add("nn", u32(516)).Add("oncs", u16(520)).Add("fuses", u16(522)).
+		Add("fna", u8(524)).Add("vwc", u8(525)).Add("awun", u16(526)).Add("awupf", u16(528)).
+		Add("icsvscc", u8(530)).Add("nwpc", u8(531)).Add("acwu", u16(532)).Add("ocfs", u16(534)).
+		Add("sgls", u32(536)).Add("mnan", u32(540)).Add("maxdna", u128(b[544:])).Add("maxcna", u32(560))
 	if s := cstr(b[768:1024]); s != "" {
-		o.add("subnqn", s)
+		o.Add("subnqn", s)
 	}
-	o.add("ioccsz", u32(1792)).add("iorcsz", u32(1796)).add("icdoff", u16(1800)).
-		add("fcatt", u8(1802)).add("msdbd", u8(1803)).add("ofcs", u16(1804))
-	var psds []*jobj
+	o.Add("ioccsz", u32(1792)).Add("iorcsz", u32(1796)).Add("icdoff", u16(1800)).
+		Add("fcatt", u8(1802)).Add("msdbd", u8(1803)).Add("ofcs", u16(1804))
+	var psds []*Object
 	for i := 0; i <= int(b[263]) && i < 32; i++ { // 32 power state descriptors at most
 		p := b[2048+32*i:]
-		psds = append(psds, (&jobj{}).add("max_power", uint64(le16(p, 0))).add("flags", uint64(p[3])).
-			add("entry_lat", uint64(le32(p, 4))).add("exit_lat", uint64(le32(p, 8))).
-			add("read_tput", uint64(p[12])).add("read_lat", uint64(p[13])).
-			add("write_tput", uint64(p[14])).add("write_lat", uint64(p[15])).
-			add("idle_power", uint64(le16(p, 16))).add("idle_scale", uint64(p[18]>>6)).
-			add("active_power", uint64(le16(p, 20))).add("active_power_work", uint64(p[22]&7)).
-			add("active_scale", uint64(p[22]>>6)))
+		psds = append(psds, (&Object{}).Add("max_power", uint64(le16(p, 0))).Add("flags", uint64(p[3])).
+			Add("entry_lat", uint64(le32(p, 4))).Add("exit_lat", uint64(le32(p, 8))).
+			Add("read_tput", uint64(p[12])).Add("read_lat", uint64(p[13])).
+			Add("write_tput", uint64(p[14])).Add("write_lat", uint64(p[15])).
+			Add("idle_power", uint64(le16(p, 16))).Add("idle_scale", uint64(p[18]>>6)).
+			Add("active_power", uint64(le16(p, 20))).Add("active_power_work", uint64(p[22]&7)).
+			Add("active_scale", uint64(p[22]>>6)))
 	}
-	o.add("psds", psds)
+	o.Add("psds", psds)
 	return o
 }
 
-// printIDCtrl is nvme-cli 2.3's normal id-ctrl output (with -H, each
+// PrintIDCtrl is nvme-cli 2.3's normal id-ctrl output (with -H, each
 // field's decoding after its line).
-func printIDCtrl(w io.Writer, c *nvmeof.IdentifyController, human bool) {
+func PrintIDCtrl(w io.Writer, c *nvmeof.IdentifyController, human bool) {
 	b := c[:]
 	p := func(name, v string) {
 		fmt.Fprintf(w, "%-10s: %s\n", name, v)
@@ -240,35 +240,35 @@ func fguid(b []byte) string {
 // u128String prints a 128-bit little-endian counter in decimal.
 func u128String(b []byte) string { return u128(b) }
 
-func idNSJSON(n *nvmeof.IdentifyNamespace) *jobj {
+func IDNSJSON(n *nvmeof.IdentifyNamespace) *Object {
 	b := n[:]
 	u8 := func(o int) uint64 { return uint64(b[o]) }
 	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
 	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
-	o := &jobj{}
-	o.add("nsze", le64(b, 0)).add("ncap", le64(b, 8)).add("nuse", le64(b, 16)).
-		add("nsfeat", u8(24)).add("nlbaf", u8(25)).add("flbas", u8(26)).add("mc", u8(27)).
-		add("dpc", u8(28)).add("dps", u8(29)).add("nmic", u8(30)).add("rescap", u8(31)).
-		add("fpi", u8(32)).add("dlfeat", u8(33)).add("nawun", u16(34)).add("nawupf", u16(36)).
-		add("nacwu", u16(38)).add("nabsn", u16(40)).add("nabo", u16(42)).add("nabspf", u16(44)).
-		add("noiob", u16(46)).add("nvmcap", u128(b[48:])).add("nsattr", u8(99)).add("nvmsetid", u16(100))
+	o := &Object{}
+	o.Add("nsze", le64(b, 0)).Add("ncap", le64(b, 8)).Add("nuse", le64(b, 16)).
+		Add("nsfeat", u8(24)).Add("nlbaf", u8(25)).Add("flbas", u8(26)).Add("mc", u8(27)).
+		Add("dpc", u8(28)).Add("dps", u8(29)).Add("nmic", u8(30)).Add("rescap", u8(31)).
+		Add("fpi", u8(32)).Add("dlfeat", u8(33)).Add("nawun", u16(34)).Add("nawupf", u16(36)).
+		Add("nacwu", u16(38)).Add("nabsn", u16(40)).Add("nabo", u16(42)).Add("nabspf", u16(44)).
+		Add("noiob", u16(46)).Add("nvmcap", u128(b[48:])).Add("nsattr", u8(99)).Add("nvmsetid", u16(100))
 	if b[24]&0x10 != 0 {
-		o.add("npwg", u16(64)).add("npwa", u16(66)).add("npdg", u16(68)).add("npda", u16(70)).add("nows", u16(72))
+		o.Add("npwg", u16(64)).Add("npwa", u16(66)).Add("npdg", u16(68)).Add("npda", u16(70)).Add("nows", u16(72))
 	}
-	o.add("mssrl", u16(74)).add("mcl", u32(76)).add("msrc", u8(80)).add("nulbaf", u8(84)).
-		add("anagrpid", u32(92)).add("endgid", u16(102)).
-		add("eui64", fmt.Sprintf("%x", b[120:128])).add("nguid", fmt.Sprintf("%x", b[104:120]))
-	var lbafs []*jobj
+	o.Add("mssrl", u16(74)).Add("mcl", u32(76)).Add("msrc", u8(80)).Add("nulbaf", u8(84)).
+		Add("anagrpid", u32(92)).Add("endgid", u16(102)).
+		Add("eui64", fmt.Sprintf("%x", b[120:128])).Add("nguid", fmt.Sprintf("%x", b[104:120]))
+	var lbafs []*Object
 	for i := 0; i <= int(b[25]) && i < 64; i++ {
 		f := b[128+4*i:]
-		lbafs = append(lbafs, (&jobj{}).add("ms", uint64(le16(f, 0))).add("ds", uint64(f[2])).add("rp", uint64(f[3]&3)))
+		lbafs = append(lbafs, (&Object{}).Add("ms", uint64(le16(f, 0))).Add("ds", uint64(f[2])).Add("rp", uint64(f[3]&3)))
 	}
-	o.add("lbafs", lbafs)
+	o.Add("lbafs", lbafs)
 	return o
 }
 
-// printIDNS is nvme-cli's normal id-ns output.
-func printIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool) {
+// PrintIDNS is nvme-cli's normal id-ns output.
+func PrintIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool) {
 	b := n[:]
 	p := func(name, v string) { fmt.Fprintf(w, "%-8s: %s\n", name, v) }
 	d := func(v uint64) string { return fmt.Sprint(v) }
@@ -346,39 +346,39 @@ func printIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool
 	}
 }
 
-func smartJSON(l *nvmeof.SMARTLog, human bool) *jobj {
+func SMARTJSON(l *nvmeof.SMARTLog, human bool) *Object {
 	b := l[:]
-	o := &jobj{}
+	o := &Object{}
 	if human {
 		cw := uint64(b[0])
-		o.add("critical_warning", (&jobj{}).add("value", cw).add("available_spare", cw&1).
-			add("temp_threshold", cw>>1&1).add("reliability_degraded", cw>>2&1).add("ro", cw>>3&1).
-			add("vmbu_failed", cw>>4&1).add("pmr_ro", cw>>5&1))
+		o.Add("critical_warning", (&Object{}).Add("value", cw).Add("available_spare", cw&1).
+			Add("temp_threshold", cw>>1&1).Add("reliability_degraded", cw>>2&1).Add("ro", cw>>3&1).
+			Add("vmbu_failed", cw>>4&1).Add("pmr_ro", cw>>5&1))
 	} else {
-		o.add("critical_warning", uint64(b[0]))
+		o.Add("critical_warning", uint64(b[0]))
 	}
-	o.add("temperature", uint64(le16(b, 1))).add("avail_spare", uint64(b[3])).
-		add("spare_thresh", uint64(b[4])).add("percent_used", uint64(b[5])).
-		add("endurance_grp_critical_warning_summary", uint64(b[6])).
-		add("data_units_read", u128(b[32:])).add("data_units_written", u128(b[48:])).
-		add("host_read_commands", u128(b[64:])).add("host_write_commands", u128(b[80:])).
-		add("controller_busy_time", u128(b[96:])).add("power_cycles", u128(b[112:])).
-		add("power_on_hours", u128(b[128:])).add("unsafe_shutdowns", u128(b[144:])).
-		add("media_errors", u128(b[160:])).add("num_err_log_entries", u128(b[176:])).
-		add("warning_temp_time", uint64(le32(b, 192))).add("critical_comp_time", uint64(le32(b, 196)))
+	o.Add("temperature", uint64(le16(b, 1))).Add("avail_spare", uint64(b[3])).
+		Add("spare_thresh", uint64(b[4])).Add("percent_used", uint64(b[5])).
+		Add("endurance_grp_critical_warning_summary", uint64(b[6])).
+		Add("data_units_read", u128(b[32:])).Add("data_units_written", u128(b[48:])).
+		Add("host_read_commands", u128(b[64:])).Add("host_write_commands", u128(b[80:])).
+		Add("controller_busy_time", u128(b[96:])).Add("power_cycles", u128(b[112:])).
+		Add("power_on_hours", u128(b[128:])).Add("unsafe_shutdowns", u128(b[144:])).
+		Add("media_errors", u128(b[160:])).Add("num_err_log_entries", u128(b[176:])).
+		Add("warning_temp_time", uint64(le32(b, 192))).Add("critical_comp_time", uint64(le32(b, 196)))
 	for c := 0; c < 8; c++ {
 		if t := le16(b, 200+2*c); t != 0 {
-			o.add(fmt.Sprintf("temperature_sensor_%d", c+1), uint64(t))
+			o.Add(fmt.Sprintf("temperature_sensor_%d", c+1), uint64(t))
 		}
 	}
-	o.add("thm_temp1_trans_count", uint64(le32(b, 216))).add("thm_temp2_trans_count", uint64(le32(b, 220))).
-		add("thm_temp1_total_time", uint64(le32(b, 224))).add("thm_temp2_total_time", uint64(le32(b, 228)))
+	o.Add("thm_temp1_trans_count", uint64(le32(b, 216))).Add("thm_temp2_trans_count", uint64(le32(b, 220))).
+		Add("thm_temp1_total_time", uint64(le32(b, 224))).Add("thm_temp2_total_time", uint64(le32(b, 228)))
 	return o
 }
 
-// printSMART is nvme-cli 2.3's normal smart-log output
+// PrintSMART is nvme-cli 2.3's normal smart-log output
 // (nvme_show_smart_log); human (-H) decodes the critical warning.
-func printSMART(w io.Writer, l *nvmeof.SMARTLog, dev string, nsid uint32, human bool) {
+func PrintSMART(w io.Writer, l *nvmeof.SMARTLog, dev string, nsid uint32, human bool) {
 	b := l[:]
 	temp := le16(b, 1)
 	cw := b[0]
@@ -448,23 +448,23 @@ func reverse(b []byte) []byte {
 	return r
 }
 
-func errorLogJSON(b []byte) *jobj {
-	var errs []*jobj
+func ErrorLogJSON(b []byte) *Object {
+	var errs []*Object
 	for off := 0; off+nvmeof.ErrorLogEntrySize <= len(b); off += nvmeof.ErrorLogEntrySize {
 		e := b[off:]
 		sf := le16(e, 12)
-		errs = append(errs, (&jobj{}).add("error_count", le64(e, 0)).add("sqid", uint64(le16(e, 8))).
-			add("cmdid", uint64(le16(e, 10))).add("status_field", uint64(sf>>1)).add("phase_tag", uint64(sf&1)).
-			add("parm_error_location", uint64(le16(e, 14))).add("lba", le64(e, 16)).add("nsid", uint64(le32(e, 24))).
-			add("vs", uint64(e[28])).add("trtype", uint64(e[29])).add("cs", le64(e, 32)).
-			add("trtype_spec_info", uint64(le16(e, 40))))
+		errs = append(errs, (&Object{}).Add("error_count", le64(e, 0)).Add("sqid", uint64(le16(e, 8))).
+			Add("cmdid", uint64(le16(e, 10))).Add("status_field", uint64(sf>>1)).Add("phase_tag", uint64(sf&1)).
+			Add("parm_error_location", uint64(le16(e, 14))).Add("lba", le64(e, 16)).Add("nsid", uint64(le32(e, 24))).
+			Add("vs", uint64(e[28])).Add("trtype", uint64(e[29])).Add("cs", le64(e, 32)).
+			Add("trtype_spec_info", uint64(le16(e, 40))))
 	}
-	return (&jobj{}).add("errors", errs)
+	return (&Object{}).Add("errors", errs)
 }
 
-// printErrorLog is nvme-cli 2.3's normal error-log output
+// PrintErrorLog is nvme-cli 2.3's normal error-log output
 // (nvme_show_error_log).
-func printErrorLog(w io.Writer, b []byte, dev string) {
+func PrintErrorLog(w io.Writer, b []byte, dev string) {
 	n := len(b) / nvmeof.ErrorLogEntrySize
 	fmt.Fprintf(w, "Error Log Entries for device:%s entries:%d\n", dev, n)
 	fmt.Fprintln(w, ".................")
@@ -476,7 +476,7 @@ func printErrorLog(w io.Writer, b []byte, dev string) {
 		fmt.Fprintf(w, "error_count\t: %d\n", le64(e, 0))
 		fmt.Fprintf(w, "sqid\t\t: %d\n", le16(e, 8))
 		fmt.Fprintf(w, "cmdid\t\t: %s\n", cx(uint64(le16(e, 10))))
-		fmt.Fprintf(w, "status_field\t: %s(%s)\n", cx(uint64(sf>>1)), statusString(sf>>1))
+		fmt.Fprintf(w, "status_field\t: %s(%s)\n", cx(uint64(sf>>1)), StatusString(sf>>1))
 		fmt.Fprintf(w, "phase_tag\t: %s\n", cx(uint64(sf&1)))
 		fmt.Fprintf(w, "parm_err_loc\t: %s\n", cx(uint64(le16(e, 14))))
 		fmt.Fprintf(w, "lba\t\t: %s\n", cx(le64(e, 16)))
@@ -502,20 +502,20 @@ func fwString(b []byte) string {
 	return string(r)
 }
 
-func fwLogJSON(l *nvmeof.FirmwareSlotLog, dev string) *jobj {
+func FWLogJSON(l *nvmeof.FirmwareSlotLog, dev string) *Object {
 	b := l[:]
-	fw := (&jobj{}).add("Active Firmware Slot (afi)", uint64(b[0]))
+	fw := (&Object{}).Add("Active Firmware Slot (afi)", uint64(b[0]))
 	for i := 0; i < 7; i++ {
 		s := b[8+8*i:]
 		if s[0] != 0 {
-			fw.add(fmt.Sprintf("Firmware Rev Slot %d", i+1), fmt.Sprintf("%d (%s)", le64(s, 0), fwString(s)))
+			fw.Add(fmt.Sprintf("Firmware Rev Slot %d", i+1), fmt.Sprintf("%d (%s)", le64(s, 0), fwString(s)))
 		}
 	}
-	return (&jobj{}).add(dev, fw)
+	return (&Object{}).Add(dev, fw)
 }
 
-// printFWLog is nvme-cli's normal fw-log output.
-func printFWLog(w io.Writer, l *nvmeof.FirmwareSlotLog, dev string) {
+// PrintFWLog is nvme-cli's normal fw-log output.
+func PrintFWLog(w io.Writer, l *nvmeof.FirmwareSlotLog, dev string) {
 	b := l[:]
 	fmt.Fprintf(w, "Firmware Log for device:%s\n", dev)
 	fmt.Fprintf(w, "afi  : %#x\n", b[0])
@@ -552,30 +552,25 @@ func cmdName(m map[int]string, op int) string {
 	return "Unknown"
 }
 
-// effectsJSON is nvme-cli 2.3's effects-log -o json: an array with one
+// EffectsJSON is nvme-cli 2.3's effects-log -o json: an array with one
 // object per command set read.
-func effectsJSON(l *nvmeof.CommandEffectsLog, csi uint8) string {
-	acs, iocs := &jobj{}, &jobj{}
+func EffectsJSON(l *nvmeof.CommandEffectsLog, csi uint8) string {
+	acs, iocs := &Object{}, &Object{}
 	for op := 0; op < 256; op++ {
 		if e := l.ACS(uint8(op)); e&1 != 0 {
-			acs.add(fmt.Sprintf("ACS_%d (%s)", op, cmdName(adminCmdNames, op)), uint64(e))
+			acs.Add(fmt.Sprintf("ACS_%d (%s)", op, cmdName(adminCmdNames, op)), uint64(e))
 		}
 	}
 	for op := 0; op < 256; op++ {
 		if e := l.IOCS(uint8(op)); e&1 != 0 {
-			iocs.add(fmt.Sprintf("IOCS_%d (%s)", op, cmdName(ioCmdNames, op)), uint64(e))
+			iocs.Add(fmt.Sprintf("IOCS_%d (%s)", op, cmdName(ioCmdNames, op)), uint64(e))
 		}
 	}
-	o := (&jobj{}).add("command_set_identifier", uint64(csi)).add("admin_cmd_set", acs).add("io_cmd_set", iocs)
-	var sb strings.Builder
-	sb.WriteString("[\n  ")
-	o.write(&sb, 1)
-	sb.WriteString("\n]")
-	return sb.String()
+	return Array((&Object{}).Add("command_set_identifier", uint64(csi)).Add("admin_cmd_set", acs).Add("io_cmd_set", iocs))
 }
 
-// printEffects is nvme-cli 2.3's normal effects-log output.
-func printEffects(w io.Writer, l *nvmeof.CommandEffectsLog, csi uint8, human bool) {
+// PrintEffects is nvme-cli 2.3's normal effects-log output.
+func PrintEffects(w io.Writer, l *nvmeof.CommandEffectsLog, csi uint8, human bool) {
 	title := "Unknown"
 	if csi == 0 {
 		title = "NVM"
@@ -630,19 +625,19 @@ func effectsHuman(e uint32) string {
 	return b.String()
 }
 
-func anaJSON(l nvmeof.ANALog, dev string) *jobj {
-	o := (&jobj{}).add("Asymmetric Namespace Access Log for NVMe device", dev).
-		add("chgcnt", l.ChangeCount).add("ngrps", uint64(len(l.Groups)))
-	var descs []*jobj
+func ANAJSON(l nvmeof.ANALog, dev string) *Object {
+	o := (&Object{}).Add("Asymmetric Namespace Access Log for NVMe device", dev).
+		Add("chgcnt", l.ChangeCount).Add("ngrps", uint64(len(l.Groups)))
+	var descs []*Object
 	for _, g := range l.Groups {
-		var ns []*jobj
+		var ns []*Object
 		for _, id := range g.NSIDs {
-			ns = append(ns, (&jobj{}).add("nsid", uint64(id)))
+			ns = append(ns, (&Object{}).Add("nsid", uint64(id)))
 		}
-		descs = append(descs, (&jobj{}).add("grpid", uint64(g.ID)).add("nnsids", uint64(len(g.NSIDs))).
-			add("chgcnt", g.ChangeCount).add("state", anaStateString(g.State)).add("NSIDS", ns))
+		descs = append(descs, (&Object{}).Add("grpid", uint64(g.ID)).Add("nnsids", uint64(len(g.NSIDs))).
+			Add("chgcnt", g.ChangeCount).Add("state", anaStateString(g.State)).Add("NSIDS", ns))
 	}
-	return o.add("ANA DESC LIST ", descs)
+	return o.Add("ANA DESC LIST ", descs)
 }
 
 // anaStateString is nvme-cli's nvme_ana_state_to_string.
@@ -662,8 +657,8 @@ func anaStateString(s nvmeof.ANAState) string {
 	return "invalid state"
 }
 
-// printANA is nvme-cli's normal ana-log output.
-func printANA(w io.Writer, l nvmeof.ANALog, dev string) {
+// PrintANA is nvme-cli's normal ana-log output.
+func PrintANA(w io.Writer, l nvmeof.ANALog, dev string) {
 	fmt.Fprintf(w, "Asymmetric Namespace Access Log for NVMe device: %s\n", dev)
 	fmt.Fprintf(w, "ANA LOG HEADER :-\n")
 	fmt.Fprintf(w, "chgcnt\t:\t%d\n", l.ChangeCount)
@@ -708,10 +703,10 @@ func cHexWidth(v uint64, w int) string {
 	return fmt.Sprintf("0x%0*x", w-2, v)
 }
 
-// printFeature is nvme-cli 2.3's get-feature output (get_feature_id_print):
+// PrintFeature is nvme-cli 2.3's get-feature output (get_feature_id_print):
 // the value line, then with select 3 the capabilities, else with -H the
 // decoded fields (nvme_feature_show_fields), else the data in hex.
-func printFeature(w io.Writer, fid, sel uint8, result uint32, data []byte, human bool) {
+func PrintFeature(w io.Writer, fid, sel uint8, result uint32, data []byte, human bool) {
 	name, ok := featureNames[fid]
 	if !ok {
 		name = "Unknown"
@@ -734,7 +729,7 @@ func printFeature(w io.Writer, fid, sel uint8, result uint32, data []byte, human
 	case human:
 		showFeatureFields(w, fid, result, data)
 	case len(data) > 0:
-		hexDump(w, data)
+		HexDump(w, data)
 	}
 }
 
@@ -829,8 +824,8 @@ func showFeatureFields(w io.Writer, fid uint8, r uint32, data []byte) {
 	}
 }
 
-// hexDump is nvme-cli's d(buf, len, 16, 1).
-func hexDump(w io.Writer, b []byte) {
+// HexDump is nvme-cli's d(buf, len, 16, 1).
+func HexDump(w io.Writer, b []byte) {
 	var sb strings.Builder
 	sb.WriteString("     ")
 	for i := 0; i <= 15; i++ {
@@ -858,56 +853,4 @@ func hexDump(w io.Writer, b []byte) {
 	}
 	sb.WriteString("\n")
 	_, _ = io.WriteString(w, sb.String())
-}
-
-// listSubsysJSON is nvme-cli's list-subsys -o json.
-func listSubsysJSON(sts []*ctrlState) string {
-	type host struct{ nqn, id string }
-	var hosts []host
-	byHost := map[host][]*ctrlState{}
-	for _, st := range sts {
-		h := host{st.HostNQN, st.HostID}
-		if _, ok := byHost[h]; !ok {
-			hosts = append(hosts, h)
-		}
-		byHost[h] = append(byHost[h], st)
-	}
-	var sb strings.Builder
-	sb.WriteString("[")
-	for i, h := range hosts {
-		o := (&jobj{}).add("HostNQN", h.nqn).add("HostID", h.id)
-		var subs []*jobj
-		for _, st := range byHost[h] {
-			subs = append(subs, (&jobj{}).add("Name", "nvme-subsys"+strings.TrimPrefix(st.Device, "nvme")).
-				add("NQN", st.SubNQN).add("Paths", []*jobj{(&jobj{}).add("Name", st.Device).
-				add("Transport", st.Transport).add("Address", pathAddress(st)).add("State", st.State)}))
-		}
-		o.add("Subsystems", subs)
-		if i > 0 {
-			sb.WriteString(",")
-		}
-		sb.WriteString("\n  ")
-		o.write(&sb, 1)
-	}
-	sb.WriteString("\n]")
-	return sb.String()
-}
-
-// pathAddress is a path's address as Linux shows it in sysfs.
-func pathAddress(st *ctrlState) string {
-	host, port := st.Address, ""
-	if i := strings.LastIndexByte(st.Address, ':'); i >= 0 {
-		host, port = strings.Trim(st.Address[:i], "[]"), st.Address[i+1:]
-	}
-	return fmt.Sprintf("traddr=%s,trsvcid=%s", host, port)
-}
-
-// printListSubsys is nvme-cli's normal list-subsys output.
-func printListSubsys(w io.Writer, sts []*ctrlState) {
-	for _, st := range sts {
-		fmt.Fprintf(w, "nvme-subsys%s - NQN=%s\n", strings.TrimPrefix(st.Device, "nvme"), st.SubNQN)
-		fmt.Fprintln(w, "\\")
-		fmt.Fprintf(w, " +- %s %s %s %s\n", st.Device, st.Transport, pathAddress(st), st.State)
-		fmt.Fprintln(w)
-	}
 }
