@@ -13,7 +13,7 @@ import (
 
 // TestAdminJSONGolden prints logs built with the values of a controller
 // whose nvme-cli 2.3 output (Linux 6.1 guest, kernel-connected to nvmetd)
-// is in testdata/admin, and wants the same text byte for byte (JSON, and
+// is in testdata, and wants the same text byte for byte (JSON, and
 // smart-log's normal output with and without -H).
 func TestAdminJSONGolden(t *testing.T) {
 	var smart nvmeof.SMARTLog
@@ -161,5 +161,48 @@ func TestStatusString(t *testing.T) {
 		if got := StatusString(st); got != want {
 			t.Errorf("%#x: %q, want %q", st, got, want)
 		}
+	}
+}
+
+// TestLayouts: each table names a field once, its fields do not overlap
+// and stay inside the structure, and a JSON order lists exactly the
+// table's fields.
+func TestLayouts(t *testing.T) {
+	for name, l := range map[string]*layout{"id-ctrl": &idCtrl, "id-ns": &idNS, "smart-log": &smart} {
+		seen := map[string]bool{}
+		used := make([]string, 4096)
+		for i := range l.fields {
+			f := &l.fields[i]
+			if seen[f.name] {
+				t.Errorf("%s: %s twice", name, f.name)
+			}
+			seen[f.name] = true
+			width := map[kind]int{u8: 1, u16: 2, u32: 4, u64: 8, u128le: 16, ieee: 3, guid: 16}[f.kind]
+			if width == 0 {
+				width = f.size
+			}
+			n := max(f.repeat, 1)
+			for r := 0; r < n; r++ {
+				for o := f.off + r*f.stride; o < f.off+r*f.stride+width; o++ {
+					if used[o] != "" {
+						t.Errorf("%s: %s overlaps %s at byte %d", name, f.name, used[o], o)
+					}
+					used[o] = f.name
+				}
+			}
+		}
+		if l.jsonOrder != nil {
+			if len(l.jsonOrder) != len(l.fields) {
+				t.Errorf("%s: the JSON order lists %d fields, the table %d", name, len(l.jsonOrder), len(l.fields))
+			}
+			for _, n := range l.jsonOrder {
+				if !seen[n] {
+					t.Errorf("%s: the JSON order lists %s, the table does not", name, n)
+				}
+			}
+		}
+	}
+	if nvmeof.IdentifyDataSize != 4096 {
+		t.Fatalf("Identify data is %d bytes", nvmeof.IdentifyDataSize)
 	}
 }

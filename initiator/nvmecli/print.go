@@ -4,16 +4,15 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-
 	"strings"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
-// The layouts below are nvme-cli 2.x's (nvme-print.c: json_nvme_id_ctrl,
+// The outputs below are nvme-cli 2.x's (nvme-print.c: json_nvme_id_ctrl,
 // json_nvme_id_ns, json_smart_log, json_error_log, json_fw_log,
 // json_effects_log, json_ana_log and their normal counterparts), field
-// for field.
+// for field; the fields of Identify and SMART are in fields.go.
 
 // u128 returns a little-endian 128-bit field in decimal, as nvme-cli 2.3
 // prints it in JSON (json_object_add_value_uint128: a string).
@@ -37,40 +36,11 @@ func cstr(b []byte) string {
 	return string(b)
 }
 
+// IDCtrlJSON is nvme-cli 2.3's id-ctrl -o json (json_nvme_id_ctrl).
 func IDCtrlJSON(c *nvmeof.IdentifyController) *Object {
 	b := c[:]
-	u8 := func(o int) uint64 { return uint64(b[o]) }
-	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
-	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
 	o := &Object{}
-	o.Add("vid", u16(0)).Add("ssvid", u16(2)).
-		Add("sn", cstr(b[4:24])).Add("mn", cstr(b[24:64])).Add("fr", cstr(b[64:72])).
-		Add("rab", u8(72)).Add("ieee", uint64(b[75])<<16|uint64(b[74])<<8|uint64(b[73])).
-		Add("cmic", u8(76)).Add("mdts", u8(77)).Add("cntlid", u16(78)).Add("ver", u32(80)).
-		Add("rtd3r", u32(84)).Add("rtd3e", u32(88)).Add("oaes", u32(92)).Add("ctratt", u32(96)).
-		Add("rrls", u16(100)).Add("cntrltype", u8(111)).Add("fguid", fguid(b[112:128])).
-		Add("crdt1", u16(128)).Add("crdt2", u16(130)).Add("crdt3", u16(132)).
-		Add("nvmsr", u8(253)).Add("vwci", u8(254)).Add("mec", u8(255)).
-		Add("oacs", u16(256)).Add("acl", u8(258)).Add("aerl", u8(259)).Add("frmw", u8(260)).
-		Add("lpa", u8(261)).Add("elpe", u8(262)).Add("npss", u8(263)).Add("avscc", u8(264)).
-		Add("apsta", u8(265)).Add("wctemp", u16(266)).Add("cctemp", u16(268)).Add("mtfa", u16(270)).
-		Add("hmpre", u32(272)).Add("hmmin", u32(276)).Add("tnvmcap", u128(b[280:])).
-		Add("unvmcap", u128(b[296:])).Add("rpmbs", u32(312)).Add("edstt", u16(316)).
-		Add("dsto", u8(318)).Add("fwug", u8(319)).Add("kas", u16(320)).Add("hctma", u16(322)).
-		Add("mntmt", u16(324)).Add("mxtmt", u16(326)).Add("sanicap", u32(328)).
-		Add("hmminds", u32(332)).Add("hmmaxd", u16(336)).Add("nsetidmax", u16(338)).
-		Add("endgidmax", u16(340)).Add("anatt", u8(342)).Add("anacap", u8(343)).
-		Add("anagrpmax", u32(344)).Add("nanagrpid", u32(348)).Add("pels", u32(352)).
-		Add("domainid", u16(356)).Add("megcap", u128(b[368:])).Add("sqes", u8(512)).Add("cqes", u8(513)).
-		Add("maxcmd", u16(514)).Add("nn", u32(516)).Add("oncs", u16(520)).Add("fuses", u16(522)).
-		Add("fna", u8(524)).Add("vwc", u8(525)).Add("awun", u16(526)).Add("awupf", u16(528)).
-		Add("icsvscc", u8(530)).Add("nwpc", u8(531)).Add("acwu", u16(532)).Add("ocfs", u16(534)).
-		Add("sgls", u32(536)).Add("mnan", u32(540)).Add("maxdna", u128(b[544:])).Add("maxcna", u32(560))
-	if s := cstr(b[768:1024]); s != "" {
-		o.Add("subnqn", s)
-	}
-	o.Add("ioccsz", u32(1792)).Add("iorcsz", u32(1796)).Add("icdoff", u16(1800)).
-		Add("fcatt", u8(1802)).Add("msdbd", u8(1803)).Add("ofcs", u16(1804))
+	idCtrl.addJSON(o, b, false)
 	var psds []*Object
 	for i := 0; i <= int(b[263]) && i < 32; i++ { // 32 power state descriptors at most
 		p := b[2048+32*i:]
@@ -90,102 +60,8 @@ func IDCtrlJSON(c *nvmeof.IdentifyController) *Object {
 // field's decoding after its line).
 func PrintIDCtrl(w io.Writer, c *nvmeof.IdentifyController, human bool) {
 	b := c[:]
-	p := func(name, v string) {
-		fmt.Fprintf(w, "%-10s: %s\n", name, v)
-		if human {
-			showIDCtrlHuman(w, name, b)
-		}
-	}
-	d := func(v uint64) string { return fmt.Sprint(v) }
-	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
-	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
-	u8 := func(o int) uint64 { return uint64(b[o]) }
 	fmt.Fprintln(w, "NVME Identify Controller:")
-	p("vid", cx(u16(0)))
-	p("ssvid", cx(u16(2)))
-	p("sn", string(b[4:24]))
-	p("mn", string(b[24:64]))
-	p("fr", string(b[64:72]))
-	p("rab", d(u8(72)))
-	p("ieee", fmt.Sprintf("%02x%02x%02x", b[75], b[74], b[73]))
-	p("cmic", cx(u8(76)))
-	p("mdts", d(u8(77)))
-	p("cntlid", cx(u16(78)))
-	p("ver", cx(u32(80)))
-	p("rtd3r", cx(u32(84)))
-	p("rtd3e", cx(u32(88)))
-	p("oaes", cx(u32(92)))
-	p("ctratt", cx(u32(96)))
-	p("rrls", cx(u16(100)))
-	p("cntrltype", d(u8(111)))
-	p("fguid", fguid(b[112:128]))
-	p("crdt1", d(u16(128)))
-	p("crdt2", d(u16(130)))
-	p("crdt3", d(u16(132)))
-	p("nvmsr", d(u8(253)))
-	p("vwci", d(u8(254)))
-	p("mec", d(u8(255)))
-	p("oacs", cx(u16(256)))
-	p("acl", d(u8(258)))
-	p("aerl", d(u8(259)))
-	p("frmw", cx(u8(260)))
-	p("lpa", cx(u8(261)))
-	p("elpe", d(u8(262)))
-	p("npss", d(u8(263)))
-	p("avscc", cx(u8(264)))
-	p("apsta", cx(u8(265)))
-	p("wctemp", d(u16(266)))
-	p("cctemp", d(u16(268)))
-	p("mtfa", d(u16(270)))
-	p("hmpre", d(u32(272)))
-	p("hmmin", d(u32(276)))
-	p("tnvmcap", u128String(b[280:296]))
-	p("unvmcap", u128String(b[296:312]))
-	p("rpmbs", cx(u32(312)))
-	p("edstt", d(u16(316)))
-	p("dsto", d(u8(318)))
-	p("fwug", d(u8(319)))
-	p("kas", d(u16(320)))
-	p("hctma", cx(u16(322)))
-	p("mntmt", d(u16(324)))
-	p("mxtmt", d(u16(326)))
-	p("sanicap", cx(u32(328)))
-	p("hmminds", d(u32(332)))
-	p("hmmaxd", d(u16(336)))
-	p("nsetidmax", d(u16(338)))
-	p("endgidmax", d(u16(340)))
-	p("anatt", d(u8(342)))
-	p("anacap", d(u8(343)))
-	p("anagrpmax", d(u32(344)))
-	p("nanagrpid", d(u32(348)))
-	p("pels", d(u32(352)))
-	p("domainid", d(u16(356)))
-	p("megcap", u128String(b[368:384]))
-	p("sqes", cx(u8(512)))
-	p("cqes", cx(u8(513)))
-	p("maxcmd", d(u16(514)))
-	p("nn", d(u32(516)))
-	p("oncs", cx(u16(520)))
-	p("fuses", cx(u16(522)))
-	p("fna", cx(u8(524)))
-	p("vwc", cx(u8(525)))
-	p("awun", d(u16(526)))
-	p("awupf", d(u16(528)))
-	p("icsvscc", d(u8(530)))
-	p("nwpc", d(u8(531)))
-	p("acwu", d(u16(532)))
-	p("ocfs", cx(u16(534)))
-	p("sgls", cx(u32(536)))
-	p("mnan", d(u32(540)))
-	p("maxdna", u128String(b[544:560]))
-	p("maxcna", d(u32(560)))
-	p("subnqn", cstr(b[768:1024]))
-	p("ioccsz", d(u32(1792)))
-	p("iorcsz", d(u32(1796)))
-	p("icdoff", d(u16(1800)))
-	p("fcatt", cx(u8(1802)))
-	p("msdbd", d(u8(1803)))
-	p("ofcs", d(u16(1804)))
+	idCtrl.printNormal(w, b, human)
 	for i := 0; i <= int(b[263]) && i < 32; i++ { // 32 power state descriptors at most
 		ps := b[2048+32*i:]
 		flags := ps[3]
@@ -237,27 +113,11 @@ func fguid(b []byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// u128String prints a 128-bit little-endian counter in decimal.
-func u128String(b []byte) string { return u128(b) }
-
+// IDNSJSON is nvme-cli 2.3's id-ns -o json (json_nvme_id_ns).
 func IDNSJSON(n *nvmeof.IdentifyNamespace) *Object {
 	b := n[:]
-	u8 := func(o int) uint64 { return uint64(b[o]) }
-	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
-	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
 	o := &Object{}
-	o.Add("nsze", le64(b, 0)).Add("ncap", le64(b, 8)).Add("nuse", le64(b, 16)).
-		Add("nsfeat", u8(24)).Add("nlbaf", u8(25)).Add("flbas", u8(26)).Add("mc", u8(27)).
-		Add("dpc", u8(28)).Add("dps", u8(29)).Add("nmic", u8(30)).Add("rescap", u8(31)).
-		Add("fpi", u8(32)).Add("dlfeat", u8(33)).Add("nawun", u16(34)).Add("nawupf", u16(36)).
-		Add("nacwu", u16(38)).Add("nabsn", u16(40)).Add("nabo", u16(42)).Add("nabspf", u16(44)).
-		Add("noiob", u16(46)).Add("nvmcap", u128(b[48:])).Add("nsattr", u8(99)).Add("nvmsetid", u16(100))
-	if b[24]&0x10 != 0 {
-		o.Add("npwg", u16(64)).Add("npwa", u16(66)).Add("npdg", u16(68)).Add("npda", u16(70)).Add("nows", u16(72))
-	}
-	o.Add("mssrl", u16(74)).Add("mcl", u32(76)).Add("msrc", u8(80)).Add("nulbaf", u8(84)).
-		Add("anagrpid", u32(92)).Add("endgid", u16(102)).
-		Add("eui64", fmt.Sprintf("%x", b[120:128])).Add("nguid", fmt.Sprintf("%x", b[104:120]))
+	idNS.addJSON(o, b, false)
 	var lbafs []*Object
 	for i := 0; i <= int(b[25]) && i < 64; i++ {
 		f := b[128+4*i:]
@@ -270,65 +130,8 @@ func IDNSJSON(n *nvmeof.IdentifyNamespace) *Object {
 // PrintIDNS is nvme-cli's normal id-ns output.
 func PrintIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool) {
 	b := n[:]
-	p := func(name, v string) { fmt.Fprintf(w, "%-8s: %s\n", name, v) }
-	d := func(v uint64) string { return fmt.Sprint(v) }
-	u16 := func(o int) uint64 { return uint64(le16(b, o)) }
-	u32 := func(o int) uint64 { return uint64(le32(b, o)) }
-	u8 := func(o int) uint64 { return uint64(b[o]) }
 	fmt.Fprintf(w, "NVME Identify Namespace %d:\n", nsid)
-	p("nsze", cx(le64(b, 0)))
-	p("ncap", cx(le64(b, 8)))
-	p("nuse", cx(le64(b, 16)))
-	// with prints a field's -H decoding after its line.
-	with := func(show func(io.Writer, uint8), v uint8) {
-		if human {
-			show(w, v)
-		}
-	}
-	p("nsfeat", cx(u8(24)))
-	with(showNSFeat, b[24])
-	p("nlbaf", d(u8(25)))
-	p("flbas", cx(u8(26)))
-	with(showFLBAS, b[26])
-	p("mc", cx(u8(27)))
-	with(showMC, b[27])
-	p("dpc", cx(u8(28)))
-	with(showDPC, b[28])
-	p("dps", cx(u8(29)))
-	with(showDPS, b[29])
-	p("nmic", cx(u8(30)))
-	with(showNMIC, b[30])
-	p("rescap", cx(u8(31)))
-	with(showRescap, b[31])
-	p("fpi", cx(u8(32)))
-	with(showFPI, b[32])
-	p("dlfeat", d(u8(33)))
-	with(showDLFeat, b[33])
-	p("nawun", d(u16(34)))
-	p("nawupf", d(u16(36)))
-	p("nacwu", d(u16(38)))
-	p("nabsn", d(u16(40)))
-	p("nabo", d(u16(42)))
-	p("nabspf", d(u16(44)))
-	p("noiob", d(u16(46)))
-	p("nvmcap", u128String(b[48:64]))
-	if b[24]&0x10 != 0 {
-		p("npwg", d(u16(64)))
-		p("npwa", d(u16(66)))
-		p("npdg", d(u16(68)))
-		p("npda", d(u16(70)))
-		p("nows", d(u16(72)))
-	}
-	p("mssrl", d(u16(74)))
-	p("mcl", d(u32(76)))
-	p("msrc", d(u8(80)))
-	p("nulbaf", d(u8(84)))
-	p("anagrpid", d(u32(92)))
-	fmt.Fprintf(w, "nsattr\t: %d\n", b[99])
-	p("nvmsetid", d(u16(100)))
-	p("endgid", d(u16(102)))
-	p("nguid", fmt.Sprintf("%x", b[104:120]))
-	p("eui64", fmt.Sprintf("%x", b[120:128]))
+	idNS.printNormal(w, b, human)
 	cur := int(b[26]&0xf) | int(b[26]>>5&3)<<4
 	for i := 0; i <= int(b[25]) && i < 64; i++ {
 		f := b[128+4*i:]
@@ -346,78 +149,19 @@ func PrintIDNS(w io.Writer, n *nvmeof.IdentifyNamespace, nsid uint32, human bool
 	}
 }
 
+// SMARTJSON is nvme-cli 2.3's smart-log -o json (json_smart_log); human
+// (-H) decodes the critical warning.
 func SMARTJSON(l *nvmeof.SMARTLog, human bool) *Object {
-	b := l[:]
 	o := &Object{}
-	if human {
-		cw := uint64(b[0])
-		o.Add("critical_warning", (&Object{}).Add("value", cw).Add("available_spare", cw&1).
-			Add("temp_threshold", cw>>1&1).Add("reliability_degraded", cw>>2&1).Add("ro", cw>>3&1).
-			Add("vmbu_failed", cw>>4&1).Add("pmr_ro", cw>>5&1))
-	} else {
-		o.Add("critical_warning", uint64(b[0]))
-	}
-	o.Add("temperature", uint64(le16(b, 1))).Add("avail_spare", uint64(b[3])).
-		Add("spare_thresh", uint64(b[4])).Add("percent_used", uint64(b[5])).
-		Add("endurance_grp_critical_warning_summary", uint64(b[6])).
-		Add("data_units_read", u128(b[32:])).Add("data_units_written", u128(b[48:])).
-		Add("host_read_commands", u128(b[64:])).Add("host_write_commands", u128(b[80:])).
-		Add("controller_busy_time", u128(b[96:])).Add("power_cycles", u128(b[112:])).
-		Add("power_on_hours", u128(b[128:])).Add("unsafe_shutdowns", u128(b[144:])).
-		Add("media_errors", u128(b[160:])).Add("num_err_log_entries", u128(b[176:])).
-		Add("warning_temp_time", uint64(le32(b, 192))).Add("critical_comp_time", uint64(le32(b, 196)))
-	for c := 0; c < 8; c++ {
-		if t := le16(b, 200+2*c); t != 0 {
-			o.Add(fmt.Sprintf("temperature_sensor_%d", c+1), uint64(t))
-		}
-	}
-	o.Add("thm_temp1_trans_count", uint64(le32(b, 216))).Add("thm_temp2_trans_count", uint64(le32(b, 220))).
-		Add("thm_temp1_total_time", uint64(le32(b, 224))).Add("thm_temp2_total_time", uint64(le32(b, 228)))
+	smart.addJSON(o, l[:], human)
 	return o
 }
 
 // PrintSMART is nvme-cli 2.3's normal smart-log output
 // (nvme_show_smart_log); human (-H) decodes the critical warning.
 func PrintSMART(w io.Writer, l *nvmeof.SMARTLog, dev string, nsid uint32, human bool) {
-	b := l[:]
-	temp := le16(b, 1)
-	cw := b[0]
 	fmt.Fprintf(w, "Smart Log for NVME device:%s namespace-id:%x\n", dev, nsid)
-	fmt.Fprintf(w, "critical_warning\t\t\t: %s\n", cx(uint64(cw)))
-	if human {
-		fmt.Fprintf(w, "      Available Spare[0]             : %d\n", cw&1)
-		fmt.Fprintf(w, "      Temp. Threshold[1]             : %d\n", cw>>1&1)
-		fmt.Fprintf(w, "      NVM subsystem Reliability[2]   : %d\n", cw>>2&1)
-		fmt.Fprintf(w, "      Read-only[3]                   : %d\n", cw>>3&1)
-		fmt.Fprintf(w, "      Volatile mem. backup failed[4] : %d\n", cw>>4&1)
-		fmt.Fprintf(w, "      Persistent Mem. RO[5]          : %d\n", cw>>5&1)
-	}
-	fmt.Fprintf(w, "temperature\t\t\t\t: %d°C (%d Kelvin)\n", int(temp)-273, temp)
-	fmt.Fprintf(w, "available_spare\t\t\t\t: %d%%\n", b[3])
-	fmt.Fprintf(w, "available_spare_threshold\t\t: %d%%\n", b[4])
-	fmt.Fprintf(w, "percentage_used\t\t\t\t: %d%%\n", b[5])
-	fmt.Fprintf(w, "endurance group critical warning summary: %s\n", cx(uint64(b[6])))
-	fmt.Fprintf(w, "Data Units Read\t\t\t\t: %s (%s)\n", u128(b[32:48]), siBytes(b[32:48], 1000*512))
-	fmt.Fprintf(w, "Data Units Written\t\t\t: %s (%s)\n", u128(b[48:64]), siBytes(b[48:64], 1000*512))
-	for _, f := range []struct {
-		name string
-		off  int
-	}{{"host_read_commands\t\t\t", 64}, {"host_write_commands\t\t\t", 80}, {"controller_busy_time\t\t\t", 96},
-		{"power_cycles\t\t\t\t", 112}, {"power_on_hours\t\t\t\t", 128}, {"unsafe_shutdowns\t\t\t", 144},
-		{"media_errors\t\t\t\t", 160}, {"num_err_log_entries\t\t\t", 176}} {
-		fmt.Fprintf(w, "%s: %s\n", f.name, u128(b[f.off:f.off+16]))
-	}
-	fmt.Fprintf(w, "Warning Temperature Time\t\t: %d\n", le32(b, 192))
-	fmt.Fprintf(w, "Critical Composite Temperature Time\t: %d\n", le32(b, 196))
-	for c := 0; c < 8; c++ {
-		if t := le16(b, 200+2*c); t != 0 {
-			fmt.Fprintf(w, "Temperature Sensor %d           : %d°C (%d Kelvin)\n", c+1, int(t)-273, t)
-		}
-	}
-	fmt.Fprintf(w, "Thermal Management T1 Trans Count\t: %d\n", le32(b, 216))
-	fmt.Fprintf(w, "Thermal Management T2 Trans Count\t: %d\n", le32(b, 220))
-	fmt.Fprintf(w, "Thermal Management T1 Total Time\t: %d\n", le32(b, 224))
-	fmt.Fprintf(w, "Thermal Management T2 Total Time\t: %d\n", le32(b, 228))
+	smart.printNormal(w, l[:], human)
 }
 
 // siBytes is nvme-cli's uint128_t_to_si_string: a 128-bit count of units
