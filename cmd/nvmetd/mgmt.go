@@ -17,6 +17,8 @@ import (
 
 	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
+
+	"github.com/nvmetd/nvmetd/target/configfile"
 )
 
 // The management API: HTTP/JSON on the control socket, described in
@@ -278,10 +280,10 @@ func (d *daemon) persistLocked(r *http.Request) error {
 		level = cur.Daemon.LogLevel
 	}
 	d.mu.Unlock()
-	sum, err := persistConfig(cur.File, cur.FileSum, force, cur.Target, level)
+	sum, err := configfile.Save(cur.File, cur.FileSum, force, cur.Target, level)
 	if err != nil {
 		status := http.StatusInternalServerError
-		if errors.Is(err, errConfigChanged) {
+		if errors.Is(err, configfile.ErrChanged) {
 			status = http.StatusConflict
 		}
 		return &apiError{Status: status, Applied: true, Message: "not persisted: " + err.Error()}
