@@ -42,6 +42,16 @@ type Host struct {
 	// granted).
 	Digests wire.Digests
 
+	// ConnectSQE, if set, edits the Connect command before Connect sends
+	// it (its attributes: SQ flow control disable, say).
+	ConnectSQE func(sqe *nvmeof.SQE)
+	// SQHD and Success are the last completion's, as Do and CQE saw it:
+	// the SQ head pointer of its CapsuleResp, or Success when a C2HData
+	// with the SUCCESS flag stood for it (NVMe/TCP 1.0 §3.6.2.7; no
+	// CapsuleResp follows).
+	SQHD    uint16
+	Success bool
+
 	cid  uint16
 	qid  uint16
 	size int
@@ -173,10 +183,15 @@ func (h *Host) CQE(cid uint16, into []byte) nvmeof.Status {
 			if c.CID() != cid {
 				h.T.Fatalf("CQE for CID %d, want %d", c.CID(), cid)
 			}
+			h.SQHD, h.Success = c.SQHead(), false
 			return c.Status()
 		case wire.TypeC2HData:
 			dh := (*wire.DataHeader)(hdr[:wire.DataHLen])
 			copy(into[dh.Offset():], data)
+			if hd.Flags&wire.FlagSuccess != 0 {
+				h.Success = true
+				return nvmeof.StatusSuccess
+			}
 		default:
 			h.T.Fatalf("unexpected %s", hd.Type)
 		}
@@ -238,11 +253,16 @@ func (h *Host) Do(sqe *nvmeof.SQE, out []byte, inCap bool, in []byte) (nvmeof.St
 				h.T.Fatalf("C2HData for CID %d, want %d", dh.CID(), cid)
 			}
 			copy(in[dh.Offset():], data)
+			if hd.Flags&wire.FlagSuccess != 0 {
+				h.Success = true
+				return nvmeof.StatusSuccess, 0
+			}
 		case wire.TypeCapsuleResp:
 			cqe := wire.CapsuleCQE(hdr)
 			if cqe.CID() != cid {
 				h.T.Fatalf("CQE for CID %d, want %d", cqe.CID(), cid)
 			}
+			h.SQHD, h.Success = cqe.SQHead(), false
 			return cqe.Status(), cqe.Result64()
 		default:
 			h.T.Fatalf("unexpected %s", hd.Type)
@@ -262,6 +282,9 @@ func (h *Host) Connect(qid uint16, size int, subnqn string, cntlid uint16, kato 
 	d.SetHostNQN(HostNQN)
 	var sqe nvmeof.SQE
 	sqe.BuildConnect(qid, uint16(size-1), kato)
+	if h.ConnectSQE != nil {
+		h.ConnectSQE(&sqe)
+	}
 	st, res := h.Do(&sqe, d[:], true, nil)
 	if st != nvmeof.StatusSuccess {
 		h.T.Fatalf("connect qid %d: %v", qid, st)
