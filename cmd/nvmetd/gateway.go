@@ -371,6 +371,21 @@ func (a daemonApplier) ServeUntil(group uint32, until time.Time) {
 	}
 }
 
+// BackendHealth is the outcome of the I/O of the group's namespaces in
+// the target (target.Target.BackendHealth): the runner samples it, and the
+// machine steps a group down whose backends no longer serve it
+// (gateway.Machine.BackendObserved).
+func (a daemonApplier) BackendHealth(group uint32) gateway.BackendHealth {
+	t, ok := a.d.t.(interface {
+		BackendHealth(uint32) target.BackendHealth
+	})
+	if !ok {
+		return gateway.BackendHealth{}
+	}
+	h := t.BackendHealth(group)
+	return gateway.BackendHealth{Transferred: h.Transferred, PathErrors: h.PathErrors, Blocklisted: h.Blocklisted, LastError: h.LastError}
+}
+
 // WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the
 // group's open rbd namespaces: after a fence, before the gateway serves.
 func (a daemonApplier) WaitForLatestOSDMap(group uint32) error {
