@@ -128,3 +128,20 @@ func (m *Machine) backendDown(g *group, now time.Time, reason string) []Action {
 	return append(acts, Action{Kind: ActStepDown, Group: g.id,
 		Reason: fmt.Sprintf("backend: %s; released to a survivor, not taken again here for %s, and only on new RADOS clients", reason, backoff)})
 }
+
+// backendAcquireFailed: an acquisition that was to replace the clients of
+// a group stepped down for its backends failed (the new clients could not
+// open the images: the gateway is still cut from them). The group is not
+// taken or asked for again here for the next backoff, so that a survivor
+// keeps it meanwhile instead of a hand-over to a gateway that cannot serve.
+func (m *Machine) backendAcquireFailed(g *group) {
+	b := &g.be
+	if !b.reopen {
+		return
+	}
+	backoff := m.backendBackoff() << min(b.downs, maxBackendBackoffShift)
+	b.downs++
+	if until := g.issued.Add(backoff); until.After(g.serveAfter) {
+		g.serveAfter = until
+	}
+}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"testing"
 )
 
@@ -120,4 +121,31 @@ func TestMachineBackendQuiet(t *testing.T) {
 	if st := m.Status()[0]; st.Role != Owner {
 		t.Fatalf("status %+v", st)
 	}
+}
+
+// TestMachineBackendReopenFails: the owner stepped down for its backends
+// takes its group back after the backoff, but its new clients cannot open
+// the images (still cut): the acquisition fails, and the group is neither
+// taken nor asked for again for the next (doubled) backoff, so the
+// survivor keeps serving it.
+func TestMachineBackendReopenFails(t *testing.T) {
+	m := oneGroup("a")
+	run(t, m, append(ownedSteps,
+		step{sample(1, 100, BackendHealth{}), nil},
+		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
+			"group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): ; " +
+				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
+		step{anaDone(1, false, 300, nil), []string{"group 1: release to "}},
+		step{released(1, nil), nil},
+		step{tick(20200), []string{"group 1: read"}},
+		step{read(1, 20200, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
+		step{acquired(1, errors.New("reopen the group's namespaces with new RADOS clients: timed out")), nil},
+		// b took it meanwhile: a asks for nothing until 20.2 + 40 s.
+		step{tick(23200), []string{"group 1: read"}},
+		step{read(1, 23200, heldBy("b"), nil), nil},
+		step{tick(60199), []string{"group 1: read"}},
+		step{read(1, 60199, heldBy("b"), nil), nil},
+		step{tick(63199), []string{"group 1: read"}},
+		step{read(1, 63199, heldBy("b"), nil), []string{"group 1: request-handover"}},
+	))
 }

@@ -712,6 +712,7 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	if err != nil {
 		g.noteErr(err)
 		g.role = Standby
+		m.backendAcquireFailed(g)
 		return nil
 	}
 	// The lease runs from no earlier than when the request was sent.
