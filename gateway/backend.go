@@ -124,6 +124,7 @@ func (m *Machine) backendDown(g *group, now time.Time, reason string) []Action {
 		g.serveAfter = until
 	}
 	g.releasing, g.releaseTo = true, ""
+	g.lastErr = "backend: " + reason // nvmetd status: last_error
 	acts := m.setANA(nil, g, false)
 	return append(acts, Action{Kind: ActStepDown, Group: g.id,
 		Reason: fmt.Sprintf("backend: %s; released to a survivor, not taken again here for %s, and only on new RADOS clients", reason, backoff)})

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -50,6 +51,9 @@ func TestMachineBackendBlocklisted(t *testing.T) {
 		step{fenceDone(1, 23400, nil), []string{"group 1: acquire (reopen)"}},
 		step{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 	))
+	if st := m.Status()[0]; st.Role != Owner || !strings.Contains(st.LastError, "EBLOCKLISTED") {
+		t.Fatalf("status %+v, want the owner, with the backend step-down as its last error", st)
+	}
 }
 
 // TestMachineBackendReopenWithoutSuccessor: nobody took the group while
