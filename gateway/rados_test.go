@@ -47,6 +47,11 @@ type gw struct {
 	// refuseInaccessible: SetANA(inaccessible) fails (the target refuses
 	// the reload), the ports stay as they were.
 	refuseInaccessible bool
+	// refuseOptimized: SetANA(optimized) fails (the target cannot serve
+	// the group: as cmd/nvmetd's when a namespace of it is not online).
+	refuseOptimized bool
+	// ready is what Readiness reports (nil: servable, one host).
+	ready *gateway.Readiness
 	// bes are the rbd backends of each ANA group (be is the first
 	// group's), addrs every client each group's backends ever had.
 	bes    map[uint32]*backend.RBD
@@ -109,11 +114,26 @@ func (g *gw) Reopen(n uint32) error {
 	return nil
 }
 
+// Readiness: the in-process gateways have no target and no hosts: ready
+// with one host unless the test says otherwise.
+func (g *gw) Readiness(uint32) gateway.Readiness {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ready != nil {
+		return *g.ready
+	}
+	return gateway.Readiness{Hosts: 1}
+}
+
 func (g *gw) SetANA(group uint32, optimized bool) error {
 	if optimized && g.onOptimized != nil {
 		g.onOptimized()
 	}
 	g.mu.Lock()
+	if optimized && g.refuseOptimized {
+		g.mu.Unlock()
+		return errors.New("ANA group cannot be served here (test)")
+	}
 	if !optimized && g.refuseInaccessible {
 		g.mu.Unlock()
 		return errors.New("reload: refused (test)")

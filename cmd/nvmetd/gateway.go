@@ -37,9 +37,16 @@ type gatewayConfig struct {
 	// StepDownMargin: an owner that could not renew goes inaccessible this
 	// long before its lease can end on the cluster (default lease/4).
 	StepDownMargin time.Duration `mapstructure:"step_down_margin"`
-	// FailbackDelay is how long a preferred owner is up before it asks
-	// for its groups back (default 30s).
+	// FailbackDelay is how long a preferred owner is up (or, after it
+	// lost a group, how long since) before it asks for its groups back,
+	// doubled for each failback strike of the group (default 30s; see
+	// gateway/failback.go and docs/rbd.md).
 	FailbackDelay time.Duration `mapstructure:"failback_delay"`
+	// FailbackMaxDelay caps the doubled failback delay (default 1h).
+	FailbackMaxDelay time.Duration `mapstructure:"failback_max_delay"`
+	// FailbackStable is how long the preferred owner serves a group
+	// before its failback strikes are cleared (default 60s).
+	FailbackStable time.Duration `mapstructure:"failback_stable"`
 	// ANAGroups are the groups and their preferred owners.
 	ANAGroups []gatewayGroupConfig `mapstructure:"ana_groups"`
 	// BlocklistExpire is how long a fence's blocklist entries last
@@ -87,6 +94,12 @@ func (g *gatewayConfig) applyDefaults() {
 	if g.FailbackDelay == 0 {
 		g.FailbackDelay = defaultGatewayFailback
 	}
+	if g.FailbackMaxDelay == 0 {
+		g.FailbackMaxDelay = gateway.DefaultFailbackMaxDelay
+	}
+	if g.FailbackStable == 0 {
+		g.FailbackStable = gateway.DefaultFailbackStable
+	}
 	if g.BlocklistExpire == 0 {
 		g.BlocklistExpire = gateway.DefaultBlocklistExpire
 	}
@@ -122,6 +135,12 @@ func (g *gatewayConfig) validate(cfg *target.Config) error {
 	}
 	if g.FailbackDelay < 0 {
 		add("failback_delay", "%s is negative", g.FailbackDelay)
+	}
+	if g.FailbackMaxDelay < g.FailbackDelay || g.FailbackMaxDelay > 24*time.Hour {
+		add("failback_max_delay", "%s is out of range (failback_delay %s..24h)", g.FailbackMaxDelay, g.FailbackDelay)
+	}
+	if g.FailbackStable < 0 || g.FailbackStable > 24*time.Hour {
+		add("failback_stable", "%s is out of range (0..24h)", g.FailbackStable)
 	}
 	// An entry that lapses lets a fenced gateway that was frozen longer
 	// write again: at least a day.
@@ -167,7 +186,8 @@ func (g *gatewayConfig) machineConfig(session string) gateway.Config {
 		groups[a.ID] = a.Preferred
 	}
 	return gateway.Config{Name: g.Name, Session: session, Lease: g.Lease, RenewInterval: g.RenewInterval,
-		Margin: g.StepDownMargin, FailbackDelay: g.FailbackDelay, Groups: groups}
+		Margin: g.StepDownMargin, FailbackDelay: g.FailbackDelay, FailbackMaxDelay: g.FailbackMaxDelay,
+		FailbackStable: g.FailbackStable, Groups: groups}
 }
 
 // canonicalGroupConfig is what every gateway of the group must agree on,
@@ -263,6 +283,23 @@ func (a daemonApplier) SetANA(group uint32, optimized bool) error {
 	d.gw.owned[group] = optimized
 	d.gw.mu.Unlock()
 	err := d.t.Reload(d.targetConfig(d.config().Target))
+	if err == nil && optimized {
+		// The reload retried every namespace that had failed to open:
+		// a group with a namespace still not open is not served (it
+		// would be optimized here with the namespace missing, and no
+		// other gateway would serve it). The machine counts it as a
+		// serve failure (failback.go) and releases the group.
+		if why := unservable(group, d.t.Status()); why != "" {
+			err = fmt.Errorf("ANA group %d cannot be served here: %s", group, why)
+			d.gw.mu.Lock()
+			d.gw.owned[group] = false
+			d.gw.mu.Unlock()
+			if rerr := d.t.Reload(d.targetConfig(d.config().Target)); rerr != nil {
+				err = fmt.Errorf("%w; making it inaccessible again: %w", err, rerr)
+			}
+			return err
+		}
+	}
 	if err != nil && optimized {
 		// Not served: a later reload (SIGHUP, the API) must not make it
 		// optimized behind the gateway's back. A failed inaccessible
@@ -272,6 +309,58 @@ func (a daemonApplier) SetANA(group uint32, optimized bool) error {
 		d.gw.mu.Unlock()
 	}
 	return err
+}
+
+// unservable says why the target of st cannot serve ANA group group ("" if
+// it can): an enabled namespace of the group that is not online (its
+// backend did not open, or the gateway guard refused it). Disabled
+// namespaces (by the configuration, or for a moment by Reopen) do not
+// count.
+func unservable(group uint32, st target.Status) string {
+	var why []string
+	for _, s := range st.Subsystems {
+		for _, n := range s.Namespaces {
+			if n.ANAGroup != group || !n.Enabled || n.State == target.NamespaceOnline {
+				continue
+			}
+			w := fmt.Sprintf("subsystem %s namespace %d is %s", s.NQN, n.NSID, n.State)
+			if n.Error != "" {
+				w += ": " + n.Error
+			}
+			why = append(why, w)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// Readiness reports whether the target can serve the group (every enabled
+// namespace of the group online) and how many host controllers with I/O
+// queues can use it here: connected to a subsystem with a namespace of the
+// group that their host may see (a group with no namespace: any host
+// controller). Status does no I/O.
+func (a daemonApplier) Readiness(group uint32) gateway.Readiness {
+	st := a.d.t.Status()
+	cfg := a.d.config().Target
+	visible := map[string][][]string{} // subsystem: the host lists of its namespaces in the group
+	empty := true
+	for _, s := range cfg.Subsystems {
+		for _, n := range s.Namespaces {
+			if n.ANAGroup == group {
+				visible[s.NQN] = append(visible[s.NQN], n.Hosts)
+				empty = false
+			}
+		}
+	}
+	r := gateway.Readiness{Unservable: unservable(group, st)}
+	for _, c := range st.Controllers {
+		if c.Discovery || c.IOQueues == 0 {
+			continue
+		}
+		if empty || slices.ContainsFunc(visible[c.Subsystem], func(h []string) bool { return len(h) == 0 || slices.Contains(h, c.HostNQN) }) {
+			r.Hosts++
+		}
+	}
+	return r
 }
 
 // drainTimeout bounds Flush's wait for the commands in flight.
@@ -506,6 +595,11 @@ type gatewayGroupStatus struct {
 	Preferred string `json:"preferred"`
 	Holder    string `json:"holder,omitempty"`
 	LastError string `json:"last_error,omitempty"`
+	// Failbacks is the group's failback strike count (gateway.Record.Failbacks).
+	Failbacks uint32 `json:"failbacks"`
+	// FailbackWait says why this gateway, the group's preferred owner,
+	// does not ask for it back now.
+	FailbackWait string `json:"failback_wait,omitempty"`
 }
 
 // status returns the gateway's status (nil without a gateway).
@@ -526,7 +620,7 @@ func (gs *gatewayState) status() *gatewayStatus {
 	}
 	for _, g := range groups {
 		st.Groups = append(st.Groups, gatewayGroupStatus{ID: g.Group, Role: g.Role.String(), Owned: g.Role == gateway.Owner,
-			Preferred: g.Preferred, Holder: g.Holder, LastError: g.LastError})
+			Preferred: g.Preferred, Holder: g.Holder, LastError: g.LastError, Failbacks: g.Failbacks, FailbackWait: g.FailbackWait})
 	}
 	return st
 }
