@@ -809,3 +809,68 @@ func TestRemovedObjectFencedByNewGateway(t *testing.T) {
 		t.Fatalf("a's write when b went optimized: %v, want ESHUTDOWN: a was not fenced first", fencedWrite)
 	}
 }
+
+// TestFailbackBackoff (issue 21, failback): a preferred owner whose target
+// cannot serve the group (SetANA optimized fails, as cmd/nvmetd's does when
+// a namespace of the group is not online) does not flap: each failback
+// attempt is a strike in the group's record (RADOS), and its next request
+// waits FailbackDelay × 2^n from when it gave the group up; after a
+// restart (a new run, new session) it reads the strikes from the record
+// and waits as long from its start. The gaps are checked as lower bounds
+// (a loaded machine only makes them longer).
+func TestFailbackBackoff(t *testing.T) {
+	f := newFixture(t)
+	b := f.start(t, "b", "b-1", nil)
+	b.waitEvent("b optimized", 0, isANA(true))
+	a := f.start(t, "a", "a-1", nil)
+	a.mu.Lock()
+	a.refuseOptimized = true
+	a.mu.Unlock()
+	delay := f.config("a", "").FailbackDelay
+	// Three failback attempts; each ends with a's release to nobody.
+	var lost []time.Time // when a gave the group up
+	var asked []time.Time
+	from := 0
+	for i := 0; i < 3; i++ {
+		j := a.waitEvent("a's handover request", from, isAct(gateway.ActRequestHandover, true))
+		k := a.waitEvent("a's release after its serve failure", j, isAct(gateway.ActRelease, true))
+		a.mu.Lock()
+		asked = append(asked, a.events[j].At)
+		lost = append(lost, a.events[k].At)
+		a.mu.Unlock()
+		from = k + 1
+	}
+	for i := 1; i < len(asked); i++ {
+		wait := delay << i // after i strikes
+		gap := asked[i].Sub(lost[i-1])
+		t.Logf("attempt %d: asked %s after the previous serve failure (backoff %s)", i+1, gap.Round(time.Millisecond), wait)
+		if gap < wait {
+			t.Errorf("attempt %d came %s after the previous one ended, before its backoff %s", i+1, gap, wait)
+		}
+	}
+	// The strikes are in the record (b holds the group again).
+	b.waitStatus("b owner again", func(s gateway.GroupStatus) bool { return s.Role == gateway.Owner })
+	o, err := b.cl.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Record.Failbacks < 3 || o.Record.Name != "b" {
+		t.Fatalf("record after three failed failbacks: %+v, want b's with at least 3 strikes", o.Record)
+	}
+	// Restart a (a crash: no release; it holds nothing): the backoff holds.
+	a.stop()
+	n := o.Record.Failbacks
+	start := time.Now()
+	a2 := f.start(t, "a", "a-2", nil)
+	a2.mu.Lock()
+	a2.refuseOptimized = true
+	a2.mu.Unlock()
+	j := a2.waitEvent("the restarted a's handover request", 0, isAct(gateway.ActRequestHandover, true))
+	a2.mu.Lock()
+	gap := a2.events[j].At.Sub(start)
+	a2.mu.Unlock()
+	t.Logf("restarted a asked %s after its start (%d strikes: backoff %s); handovers in the run: %d", gap.Round(time.Millisecond), n, delay<<n, len(asked)+1)
+	if gap < delay<<n {
+		t.Errorf("the restarted preferred owner asked %s after its start, before its backoff %s (%d strikes)", gap, delay<<n, n)
+	}
+}
