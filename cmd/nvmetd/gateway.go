@@ -363,27 +363,40 @@ func (a daemonApplier) Readiness(group uint32) gateway.Readiness {
 	return r
 }
 
-// drainTimeout bounds Flush's wait for the commands in flight.
+// drainTimeout bounds Flush's wait for the commands in flight; a release
+// waits at most the lease less the step-down margin besides (the lock is
+// not renewed while the release is out: past that it would be gone).
 const drainTimeout = 30 * time.Second
 
-// Flush waits until the commands in flight when it was called have
-// completed (after SetANA inaccessible no new I/O is accepted on the
-// group): an rbd write completes only once it is on the OSDs (no librbd
-// cache), so nothing acknowledged then remains in this gateway.
+// Flush waits until no command holds a namespace of the group (after
+// SetANA inaccessible no new I/O is accepted on it): an rbd write completes
+// only once it is on the OSDs (no librbd cache), so nothing acknowledged
+// then remains in this gateway. It counts the group's commands only
+// (target.Target.GroupInFlight), those of closed connections included, so
+// that the I/O of the gateway's other groups, which goes on, does not hold
+// the hand-over.
 func (a daemonApplier) Flush(group uint32) error {
-	deadline := time.Now().Add(drainTimeout)
-	for {
+	bound := min(drainTimeout, a.d.gw.cfg.Lease-a.d.gw.cfg.StepDownMargin)
+	deadline := time.Now().Add(bound)
+	inFlight := func() int64 {
+		if t, ok := a.d.t.(interface{ GroupInFlight(uint32) int64 }); ok {
+			return t.GroupInFlight(group)
+		}
 		var n int64
 		for _, q := range a.d.t.Queues() {
 			if q.QID > 0 {
 				n += q.InFlight
 			}
 		}
+		return n
+	}
+	for {
+		n := inFlight()
 		if n == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d commands still in flight after %s", n, drainTimeout)
+			return fmt.Errorf("ANA group %d: %d commands still in flight after %s", group, n, bound)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
