@@ -131,6 +131,20 @@ func fbHost(t *testing.T) *initiator.Subsystem {
 	return s
 }
 
+// stopAll stops the workloads at the end of the test; after a failure it
+// closes the host first, so that I/O waiting for a path (the group left
+// with none) fails and the workloads end instead of the test hanging.
+func stopAll(t *testing.T, s *initiator.Subsystem, ws ...*verify.Workload) {
+	if t.Failed() {
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		_ = s.Close(ctx)
+		cancel()
+	}
+	for _, w := range ws {
+		w.Stop()
+	}
+}
+
 // connect adds the host's path to p.
 func connect(t *testing.T, s *initiator.Subsystem, p *gwProc) *initiator.Path {
 	t.Helper()
@@ -242,7 +256,7 @@ func TestGatewayProcessFailbackNeedsHost(t *testing.T) {
 	waitGroupState(t, pb, 1, nvmeof.ANAOptimized)
 	h := s.Namespace(1)
 	w := startWorkload(t, h, 8, 256)
-	defer w.Stop()
+	defer stopAll(t, s, w)
 	waitOn(t, w, pb, time.Time{}, 100)
 
 	// Well past the failback delay (and the old code's request): gw-a
@@ -302,7 +316,7 @@ func TestGatewayProcessFailbackUnservable(t *testing.T) {
 	waitGroupState(t, pb, 1, nvmeof.ANAOptimized)
 	h := s.Namespace(1)
 	w := startWorkload(t, h, 8, 256)
-	defer w.Stop()
+	defer stopAll(t, s, w)
 	waitOn(t, w, pb, time.Time{}, 100)
 	handovers := func() int { return strings.Count(b.stderr.String(), "release to gw-a") }
 	window := 3 * (fbDelay + fbLease)
@@ -375,12 +389,11 @@ func TestGatewayProcessFailbackTwoGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w1.Stop()
 	w2, err := verify.Start(verify.Head(h2), verify.Config{BlockSize: 4096, Blocks: 256, Workers: 8, ReadBack: true, Writer: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w2.Stop()
+	defer stopAll(t, s, w1, w2)
 	waitOn(t, w1, pb, time.Time{}, 100)
 	waitOn(t, w2, pb, time.Time{}, 100)
 

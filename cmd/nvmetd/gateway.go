@@ -225,6 +225,10 @@ type gatewayState struct {
 	// a moment, so that they reopen with new RADOS clients
 	// (daemonApplier.Reopen).
 	closed map[uint32]bool
+	// retryAt: when Readiness may next reload the target to retry the
+	// namespaces of a group that cannot be served (retrying: one is out).
+	retryAt  time.Time
+	retrying bool
 }
 
 // overlay sets the gateway groups' ANA states on every port of cfg:
@@ -352,6 +356,9 @@ func (a daemonApplier) Readiness(group uint32) gateway.Readiness {
 		}
 	}
 	r := gateway.Readiness{Unservable: unservable(group, st)}
+	if r.Unservable != "" {
+		a.retryNamespaces()
+	}
 	for _, c := range st.Controllers {
 		if c.Discovery || c.IOQueues == 0 {
 			continue
@@ -506,6 +513,36 @@ func (a daemonApplier) Reopen(group uint32) error {
 		}
 	}
 	return nil
+}
+
+// retryNamespaces reloads the target, in the background and at most once
+// per failback_delay (at least a lease apart), so that the namespaces
+// that failed to open are tried again: a failed namespace is retried only
+// by a reload, and a preferred owner that cannot serve its group does not
+// ask for it (gateway/failback.go), which would otherwise be for ever
+// after a transient failure at its start.
+func (a daemonApplier) retryNamespaces() {
+	d, gs := a.d, a.d.gw
+	gs.mu.Lock()
+	now := time.Now()
+	if gs.retrying || now.Before(gs.retryAt) {
+		gs.mu.Unlock()
+		return
+	}
+	gs.retrying, gs.retryAt = true, now.Add(max(gs.cfg.FailbackDelay, gs.cfg.Lease))
+	gs.mu.Unlock()
+	go func() {
+		defer func() {
+			gs.mu.Lock()
+			gs.retrying = false
+			gs.mu.Unlock()
+		}()
+		d.changeMu.Lock()
+		defer d.changeMu.Unlock()
+		if err := d.t.Reload(d.targetConfig(d.config().Target)); err != nil {
+			d.log.Warn("gateway: retrying the namespaces that failed to open", zap.Error(err))
+		}
+	}()
 }
 
 // newSession returns a lock cookie unique to this run.
