@@ -337,14 +337,24 @@ func unservable(group uint32, st target.Status) string {
 	return strings.Join(why, "; ")
 }
 
-// Readiness reports whether the target can serve the group (every enabled
-// namespace of the group online) and how many host controllers with I/O
-// queues can use it here: connected to a subsystem with a namespace of the
-// group that their host may see (a group with no namespace: any host
-// controller). Status does no I/O.
+// Readiness reports whether the target can serve the group and how many
+// hosts can use it here (groupReadiness); a group that cannot be served
+// has its failed namespaces retried (retryNamespaces). Status does no I/O.
 func (a daemonApplier) Readiness(group uint32) gateway.Readiness {
-	st := a.d.t.Status()
-	cfg := a.d.config().Target
+	r := groupReadiness(group, a.d.t.Status(), a.d.config().Target)
+	if r.Unservable != "" {
+		a.retryNamespaces()
+	}
+	return r
+}
+
+// groupReadiness is the readiness of ANA group group in the target's
+// status st, cfg its configuration: servable when every enabled namespace
+// of the group is online (unservable), and the number of host controllers
+// with I/O queues connected to a subsystem with a namespace of the group
+// that their host may see (a group with no namespace: any host
+// controller).
+func groupReadiness(group uint32, st target.Status, cfg *target.Config) gateway.Readiness {
 	visible := map[string][][]string{} // subsystem: the host lists of its namespaces in the group
 	empty := true
 	for _, s := range cfg.Subsystems {
@@ -356,9 +366,6 @@ func (a daemonApplier) Readiness(group uint32) gateway.Readiness {
 		}
 	}
 	r := gateway.Readiness{Unservable: unservable(group, st)}
-	if r.Unservable != "" {
-		a.retryNamespaces()
-	}
 	for _, c := range st.Controllers {
 		if c.Discovery || c.IOQueues == 0 {
 			continue
