@@ -23,6 +23,7 @@ func releasedBy(name string) Observed {
 // with its clients replaced (acquire reopen).
 func TestMachineBackendBlocklisted(t *testing.T) {
 	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
 	down := "group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): " +
 		"write: ESHUTDOWN; released to a survivor, not taken again here for 20s, and only on new RADOS clients)"
 	run(t, m, append(ownedSteps,
@@ -61,6 +62,7 @@ func TestMachineBackendBlocklisted(t *testing.T) {
 // record back after the backoff, and still replaces its clients first.
 func TestMachineBackendReopenWithoutSuccessor(t *testing.T) {
 	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
 	run(t, m, append(ownedSteps,
 		step{sample(1, 100, BackendHealth{}), nil},
 		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
@@ -84,6 +86,7 @@ func TestMachineBackendReopenWithoutSuccessor(t *testing.T) {
 // a row doubles the backoff.
 func TestMachineBackendCutFromOSDs(t *testing.T) {
 	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
 	run(t, m, append(ownedSteps,
 		step{sample(1, 0, BackendHealth{Transferred: 100}), nil},
 		step{sample(1, 1000, BackendHealth{Transferred: 100, PathErrors: 1}), nil}, // failing since 1 s
@@ -113,6 +116,7 @@ func TestMachineBackendCutFromOSDs(t *testing.T) {
 // ownership; the first sample of an ownership is its baseline.
 func TestMachineBackendQuiet(t *testing.T) {
 	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
 	run(t, m, []step{
 		{tick(0), []string{"group 1: read"}},
 		{sample(1, 0, BackendHealth{PathErrors: 7, Blocklisted: 7}), nil},
@@ -134,6 +138,7 @@ func TestMachineBackendQuiet(t *testing.T) {
 // survivor keeps serving it.
 func TestMachineBackendReopenFails(t *testing.T) {
 	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
 	run(t, m, append(ownedSteps,
 		step{sample(1, 100, BackendHealth{}), nil},
 		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
