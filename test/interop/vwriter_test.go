@@ -28,6 +28,7 @@ import (
 type linuxWriter struct {
 	t    *testing.T
 	vm   *lab.VM
+	bin  string // vwriter in the guest
 	name string
 }
 
@@ -36,7 +37,7 @@ type linuxWriter struct {
 func startLinuxWriter(t *testing.T, vm *lab.VM, dev, name string) *linuxWriter {
 	t.Helper()
 	bin := vm.BuildAndPut(t, "./internal/testing/verify/cmd/vwriter")
-	w := &linuxWriter{t: t, vm: vm, name: name}
+	w := &linuxWriter{t: t, vm: vm, bin: bin, name: name}
 	step(t, vm, time.Minute, fmt.Sprintf(`rm -f /root/%[1]s.*; (%[2]s write -dev /dev/%[3]s -state /root/%[1]s.state -stop /root/%[1]s.stop `+
 		`-progress /root/%[1]s.progress -blocks 4096 -workers 16 -sweep > /root/%[1]s.out 2> /root/%[1]s.err; echo $? > /root/%[1]s.rc) >/dev/null 2>&1 &`+"\n"+
 		`echo started`, name, bin, dev))
@@ -93,17 +94,18 @@ func (w *linuxWriter) stop() (verify.Summary, time.Duration) {
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
 		w.t.Fatalf("vwriter's summary: %v\nstdout: %s\nstderr: %s", err, out, w.file("err"))
 	}
-	return s, guestClockOffset(w.t, w.vm)
+	return s, w.clockOffset()
 }
 
-// guestClockOffset returns the guest's clock less this machine's (within
-// half an Exec's round trip, logged).
-func guestClockOffset(t *testing.T, vm *lab.VM) time.Duration {
+// clockOffset returns the guest's clock less this machine's (within half
+// an Exec's round trip, logged).
+func (w *linuxWriter) clockOffset() time.Duration {
+	t := w.t
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	out, err := vm.Exec(ctx, "date +%s%N")
+	out, err := w.vm.Exec(ctx, w.bin+" now")
 	t1 := time.Now()
 	ns, perr := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
 	if err != nil || perr != nil {
@@ -148,11 +150,12 @@ func checkLinuxSweep(t *testing.T, s verify.Summary, dmesg string) {
 	}
 }
 
-// logLinuxStalls logs vwriter's stalls (its gaps between two completions
-// longer than 200 ms, placed on this machine's clock with the guest's
-// offset) beside the test's events, and each against bound if set (a
-// measure, never asserted: the machine is loaded and the guest runs
-// under TCG).
+// logLinuxStalls logs vwriter's stalls (its gaps between two completions,
+// placed on this machine's clock with the guest's offset): after each of
+// the test's events, the longest that began before the next event, each
+// against bound if set; and every other one longer than a second. A
+// measure, never asserted: the machine is loaded and the guest runs under
+// TCG.
 func logLinuxStalls(t *testing.T, s verify.Summary, off time.Duration, events map[string]time.Time, bound time.Duration, boundWhy string) {
 	t.Helper()
 	names := make([]string, 0, len(events))
@@ -160,14 +163,31 @@ func logLinuxStalls(t *testing.T, s verify.Summary, off time.Duration, events ma
 		names = append(names, k)
 	}
 	sort.Slice(names, func(i, j int) bool { return events[names[i]].Before(events[names[j]]) })
-	for _, g := range s.Gaps {
-		start, end := g.Start.Add(-off), g.End.Add(-off)
-		near := "no event"
-		for _, k := range names {
-			if !events[k].After(end) {
-				near = fmt.Sprintf("%.1fs after %s", start.Sub(events[k]).Seconds(), k)
+	// event returns the index of the last event at or before at (-1: none).
+	event := func(at time.Time) int {
+		i := -1
+		for j, k := range names {
+			if !events[k].After(at) {
+				i = j
 			}
 		}
+		return i
+	}
+	longest := make([]int, len(names))
+	for i := range longest {
+		longest[i] = -1
+	}
+	for j, g := range s.Gaps {
+		if e := event(g.End.Add(-off)); e >= 0 && (longest[e] < 0 || g.Duration() > s.Gaps[longest[e]].Duration()) {
+			longest[e] = j
+		}
+	}
+	for i, k := range names {
+		if longest[i] < 0 {
+			t.Logf("Linux host stall after %s: none longer than 200 ms", k)
+			continue
+		}
+		g := s.Gaps[longest[i]]
 		verdict := ""
 		if bound > 0 {
 			verdict = "within"
@@ -176,10 +196,12 @@ func logLinuxStalls(t *testing.T, s verify.Summary, off time.Duration, events ma
 			}
 			verdict = fmt.Sprintf("; bound %s = %v: %s", boundWhy, bound.Round(time.Millisecond), verdict)
 		}
-		t.Logf("Linux host stall (no vwriter I/O completed): %v from %s (%s)%s",
-			g.Duration().Round(time.Millisecond), start.Format("15:04:05.000"), near, verdict)
+		t.Logf("Linux host stall after %s (the longest time no vwriter I/O completed): %v, from %.1fs after it%s",
+			k, g.Duration().Round(time.Millisecond), g.Start.Add(-off).Sub(events[k]).Seconds(), verdict)
 	}
-	if len(s.Gaps) == 0 {
-		t.Logf("Linux host: no stall longer than 200 ms")
+	for j, g := range s.Gaps {
+		if e := event(g.End.Add(-off)); g.Duration() > time.Second && (e < 0 || longest[e] != j) {
+			t.Logf("Linux host stall of %v at %s", g.Duration().Round(time.Millisecond), g.Start.Add(-off).Format("15:04:05.000"))
+		}
 	}
 }

@@ -6,6 +6,7 @@
 //
 //	vwriter write -dev /dev/nvme1n1 -state /root/vw.state -stop /root/vw.stop [-blocks 4096] [-workers 16] [-sweep]
 //	vwriter sweep -dev /dev/nvme1n1 -state /root/vw.state
+//	vwriter now
 //
 // write writes versioned blocks (each carrying run, block, sequence and
 // writer, and a checksum) from -workers goroutines, one write of a block
@@ -19,10 +20,13 @@
 // it rewrites -progress (if set) with its counters. With -sweep it then
 // reads the whole device and checks every block: the last acknowledged
 // sequence or a later submitted one, never an older one, never torn or
-// foreign. It prints a verify.Summary as one JSON line on stdout (the
+// foreign. It prints a vblock.Summary as one JSON line on stdout (the
 // stalls of the workload, Gaps longer than -gap, with it).
 //
 // sweep loads -state and sweeps the device, printing the Summary.
+//
+// now prints the clock (Unix nanoseconds; the guest's date has no %N), to
+// place the Summary's stalls on the test's clock.
 //
 // The exit status is 0 whatever the sweep found (the test judges the
 // Summary); 1 if the device or the state could not be opened or saved, 2
@@ -41,7 +45,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/testing/verify"
+	"github.com/nvmetd/nvmetd/internal/testing/verify/vblock"
 )
 
 func main() {
@@ -54,6 +58,8 @@ func main() {
 	dev := fs.String("dev", "", "block device (opened with O_DIRECT)")
 	statePath := fs.String("state", "", "the workload's record (written by write, read by sweep)")
 	switch os.Args[1] {
+	case "now":
+		fmt.Println(time.Now().UnixNano())
 	case "write":
 		stop := fs.String("stop", "", "stop when this file exists")
 		progress := fs.String("progress", "", "rewrite this file every second with the counters")
@@ -67,7 +73,7 @@ func main() {
 		if *dev == "" || *statePath == "" || *stop == "" {
 			usage()
 		}
-		write(*dev, *statePath, *stop, *progress, verify.Config{BlockSize: *bs, Blocks: *blocks, Workers: *workers, ReadBack: *readBack}, *sweep, *gap)
+		write(*dev, *statePath, *stop, *progress, vblock.Config{BlockSize: *bs, Blocks: *blocks, Workers: *workers, ReadBack: *readBack}, *sweep, *gap)
 	case "sweep":
 		_ = fs.Parse(os.Args[2:])
 		if *dev == "" || *statePath == "" {
@@ -77,12 +83,12 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		w, err := verify.LoadState(f)
+		w, err := vblock.LoadState(f)
 		f.Close()
 		if err != nil {
 			log.Fatal(err)
 		}
-		d, err := verify.OpenDirect(*dev)
+		d, err := vblock.OpenDirect(*dev)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -94,17 +100,17 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: vwriter write -dev DEV -state FILE -stop FILE [-progress FILE] [-blocks N] [-workers N] [-bs N] [-readback=false] [-sweep] [-gap D]\n       vwriter sweep -dev DEV -state FILE")
+	fmt.Fprintln(os.Stderr, "usage: vwriter write -dev DEV -state FILE -stop FILE [-progress FILE] [-blocks N] [-workers N] [-bs N] [-readback=false] [-sweep] [-gap D]\n       vwriter sweep -dev DEV -state FILE\n       vwriter now")
 	os.Exit(2)
 }
 
-func write(dev, statePath, stopPath, progress string, cfg verify.Config, sweep bool, gap time.Duration) {
-	d, err := verify.OpenDirect(dev)
+func write(dev, statePath, stopPath, progress string, cfg vblock.Config, sweep bool, gap time.Duration) {
+	d, err := vblock.OpenDirect(dev)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer d.Close()
-	w, err := verify.Start(d, cfg)
+	w, err := vblock.Start(d, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -141,7 +147,7 @@ wait:
 	}
 	gaps := w.Gaps(gap)
 	if !sweep {
-		emit((&verify.Report{Workload: w.Stats()}).Summary(gaps))
+		emit((&vblock.Report{Workload: w.Stats()}).Summary(gaps))
 		return
 	}
 	emit(w.Sweep(context.Background(), d).Summary(gaps))
@@ -175,7 +181,7 @@ func writeFile(path string, b []byte, sync bool) error {
 	return os.Rename(tmp, path)
 }
 
-func emit(s verify.Summary) {
+func emit(s vblock.Summary) {
 	b, err := json.Marshal(s)
 	if err != nil {
 		log.Fatal(err)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package verify
+package vblock
 
 import (
 	"bytes"
