@@ -23,8 +23,7 @@ const directAlign = 4096
 // controller; the completions' times still give the stalls, Gaps), and an
 // Aligner (O_DIRECT wants aligned buffers).
 type Direct struct {
-	f    *os.File
-	size int64
+	file // ReadAtContext, WriteAtContext, Size
 }
 
 // OpenDirect opens the block device or file at path for reading and
@@ -39,7 +38,7 @@ func OpenDirect(path string) (*Direct, error) {
 		f.Close()
 		return nil, fmt.Errorf("verify: size of %s: %w", path, err)
 	}
-	return &Direct{f: f, size: size}, nil
+	return &Direct{file{f: f, size: size}}, nil
 }
 
 // Close closes the device.
@@ -47,9 +46,6 @@ func (d *Direct) Close() error { return d.f.Close() }
 
 // Name is the device's path.
 func (d *Direct) Name() string { return d.f.Name() }
-
-// Size is the device's size in bytes.
-func (d *Direct) Size() int64 { return d.size }
 
 // Buffer returns n bytes aligned for O_DIRECT.
 func (d *Direct) Buffer(n int) []byte {
@@ -59,23 +55,6 @@ func (d *Direct) Buffer(n int) []byte {
 		skip = directAlign - r
 	}
 	return b[skip : skip+n : skip+n]
-}
-
-// ReadAtContext reads len(p) bytes at off (ctx is checked before: a
-// system call cannot be interrupted).
-func (d *Direct) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	return d.f.ReadAt(p, off)
-}
-
-// WriteAtContext writes p at off.
-func (d *Direct) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	return d.f.WriteAt(p, off)
 }
 
 // ReadAtPath is ReadAtContext, its path the device's name.
