@@ -25,14 +25,15 @@ import (
 // back) runs throughout and ends with a sweep of the whole namespace: 0
 // regressed blocks, no I/O error, no read-back error; the failover times (last completion on the old path
 // to the first on the new) are printed, to compare with the kernel host's
-// against nvmetd (LinuxHostMultipath).
+// against nvmetd (LinuxHostMultipath). The namespace is 128 MiB (null_blk
+// with memory), so that the sweep of the whole of it stays short under TCG.
 
 func testInitiatorMultipathKernelTarget(t *testing.T, k kernel) {
 	opts := k.opts(labOpts)
 	opts.Forwards = []int{4420, 4421}
 	vm := startHealthy(t, opts)
 	mark := kmsgMark(t, vm)
-	guest(t, vm, 2*time.Minute, "nvmet.sh teardown; nvmet.sh setup && PORTID=2 TRSVCID=4421 nvmet.sh setup && nvmet.sh show | grep -E 'ana|ports' | head -20")
+	guest(t, vm, 2*time.Minute, "nvmet.sh teardown; export SIZE_MB=128; nvmet.sh setup && PORTID=2 TRSVCID=4421 nvmet.sh setup && nvmet.sh show | grep -E 'ana|ports' | head -20")
 	defer vm.Exec(context.Background(), "nvmet.sh teardown >/dev/null 2>&1")
 	for _, p := range []int{4420, 4421} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
