@@ -166,6 +166,13 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
 	}
+	// Run on 2026-11-28 (main at 2f97d72 and this test): gw-a keeps
+	// group 1 optimized with its lease renewed through osd.N while every
+	// backend write to a cut OSD fails after op_timeout ("backend
+	// unavailable: I/O fails with a path error") and the host retries it
+	// on gw-a, the only optimized path, again and again: no step-down
+	// within 3 minutes.
+	t.Skip("waits for the backend-health step-down (h4-ana, issue 21: an owner whose backend I/O fails releases its group); without it the owner cut from the image's OSDs keeps the group while its I/O fails")
 	c := netCluster(t)
 	if c.OSDs() < 3 {
 		t.Skipf("needs 3 OSDs (the cluster has %d): one keeps the group's objects while the owner is cut from the others", c.OSDs())
@@ -279,12 +286,13 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 // round trip per name).
 func pickGroup(t *testing.T, c *cephtest.Cluster) (string, int) {
 	t.Helper()
+	mapObjects := objectMapper(t, c)
 	for range 100 {
 		var rb [4]byte
 		rand.Read(rb[:])
 		name := "p" + hex.EncodeToString(rb[:])
 		objs := []string{gateway.ObjectName(name, 1), gateway.RecordsObjectName(name), gateway.ConfigObjectName(name)}
-		m := mapObjects(t, c, objs...)
+		m := mapObjects(objs...)
 		if m[objs[0]] == m[objs[1]] && m[objs[1]] == m[objs[2]] {
 			// Cross-check the first with the monitor.
 			if p := primaryOSD(t, c, objs[0]); p != m[objs[0]] {
@@ -301,6 +309,13 @@ func pickGroup(t *testing.T, c *cephtest.Cluster) (string, int) {
 // (osdmaptool --test-map-object on the current OSD map).
 func mapObjects(t *testing.T, c *cephtest.Cluster, objs ...string) map[string]int {
 	t.Helper()
+	return objectMapper(t, c)(objs...)
+}
+
+// objectMapper fetches the cluster's current OSD map and returns a
+// function that maps objects of the pool to their primary OSD.
+func objectMapper(t *testing.T, c *cephtest.Cluster) func(objs ...string) map[string]int {
+	t.Helper()
 	f := filepath.Join(t.TempDir(), "osdmap")
 	if out, err := adminCeph(c, "osd", "getmap", "-o", f); err != nil {
 		t.Fatalf("ceph osd getmap: %v\n%s", err, out)
@@ -310,7 +325,7 @@ func mapObjects(t *testing.T, c *cephtest.Cluster, objs ...string) map[string]in
 		t.Fatalf("ceph osd pool ls detail: %v\n%s", err, out)
 	}
 	var pools []struct {
-		Pool     int    `json:"pool"`
+		Pool     int    `json:"pool_id"`
 		PoolName string `json:"pool_name"`
 	}
 	if err := json.Unmarshal([]byte(out[strings.Index(out, "["):]), &pools); err != nil {
@@ -323,16 +338,19 @@ func mapObjects(t *testing.T, c *cephtest.Cluster, objs ...string) map[string]in
 		}
 	}
 	rx := regexp.MustCompile(`-> [0-9]+\.[0-9a-f]+ -> \[(\d+)`)
-	m := map[string]int{}
-	for _, o := range objs {
-		out, err := exec.Command("osdmaptool", f, "--test-map-object", o, "--pool", strconv.Itoa(pool)).CombinedOutput()
-		sm := rx.FindSubmatch(out)
-		if err != nil || sm == nil {
-			t.Fatalf("osdmaptool --test-map-object %s: %v\n%s", o, err, out)
+	return func(objs ...string) map[string]int {
+		t.Helper()
+		m := map[string]int{}
+		for _, o := range objs {
+			out, err := exec.Command("osdmaptool", f, "--test-map-object", o, "--pool", strconv.Itoa(pool)).CombinedOutput()
+			sm := rx.FindSubmatch(out)
+			if err != nil || sm == nil {
+				t.Fatalf("osdmaptool --test-map-object %s: %v\n%s", o, err, out)
+			}
+			m[o], _ = strconv.Atoi(string(sm[1]))
 		}
-		m[o], _ = strconv.Atoi(string(sm[1]))
+		return m
 	}
-	return m
 }
 
 // imageID returns an image's id (its objects' names carry it).

@@ -243,10 +243,11 @@ func freePort(t *testing.T) int {
 // startWorkload starts the verified workload (internal/testing/verify)
 // on the multipath head: workers writing versioned 4 KiB blocks in the
 // first blocks of the image, each write read back and checked; the
-// completions are counted per path (controller address).
+// completions are counted per path (controller address), and each path a
+// write was given up on is recorded (verify.Config.Attempts).
 func startWorkload(t *testing.T, h *initiator.Head, workers int, blocks int64) *verify.Workload {
 	t.Helper()
-	w, err := verify.Start(verify.Head(h), verify.Config{BlockSize: 4096, Blocks: blocks, Workers: workers, ReadBack: true})
+	w, err := verify.Start(verify.Head(h), verify.Config{BlockSize: 4096, Blocks: blocks, Workers: workers, ReadBack: true, Attempts: true})
 	if err != nil {
 		t.Fatal(err)
 	}
