@@ -177,6 +177,36 @@ func (p *gwProc) signal(sig syscall.Signal) {
 	}
 }
 
+// waitStopped waits until every thread of the process is stopped (state
+// T in /proc/PID/task/*/stat: a SIGSTOP took effect) and returns when.
+func (p *gwProc) waitStopped() time.Time {
+	p.t.Helper()
+	deadline := time.Now().Add(hang)
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	for {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			p.t.Fatalf("%s: %v", p.name, err)
+		}
+		all := len(tasks) > 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			// pid (comm) state ...: the state follows the last ')'.
+			if i := bytes.LastIndexByte(b, ')'); err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				all = false
+				break
+			}
+		}
+		if all {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: not every thread stopped within %v of SIGSTOP", p.name, hang)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // wait waits for the process to exit.
 func (p *gwProc) wait() int {
 	select {
