@@ -46,7 +46,15 @@ func TestGatewayProcessCephCut(t *testing.T) {
 	g, ns := startGatewayPairNet(t, nil)
 	a, b, pa, pb := g.a, g.b, g.pa, g.pb
 	w := startWorkload(t, g.h, 8, 1024)
-	defer w.Stop()
+	// Heal before stopping the workload should the test end early: a
+	// write stuck behind the cut (retried on the owner's path for ever)
+	// would keep Stop waiting.
+	defer func() {
+		if ns[0].isCut() {
+			ns[0].heal()
+		}
+		w.Stop()
+	}()
 	waitOn(t, w, pa, time.Time{}, 200)
 
 	// Cut gw-a from the cluster with writes in flight.
@@ -215,7 +223,15 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 
 	// The workload over the whole image: most blocks are on cut OSDs.
 	w := startWorkload(t, g.h, 8, g.h.Size()/4096)
-	defer w.Stop()
+	// Heal before stopping the workload should the test end early: a
+	// write stuck behind the cut (retried on the owner's path for ever)
+	// would keep Stop waiting.
+	defer func() {
+		if ns[0].isCut() {
+			ns[0].heal()
+		}
+		w.Stop()
+	}()
 	waitOn(t, w, pa, time.Time{}, 200)
 
 	amark, bmark := len(a.stderr.String()), len(b.stderr.String())
