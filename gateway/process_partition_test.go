@@ -174,13 +174,6 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
 	}
-	// Run on 2026-11-28 (main at 2f97d72 and this test): gw-a keeps
-	// group 1 optimized with its lease renewed through osd.N while every
-	// backend write to a cut OSD fails after op_timeout ("backend
-	// unavailable: I/O fails with a path error") and the host retries it
-	// on gw-a, the only optimized path, again and again: no step-down
-	// within 3 minutes.
-	t.Skip("waits for the backend-health step-down (h4-ana, issue 21: an owner whose backend I/O fails releases its group); without it the owner cut from the image's OSDs keeps the group while its I/O fails")
 	c := netCluster(t)
 	if c.OSDs() < 3 {
 		t.Skipf("needs 3 OSDs (the cluster has %d): one keeps the group's objects while the owner is cut from the others", c.OSDs())
