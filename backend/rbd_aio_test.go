@@ -175,14 +175,14 @@ func TestRBDAsyncClusterPaused(t *testing.T) {
 	frozen := false
 	resume := func() {
 		if frozen {
-			for _, d := range cephtest.Daemons {
+			for _, d := range c.Daemons {
 				c.Signal(t, d, syscall.SIGCONT)
 			}
 			frozen = false
 		}
 	}
 	defer resume()
-	for _, d := range cephtest.Daemons {
+	for _, d := range c.Daemons {
 		c.Signal(t, d, syscall.SIGSTOP)
 	}
 	frozen = true

@@ -3,148 +3,23 @@
 package gateway_test
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
-
-// cephCut is a partition between one gateway process and the Ceph cluster
-// that leaves its NVMe/iWARP connections to the host alone, made with
-// nftables on the machine's loopback (where the test cluster listens):
-//
-//   - the gateway starts in a cgroup (v2) of its own (cgroup);
-//   - a rule of the output hook marks every connection that a socket of
-//     that cgroup opens (ct state new: the gateway is the client, and it
-//     is the client of the cluster only; the host's connections to the
-//     gateway are opened by the host) with a conntrack mark;
-//   - cut adds a rule that drops every packet of a marked connection, in
-//     both directions (on loopback both are sent through the output
-//     hook), and heal deletes it: the packets are lost, not refused,
-//     as in a real partition, and TCP retransmits through the heal.
-//
-// Cutting the gateway from the cluster this way needs no address other
-// than 127.0.0.1 and no change to the shared test cluster.
-type cephCut struct {
-	t      *testing.T
-	table  string
-	cgroup *os.File
-	cgPath string
-	drop   string // the drop rule's handle while cut
-}
-
-const cutMark = "0x4e56" // "NV"
-
-// newCephCut sets up the cgroup and the marking rule; the test's end
-// removes both (after the processes, started later, are stopped).
-func newCephCut(t *testing.T) *cephCut {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a cgroup and nftables rules partition the gateway from the cluster")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft (Debian package nftables) to partition the gateway from the cluster")
-	}
-	mnt := cgroup2Mount(t)
-	var rb [4]byte
-	rand.Read(rb[:])
-	name := "nvmetd-test-" + hex.EncodeToString(rb[:])
-	c := &cephCut{t: t, table: strings.ReplaceAll(name, "-", "_"), cgPath: filepath.Join(mnt, name)}
-	if err := os.Mkdir(c.cgPath, 0o755); err != nil {
-		t.Skipf("cannot create a cgroup for the gateway: %v", err)
-	}
-	t.Cleanup(func() {
-		if c.cgroup != nil {
-			c.cgroup.Close()
-		}
-		_ = exec.Command("nft", "delete", "table", "inet", c.table).Run()
-		// The processes are gone by now (their cleanup runs first); a
-		// straggler would keep the directory: say so.
-		if err := os.Remove(c.cgPath); err != nil {
-			t.Logf("remove cgroup %s: %v", c.cgPath, err)
-		}
-	})
-	f, err := os.Open(c.cgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cgroup = f
-	// nft resolves a cgroupv2 path under /sys/fs/cgroup.
-	rel, ok := strings.CutPrefix(c.cgPath, "/sys/fs/cgroup/")
-	if !ok {
-		t.Skipf("the cgroup2 hierarchy is mounted at %s, not under /sys/fs/cgroup where nft looks for cgroup paths", mnt)
-	}
-	c.nft("add", "table", "inet", c.table)
-	c.nft("add", "chain", "inet", c.table, "out", "{ type filter hook output priority 0; policy accept; }")
-	c.nft("add", "rule", "inet", c.table, "out", "socket", "cgroupv2", "level", "1", `"`+rel+`"`,
-		"ct", "state", "new", "ct", "mark", "set", cutMark)
-	return c
-}
-
-// cgroup2Mount returns where the cgroup2 hierarchy is mounted.
-func cgroup2Mount(t *testing.T) string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Skipf("mountinfo: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ID parent major:minor root mount-point options ... - fstype source options
-		l := sc.Text()
-		i := strings.Index(l, " - ")
-		if i < 0 {
-			continue
-		}
-		if fs := strings.Fields(l[i+3:]); len(fs) > 0 && fs[0] == "cgroup2" {
-			if f := strings.Fields(l[:i]); len(f) >= 5 {
-				return f[4]
-			}
-		}
-	}
-	t.Skip("no cgroup2 hierarchy mounted: the partition matches the gateway's sockets by cgroup")
-	return ""
-}
-
-func (c *cephCut) nft(args ...string) string {
-	c.t.Helper()
-	out, err := exec.Command("nft", args...).CombinedOutput()
-	if err != nil {
-		c.t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// cut drops every packet between the gateway and the cluster.
-func (c *cephCut) cut() {
-	c.t.Helper()
-	out := c.nft("--echo", "--handle", "add", "rule", "inet", c.table, "out", "ct", "mark", cutMark, "counter", "drop")
-	m := regexp.MustCompile(`# handle (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		c.t.Fatalf("nft gave no handle for the drop rule: %s", out)
-	}
-	c.drop = m[1]
-}
-
-// heal lets them through again and returns what the rule dropped.
-func (c *cephCut) heal() string {
-	c.t.Helper()
-	rules := c.nft("list", "chain", "inet", c.table, "out")
-	c.nft("delete", "rule", "inet", c.table, "out", "handle", c.drop)
-	c.drop = ""
-	m := regexp.MustCompile(`counter packets \d+ bytes \d+`).FindString(rules)
-	return m
-}
 
 // TestGatewayProcessCephCut is issue 21's second scenario: the owner
 // (gw-a) is cut from the cluster, but not from the host, while the host
@@ -159,29 +34,35 @@ func (c *cephCut) heal() string {
 // its clients of the group were fenced) and takes the group back
 // (failback: it fences gw-b's client of the group and reopens its own),
 // and the host's I/O moves back to it.
+//
+// Each gateway runs in a network namespace of its own (netns_test.go):
+// the cut is nftables rules inside gw-a's namespace that drop every
+// packet to and from the cluster's address, while the host's connections
+// to gw-a (from another address) pass.
 func TestGatewayProcessCephCut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
 	}
-	cc := newCephCut(t)
-	g := startGatewayPair(t, func(a, _ *gwProc) { a.cgroup = cc.cgroup })
-	// Heal before the processes are stopped, should the test end early.
-	t.Cleanup(func() {
-		if cc.drop != "" {
-			cc.heal()
-		}
-	})
+	g, ns := startGatewayPairNet(t, nil)
 	a, b, pa, pb := g.a, g.b, g.pa, g.pb
 	w := startWorkload(t, g.h, 8, 1024)
-	defer w.Stop()
+	// Heal before stopping the workload should the test end early: a
+	// write stuck behind the cut (retried on the owner's path for ever)
+	// would keep Stop waiting.
+	defer func() {
+		if ns[0].isCut() {
+			ns[0].heal()
+		}
+		w.Stop()
+	}()
 	waitOn(t, w, pa, time.Time{}, 200)
 
 	// Cut gw-a from the cluster with writes in flight.
 	amark, bmark := len(a.stderr.String()), len(b.stderr.String())
 	_, _, e0 := ioTotals(pa)
 	cutAt := time.Now()
-	cc.cut()
-	t.Logf("gw-a cut from the cluster at %s", cutAt.Format("15:04:05.000"))
+	ns[0].cut(cephAddr())
+	t.Logf("gw-a cut from the cluster (%s, in namespace %s) at %s", cephAddr(), ns[0].name, cutAt.Format("15:04:05.000"))
 
 	// gw-a steps down; gw-b fences it, takes the group, and the host's
 	// I/O goes on through it.
@@ -237,7 +118,7 @@ func TestGatewayProcessCephCut(t *testing.T) {
 	before := w.Completions(pa.Address())
 	amark = len(a.stderr.String())
 	healAt := time.Now()
-	dropped := cc.heal()
+	dropped := ns[0].heal()
 	t.Logf("partition healed at %s, %v after the cut (the drop rule: %s); %d completions through gw-a before",
 		healAt.Format("15:04:05.000"), healAt.Sub(cutAt).Round(time.Millisecond), dropped, before)
 
@@ -271,4 +152,228 @@ func TestGatewayProcessCephCut(t *testing.T) {
 		t.Errorf("FINDING: %d regressed blocks", r.Regressed)
 	}
 	t.Logf("gw-b fenced %v; completions per path %s", fenced, fmt.Sprint(r.Paths))
+}
+
+// TestGatewayProcessOSDCut is issue 21's "owner cut off from the image's
+// OSDs but not the lock's": the owner (gw-a) is cut, inside its network
+// namespace, from the OSDs that are primary for the image's objects but
+// not from the one that is primary for the gateway group's objects (the
+// ANA group's object with its lock and record, the records and the
+// configuration objects: the test picks a group name whose three objects
+// share one primary OSD), nor from the monitor, nor from the host. Its
+// lease renewals go on succeeding while most of the host's I/O through it
+// fails in the backend. The owner must notice that its backend I/O fails
+// and release the group (backend-health step-down); gw-b must fence it
+// and take the group over; the host's I/O must continue through gw-b
+// with no error the workload sees; after the heal the sweep of the whole
+// image must find 0 regressed blocks. The stall is measured against
+// lease + fence + 2 × KATO.
+//
+// Needs three OSDs (pool size 3): the test network's cluster has them.
+func TestGatewayProcessOSDCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
+	}
+	c := netCluster(t)
+	if c.OSDs() < 3 {
+		t.Skipf("needs 3 OSDs (the cluster has %d): one keeps the group's objects while the owner is cut from the others", c.OSDs())
+	}
+	group, keep := pickGroup(t, c)
+	g, ns := startGatewayPairNet(t, func(a, b *gwProc) {
+		a.group, b.group = group, group
+		// gw-a must not take the group back while the test watches (a
+		// failback is a legitimate return, not this scenario's).
+		a.failback = "1h"
+	})
+	a, b, pa, pb := g.a, g.b, g.pa, g.pb
+	ports := osdPorts(t, c)
+	var cut []int
+	var cutOSDs []int
+	for osd, p := range ports {
+		if osd != keep {
+			cut, cutOSDs = append(cut, p), append(cutOSDs, osd)
+		}
+	}
+	// Where the image's objects are: its header (the exclusive lock) and
+	// its 4 MiB data objects.
+	id := imageID(t, c, g.image)
+	onCut := 0
+	objs := []string{"rbd_header." + id}
+	for i := range g.h.Size() >> 22 {
+		objs = append(objs, fmt.Sprintf("rbd_data.%s.%016x", id, i))
+	}
+	where := mapObjects(t, c, objs...)
+	for _, o := range objs[1:] {
+		if where[o] != keep {
+			onCut++
+		}
+	}
+	t.Logf("group %s: its objects' primary is osd.%d (kept); cut OSDs %v (ports %v); the image's header on osd.%d, %d of its %d data objects on cut OSDs",
+		group, keep, cutOSDs, cut, where[objs[0]], onCut, len(objs)-1)
+	if onCut == 0 {
+		t.Fatalf("no data object of the image on a cut OSD: the scenario would not run as meant")
+	}
+
+	// The workload over the whole image: most blocks are on cut OSDs.
+	w := startWorkload(t, g.h, 8, g.h.Size()/4096)
+	// Heal before stopping the workload should the test end early: a
+	// write stuck behind the cut (retried on the owner's path for ever)
+	// would keep Stop waiting.
+	defer func() {
+		if ns[0].isCut() {
+			ns[0].heal()
+		}
+		w.Stop()
+	}()
+	waitOn(t, w, pa, time.Time{}, 200)
+
+	amark, bmark := len(a.stderr.String()), len(b.stderr.String())
+	cutAt := time.Now()
+	ns[0].cut(cephAddr(), cut...)
+	t.Logf("gw-a cut from osd %v at %s (the monitor and osd.%d still reached)", cutOSDs, cutAt.Format("15:04:05.000"), keep)
+
+	// gw-a must release the group (its backend fails), gw-b take it.
+	a.waitLog(`stepped down from group|release[^\n]*group 1`, amark)
+	b.waitLog(`group 1: set-ana optimized`, bmark)
+	waitOn(t, w, pb, cutAt, 200)
+	blog := b.stderr.String()[bmark:]
+	iFence, iOpt := strings.Index(blog, "fencing the previous holder"), strings.Index(blog, "group 1: set-ana optimized")
+	if iFence < 0 || iFence > iOpt {
+		t.Fatalf("gw-b's log: fence at %d, optimized at %d: the fence must come first:\n%s", iFence, iOpt, blog)
+	}
+	fenced := blocklisted(t, c, blog)
+	oneWriter(t, w, pa, pb, cutAt)
+	stall, err := w.Stall(pa.Address(), cutAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alog := a.stderr.String()[amark:]
+	t.Logf("gw-a while cut from the image's OSDs:\n%s", grepLines(alog, "step|release|set-ana|unavailable|health|fenced"))
+	fenceAt, ok1 := logTime(blog, `fencing the previous holder`)
+	optAt, ok2 := logTime(blog, `group 1: set-ana optimized`)
+	if ok1 && ok2 {
+		fence := optAt.Sub(fenceAt)
+		bound := gwLease + fence + 2*kato
+		verdict := "within"
+		if stall > bound {
+			verdict = "OVER"
+		}
+		t.Logf("stall of the host's I/O on cutting the owner from the image's OSDs: %v; bound lease %v + fence %v + 2 × KATO %v = %v: %s (the owner's step-down needs its backend's failures first: op_timeout 5s); gw-b fenced at +%v, optimized at +%v after the cut",
+			stall.Round(time.Millisecond), gwLease, fence.Round(time.Millisecond), kato, bound.Round(time.Millisecond), verdict,
+			fenceAt.Sub(cutAt).Round(time.Millisecond), optAt.Sub(cutAt).Round(time.Millisecond))
+	} else {
+		t.Logf("stall of the host's I/O on cutting the owner from the image's OSDs: %v", stall)
+	}
+	if stall > 10*(gwLease+2*kato) {
+		t.Errorf("the host's I/O stood still for %v, more than ten times lease + 2 × KATO", stall)
+	}
+
+	// Three leases in all, then heal; the host writes on through gw-b.
+	if d := time.Until(cutAt.Add(3 * gwLease)); d > 0 {
+		time.Sleep(d)
+	}
+	if pa.ANAState(1) == nvmeof.ANAOptimized {
+		t.Errorf("gw-a still reports group 1 optimized to the host while cut from the image's OSDs")
+	}
+	healAt := time.Now()
+	t.Logf("partition healed at %s (the drop rules: %s)", healAt.Format("15:04:05.000"), ns[0].heal())
+	waitOn(t, w, pb, healAt, 200)
+	if late := w.CompletionsSince(pa.Address(), healAt); late != 0 {
+		t.Errorf("FINDING: %d I/Os completed through gw-a after the heal (its failback is an hour away): two writers", late)
+	}
+	r := sweep(t, w, g.h)
+	if r.Regressed != 0 {
+		t.Errorf("FINDING: %d regressed blocks", r.Regressed)
+	}
+	t.Logf("gw-b fenced %v; completions per path %s", fenced, fmt.Sprint(r.Paths))
+}
+
+// pickGroup returns a gateway group name whose objects (the ANA group 1
+// object, the records and the configuration objects) have one primary
+// OSD, and that OSD (mapped with osdmaptool on the cluster's current OSD
+// map: the same CRUSH computation as ceph osd map, without a monitor
+// round trip per name).
+func pickGroup(t *testing.T, c *cephtest.Cluster) (string, int) {
+	t.Helper()
+	mapObjects := objectMapper(t, c)
+	for range 100 {
+		var rb [4]byte
+		rand.Read(rb[:])
+		name := "p" + hex.EncodeToString(rb[:])
+		objs := []string{gateway.ObjectName(name, 1), gateway.RecordsObjectName(name), gateway.ConfigObjectName(name)}
+		m := mapObjects(objs...)
+		if m[objs[0]] == m[objs[1]] && m[objs[1]] == m[objs[2]] {
+			// Cross-check the first with the monitor.
+			if p := primaryOSD(t, c, objs[0]); p != m[objs[0]] {
+				t.Fatalf("osdmaptool maps %s to osd.%d, ceph osd map to osd.%d", objs[0], m[objs[0]], p)
+			}
+			return name, m[objs[0]]
+		}
+	}
+	t.Fatal("no group name with its three objects on one primary OSD in 100 tries")
+	return "", 0
+}
+
+// mapObjects returns the primary OSD of each object in the cluster's pool
+// (osdmaptool --test-map-object on the current OSD map).
+func mapObjects(t *testing.T, c *cephtest.Cluster, objs ...string) map[string]int {
+	t.Helper()
+	return objectMapper(t, c)(objs...)
+}
+
+// objectMapper fetches the cluster's current OSD map and returns a
+// function that maps objects of the pool to their primary OSD.
+func objectMapper(t *testing.T, c *cephtest.Cluster) func(objs ...string) map[string]int {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "osdmap")
+	if out, err := adminCeph(c, "osd", "getmap", "-o", f); err != nil {
+		t.Fatalf("ceph osd getmap: %v\n%s", err, out)
+	}
+	out, err := adminCeph(c, "osd", "pool", "ls", "detail", "--format", "json")
+	if err != nil {
+		t.Fatalf("ceph osd pool ls detail: %v\n%s", err, out)
+	}
+	var pools []struct {
+		Pool     int    `json:"pool_id"`
+		PoolName string `json:"pool_name"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "["):]), &pools); err != nil {
+		t.Fatalf("ceph osd pool ls detail: %v\n%s", err, out)
+	}
+	pool := -1
+	for _, p := range pools {
+		if p.PoolName == c.Pool {
+			pool = p.Pool
+		}
+	}
+	rx := regexp.MustCompile(`-> [0-9]+\.[0-9a-f]+ -> \[(\d+)`)
+	return func(objs ...string) map[string]int {
+		t.Helper()
+		m := map[string]int{}
+		for _, o := range objs {
+			out, err := exec.Command("osdmaptool", f, "--test-map-object", o, "--pool", strconv.Itoa(pool)).CombinedOutput()
+			sm := rx.FindSubmatch(out)
+			if err != nil || sm == nil {
+				t.Fatalf("osdmaptool --test-map-object %s: %v\n%s", o, err, out)
+			}
+			m[o], _ = strconv.Atoi(string(sm[1]))
+		}
+		return m
+	}
+}
+
+// imageID returns an image's id (its objects' names carry it).
+func imageID(t *testing.T, c *cephtest.Cluster, image string) string {
+	t.Helper()
+	out, err := c.RBD("info", "--format", "json", "--pool", c.Pool, image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info.ID == "" {
+		t.Fatalf("rbd info %s: %v\n%s", image, err, out)
+	}
+	return info.ID
 }

@@ -67,12 +67,32 @@ type gwProc struct {
 	stderr *syncBuffer
 	// logs keeps the stderr of the process's earlier runs.
 	logs []string
-	// cgroup, if set, is the cgroup (v2) directory the process starts in
-	// (a partition's nftables rules match its sockets by cgroup).
-	cgroup *os.File
+	// netns, if set, is the network namespace (ip netns name) the
+	// process runs in, and host its address there (default 127.0.0.1),
+	// which its port listens on.
+	netns, host string
+	// failback is the gateway's failback_delay (default 2s).
+	failback string
+	// group is the gateway group's name (a setup may choose another, for
+	// both gateways).
+	group string
 }
 
-func (p *gwProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
+func (p *gwProc) listenAddr() string {
+	if p.host == "" {
+		return "127.0.0.1"
+	}
+	return p.host
+}
+
+func (p *gwProc) failbackDelay() string {
+	if p.failback == "" {
+		return "2s"
+	}
+	return p.failback
+}
+
+func (p *gwProc) addr() string { return fmt.Sprintf("%s:%d", p.listenAddr(), p.port) }
 
 func (p *gwProc) writeConfig(c *cephtest.Cluster, image, group string, cmin int) {
 	y := fmt.Sprintf(`daemon: {control_socket: %s, shutdown_timeout: 5s, log_level: info, log_format: console}
@@ -84,10 +104,10 @@ gateway:
   lease: 3s
   renew_interval: 500ms
   step_down_margin: 1s
-  failback_delay: 2s
+  failback_delay: %s
   ana_groups: [{id: 1, preferred: gw-a}]
 ports:
-  - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
+  - {id: 1, address: %s, service_id: %d, subsystems: [%s]}
 subsystems:
   - nqn: %s
     allow_any_host: true
@@ -98,7 +118,7 @@ subsystems:
         nguid: %s
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s, op_timeout: 5s}
-`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.port, gwSubNQN,
+`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.failbackDelay(), p.listenAddr(), p.port, gwSubNQN,
 		gwSubNQN, cmin, cmin+99, gwNGUID, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
 	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -112,13 +132,16 @@ func (p *gwProc) start() {
 		p.logs = append(p.logs, p.stderr.String())
 	}
 	p.stderr = &syncBuffer{}
-	p.cmd = exec.Command(p.bin, "--config", p.cfg)
+	if p.netns != "" {
+		// nsenter execs the gateway: the process is the gateway itself
+		// (signals reach it).
+		p.cmd = exec.Command("nsenter", "--net=/run/netns/"+p.netns, "--", p.bin, "--config", p.cfg)
+	} else {
+		p.cmd = exec.Command(p.bin, "--config", p.cfg)
+	}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
-	if p.cgroup != nil {
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(p.cgroup.Fd())}
-	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +174,36 @@ func (p *gwProc) start() {
 func (p *gwProc) signal(sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.t.Fatalf("%s: signal %v: %v", p.name, sig, err)
+	}
+}
+
+// waitStopped waits until every thread of the process is stopped (state
+// T in /proc/PID/task/*/stat: a SIGSTOP took effect) and returns when.
+func (p *gwProc) waitStopped() time.Time {
+	p.t.Helper()
+	deadline := time.Now().Add(hang)
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	for {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			p.t.Fatalf("%s: %v", p.name, err)
+		}
+		all := len(tasks) > 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			// pid (comm) state ...: the state follows the last ')'.
+			if i := bytes.LastIndexByte(b, ')'); err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				all = false
+				break
+			}
+		}
+		if all {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: not every thread stopped within %v of SIGSTOP", p.name, hang)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -220,10 +273,11 @@ func freePort(t *testing.T) int {
 // startWorkload starts the verified workload (internal/testing/verify)
 // on the multipath head: workers writing versioned 4 KiB blocks in the
 // first blocks of the image, each write read back and checked; the
-// completions are counted per path (controller address).
+// completions are counted per path (controller address), and each path a
+// write was given up on is recorded (verify.Config.Attempts).
 func startWorkload(t *testing.T, h *initiator.Head, workers int, blocks int64) *verify.Workload {
 	t.Helper()
-	w, err := verify.Start(verify.Head(h), verify.Config{BlockSize: 4096, Blocks: blocks, Workers: workers, ReadBack: true})
+	w, err := verify.Start(verify.Head(h), verify.Config{BlockSize: 4096, Blocks: blocks, Workers: workers, ReadBack: true, Attempts: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +367,13 @@ const kato = 2 * time.Second
 // before the processes start.
 func startGatewayPair(t *testing.T, setup func(a, b *gwProc)) *gwPair {
 	t.Helper()
-	c := cephtest.Shared(t)
+	return startGatewayPairOn(t, cephtest.Shared(t), setup)
+}
+
+// startGatewayPairOn is startGatewayPair on cluster c; setup, if not nil,
+// is called before the configurations are written.
+func startGatewayPairOn(t *testing.T, c *cephtest.Cluster, setup func(a, b *gwProc)) *gwPair {
+	t.Helper()
 	image := c.CreateImage(t, 64<<20)
 	bin := buildGateway(t)
 	var rb [4]byte
@@ -326,12 +386,19 @@ func startGatewayPair(t *testing.T, setup func(a, b *gwProc)) *gwPair {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, cfg: filepath.Join(d, "nvmetd.yaml"), port: freePort(t)}
+		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, cfg: filepath.Join(d, "nvmetd.yaml"), port: freePort(t), group: group}
 		procs[i].writeConfig(c, image, group, 1+100*i)
 	}
 	a, b := procs[0], procs[1]
 	if setup != nil {
 		setup(a, b)
+		// A setup that moved a gateway (netns, host) or renamed the
+		// group: the configurations again.
+		for i, p := range procs {
+			if p.netns != "" || p.host != "" || p.group != group || p.failback != "" {
+				p.writeConfig(c, image, p.group, 1+100*i)
+			}
+		}
 	}
 	a.start()
 	a.waitLog(`group 1: set-ana optimized`, 0)

@@ -716,6 +716,9 @@ func (h *Head) done(r *Request) {
 	if r.Err != nil && !h.closed.Load() && isPathError(r.Err) {
 		// nvme_failover_req.
 		h.failovers.Add(1)
+		if r.PathFailed != nil {
+			r.PathFailed(r, p, r.Err)
+		}
 		if p != nil {
 			h.cur.CompareAndSwap(p, nil)
 			if isANAError(r.Err) {

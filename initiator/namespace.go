@@ -64,6 +64,13 @@ type Request struct {
 	// nvmeof.Status), or the reason the request could not be sent
 	// (ErrControllerLost, ErrControllerClosed, a canceled context).
 	Err error
+	// PathFailed, if set, is called for a request submitted through a
+	// Head each time its commands on path p ended with a path error
+	// (err) and the head sends it again (nvme_failover_req): the host
+	// gave it up on p. A transport error (the path went down, the keep
+	// alive timed out) leaves its fate on p unknown: p's target may still
+	// execute it. On a goroutine of the initiator: it must not block.
+	PathFailed func(r *Request, p *Path, err error)
 
 	mu      perfcount.Mutex
 	err     error

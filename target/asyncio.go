@@ -22,6 +22,9 @@ func (s *server) tryAsync(c *command) bool {
 	if op != nvmeof.NVMRead && op != nvmeof.NVMWrite {
 		return false
 	}
+	if ns.pastServingDeadline(s) {
+		return false // execIO answers it
+	}
 	ctrl := q.ctrl.Load()
 	if ctrl == nil || !q.link().Live() || !ctrl.io.get() {
 		return false // execIO answers it

@@ -159,6 +159,9 @@ func (s *server) tryNowait(c *command) bool {
 	if op != nvmeof.NVMRead && (op != nvmeof.NVMWrite || sqe.RWCmd().FUA()) {
 		return false
 	}
+	if ns.pastServingDeadline(s) {
+		return false // execIO answers it
+	}
 	ctrl := q.ctrl.Load()
 	if ctrl == nil || !q.link().Live() || !ctrl.io.get() {
 		return false // execIO answers it
@@ -258,6 +261,10 @@ func (s *server) execIO(c *command) {
 
 // exec does the backend work of one command.
 func (ns *namespace) exec(s *server, sqe *nvmeof.SQE, data []byte) nvmeof.Status {
+	if ns.pastServingDeadline(s) {
+		ns.errors.Add(1)
+		return statusPastDeadline
+	}
 	var err error
 	var op backend.Op
 	switch sqe.Opcode() {

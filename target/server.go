@@ -33,11 +33,14 @@ type server struct {
 
 	// guard is set once when the target becomes a gateway's
 	// (SetGatewayGuard): start, reload and apply check it.
-	guard     atomic.Pointer[GatewayGuard]
-	opMu      sync.Mutex
-	started   bool
-	stopped   bool
-	startedAt time.Time
+	guard atomic.Pointer[GatewayGuard]
+	// serveUntil is each ANA group's serving deadline in Unix
+	// nanoseconds (0: none; SetServingDeadline).
+	serveUntil [MaxANAGroup + 1]atomic.Int64
+	opMu       sync.Mutex
+	started    bool
+	stopped    bool
+	startedAt  time.Time
 	// phase mirrors started/stopped for Status and Healthy, which must not
 	// wait for a Reload or Shutdown in progress: phaseNew, phaseRunning,
 	// phaseStopped. startedAt is written before phaseRunning is stored.

@@ -4,7 +4,8 @@
 # apt-get; otherwise it names what is missing and fails.
 #
 # gcc and libc6-dev: cgo, which go test -race needs. The end-to-end tests use
-# real tools: ip and ss (network namespaces, routed tests), tcpdump (FPDU
+# real tools: ip and ss (network namespaces, routed tests), nft (the gateway
+# tests' partitions: nftables rules in a gateway's namespace), tcpdump (FPDU
 # sizes on a 1500-byte path), losetup, mount and mkfs.ext4 (loop devices and
 # filesystems over FUSE), nsenter, prlimit (test/hostile runs the daemon
 # with 512 file descriptors), fio (the FUSE+loop stress test),
@@ -26,7 +27,7 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 for tool in ip:iproute2 ss:iproute2 tcpdump:tcpdump losetup:mount mount:mount mkfs.ext4:e2fsprogs \
 	nsenter:util-linux prlimit:util-linux fio:fio systemd-analyze:systemd nvme:nvme-cli python3:python3 tshark:tshark \
-	dpkg-shlibdeps:dpkg-dev; do
+	dpkg-shlibdeps:dpkg-dev nft:nftables; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 [ -e /usr/include/rbd/librbd.h ] || need+=(librbd-dev)

@@ -479,10 +479,19 @@ func (a daemonApplier) Addrs(group uint32) []string {
 	return out
 }
 
+// servingDeadliner is the target's serving deadline; *target.Target must
+// have it (checked at compile time: without it ServeUntil would do
+// nothing, as it did until issue 21's TestGatewayProcessFreezeBlocklistLapsed
+// found the probe's writes landing).
+type servingDeadliner interface{ SetServingDeadline(uint32, time.Time) }
+
+var _ servingDeadliner = (*target.Target)(nil)
+
 // ServeUntil sets the group's serving deadline in the target: no read or
 // write of the group's namespaces past it (target.Target.SetServingDeadline).
+// The daemon's tests' fake target has none.
 func (a daemonApplier) ServeUntil(group uint32, until time.Time) {
-	if t, ok := a.d.t.(interface{ SetServingDeadline(uint32, time.Time) }); ok {
+	if t, ok := a.d.t.(servingDeadliner); ok {
 		t.SetServingDeadline(group, until)
 	}
 }

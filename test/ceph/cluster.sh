@@ -6,12 +6,14 @@
 #   cluster.sh status   exit 0 if it is running and serves I/O, 1 if not
 #   cluster.sh env      print its client settings as NAME=value lines
 #
-# One monitor and one OSD (memstore: objects in RAM, capped at
-# NVMETD_CEPH_MEM), no manager, cephx on, on 127.0.0.1 only; the daemons run
-# directly (daemonised, with pid files), never through systemd. One pool
-# ($POOL, size 1, initialised for RBD) and one client, client.nvmetd, with the
-# capabilities a gateway has (mon and osd "profile rbd": RBD I/O, and
-# blocklisting through the monitor).
+# One monitor and NVMETD_CEPH_OSDS OSDs (default 3; memstore: objects in RAM,
+# each OSD capped at NVMETD_CEPH_MEM), no manager, cephx on, on one address
+# (NVMETD_CEPH_ADDR, default 127.0.0.1); the daemons run directly
+# (daemonised, with pid files), never through systemd. One pool ($POOL,
+# initialised for RBD; replicated across OSDs: size 3 and min_size 2 with
+# three OSDs or more, size 2 min_size 1 with two, size 1 with one) and one
+# client, client.nvmetd, with the capabilities a gateway has (mon and osd
+# "profile rbd": RBD I/O, and blocklisting through the monitor).
 #
 # Packages (Debian's Ceph: 16.2 "pacific" on Debian 12): ceph-mon, ceph-osd,
 # ceph-common (ceph, rbd, rados, the tools) and librbd-dev/librados-dev (for
@@ -25,8 +27,14 @@
 # Env:
 #   NVMETD_CEPH_DIR     state directory (default /tmp/nvmetd-ceph-<n>, n a checksum
 #                       of this script's directory: one cluster per checkout)
-#   NVMETD_CEPH_MEM     memstore capacity in bytes (default 4 GiB; RAM is
-#                       only used for what is written)
+#   NVMETD_CEPH_MEM     memstore capacity of each OSD in bytes (default 4 GiB;
+#                       RAM is only used for what is written)
+#   NVMETD_CEPH_OSDS    number of OSDs (default 3: every object on three OSDs,
+#                       so that a test can cut a client from some of them)
+#   NVMETD_CEPH_ADDR    IPv4 address the daemons bind to (default 127.0.0.1);
+#                       it must be an address of this machine already (the
+#                       gateway tests bind it to an interface they create, so
+#                       that gateways in network namespaces reach the cluster)
 #   NVMETD_CEPH_NOAPT=1 never call apt-get
 set -euo pipefail
 
@@ -34,6 +42,8 @@ SCRIPT_DIR=$(cd "$(dirname "$0")" && pwd)
 DIR=${NVMETD_CEPH_DIR:-/tmp/nvmetd-ceph-$(printf %s "$SCRIPT_DIR" | cksum | cut -d' ' -f1)}
 POOL=rbd
 MEM=${NVMETD_CEPH_MEM:-$((4 << 30))}
+OSDS=${NVMETD_CEPH_OSDS:-3}
+ADDR=${NVMETD_CEPH_ADDR:-127.0.0.1}
 NOAPT=${NVMETD_CEPH_NOAPT:-0}
 CLIENT=nvmetd
 # Bounds of every wait (seconds).
@@ -61,6 +71,8 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ -n "$cmd" ] || usage
+[[ $OSDS =~ ^[1-9]$ ]] || { echo "cluster.sh: NVMETD_CEPH_OSDS=$OSDS: 1 to 9" >&2; exit 2; }
+[[ $ADDR =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "cluster.sh: NVMETD_CEPH_ADDR=$ADDR: an IPv4 address" >&2; exit 2; }
 # The admin sockets live in $DIR/run; Unix socket paths are at most 107 bytes.
 [ ${#DIR} -le 64 ] || die "state directory $DIR is longer than 64 characters (admin socket paths would not fit)"
 case $DIR in /*) ;; *) DIR=$PWD/$DIR ;; esac
@@ -105,9 +117,22 @@ pid_alive() {
 	[[ $cmd == ceph-* && $cmd == *" -c $CONF "* ]]
 }
 
-# running: both daemons are alive (no I/O check).
+# osd_ids: the OSDs of the cluster in $DIR as it was started (its OSD
+# directories; a cluster started by an older script has osd/0 only), else
+# of the one to start.
+osd_ids() {
+	local ids
+	ids=$(ls "$DIR/osd" 2>/dev/null | grep -E '^[0-9]+$' | sort -n) || true
+	if [ -n "$ids" ]; then echo "$ids"; else seq 0 $((OSDS - 1)); fi
+}
+
+# running: every daemon is alive (no I/O check).
 running() {
-	[ -f "$CONF" ] && pid_alive "$DIR/run/mon.a.pid" && pid_alive "$DIR/run/osd.0.pid"
+	[ -f "$CONF" ] && pid_alive "$DIR/run/mon.a.pid" || return 1
+	local i
+	for i in $(osd_ids); do
+		pid_alive "$DIR/run/osd.$i.pid" || return 1
+	done
 }
 
 # serves: a client can write and read an object in the pool, within 10 s.
@@ -130,7 +155,7 @@ free_port() {
 	die "no free TCP port found"
 }
 
-# stop_daemon NAME: SIGTERM the daemon (mon.a or osd.0), wait up to
+# stop_daemon NAME: SIGTERM the daemon (mon.a or osd.N), wait up to
 # STOP_TIMEOUT seconds, then SIGKILL. The OSD goes first: it tells the
 # monitor it is going down, and waits osd_mon_shutdown_timeout for it.
 stop_daemon() {
@@ -156,7 +181,12 @@ stop_daemon() {
 }
 
 kill_daemons() {
-	stop_daemon osd.0
+	local i
+	# Every OSD a directory or the daemons file names (a start that failed
+	# half way has some of them).
+	for i in $(osd_ids); do
+		stop_daemon "osd.$i"
+	done
 	stop_daemon mon.a
 }
 
@@ -166,22 +196,25 @@ wipe() {
 }
 
 write_conf() {
-	local fsid=$1 port=$2
+	local fsid=$1 port=$2 size=1 min_size=1
+	[ "$OSDS" -lt 2 ] || { size=2; min_size=1; }
+	[ "$OSDS" -lt 3 ] || { size=3; min_size=2; }
 	cat >"$CONF" <<EOF
-# Written by test/ceph/cluster.sh: a single-node test cluster on loopback.
+# Written by test/ceph/cluster.sh: a single-node test cluster ($OSDS OSDs) on $ADDR.
 [global]
 fsid = $fsid
-mon_host = v2:127.0.0.1:$port
-public_addr = 127.0.0.1
+mon_host = v2:$ADDR:$port
+public_addr = $ADDR
+cluster_addr = $ADDR
 ms_bind_msgr1 = false
 ms_bind_ipv4 = true
 ms_bind_ipv6 = false
 auth_cluster_required = cephx
 auth_service_required = cephx
 auth_client_required = cephx
-# One OSD: single-replica pools, no warnings about it.
-osd_pool_default_size = 1
-osd_pool_default_min_size = 1
+# Replicas on distinct OSDs of this one host (chooseleaf type 0: osd).
+osd_pool_default_size = $size
+osd_pool_default_min_size = $min_size
 osd_pool_default_pg_autoscale_mode = off
 mon_allow_pool_size_one = true
 mon_warn_on_pool_no_redundancy = false
@@ -234,11 +267,18 @@ start() {
 	ensure_packages
 	kill_daemons
 	wipe
-	mkdir -p "$DIR/run" "$DIR/log" "$DIR/mon" "$DIR/osd/0"
+	case $ADDR in
+	127.*) ;;
+	*) ip -o -4 addr show 2>/dev/null | grep -q " inet $ADDR/" ||
+		die "NVMETD_CEPH_ADDR=$ADDR is not an address of this machine (the caller creates it)" ;;
+	esac
+	local ids i
+	ids=$(seq 0 $((OSDS - 1)))
+	mkdir -p "$DIR/run" "$DIR/log" "$DIR/mon"
+	for i in $ids; do mkdir -p "$DIR/osd/$i"; done
 
-	local fsid port osd_uuid
+	local fsid port
 	fsid=$(uuidgen)
-	osd_uuid=$(uuidgen)
 	port=$(free_port)
 	write_conf "$fsid" "$port"
 
@@ -249,16 +289,18 @@ start() {
 	$K --create-keyring "$DIR/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
 	$K --create-keyring "$DIR/admin.keyring" --gen-key -n client.admin \
 		--cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' >/dev/null
-	$K --create-keyring "$DIR/osd/0/keyring" --gen-key -n osd.0 \
-		--cap mon 'allow profile osd' --cap osd 'allow *' --cap mgr 'allow profile osd' >/dev/null
+	for i in $ids; do
+		$K --create-keyring "$DIR/osd/$i/keyring" --gen-key -n "osd.$i" \
+			--cap mon 'allow profile osd' --cap osd 'allow *' --cap mgr 'allow profile osd' >/dev/null
+	done
 	$K --create-keyring "$DIR/client.$CLIENT.keyring" --gen-key -n "client.$CLIENT" \
 		--cap mon 'profile rbd' --cap osd "profile rbd pool=$POOL" --cap mgr "profile rbd pool=$POOL" >/dev/null
-	for k in admin.keyring osd/0/keyring "client.$CLIENT.keyring"; do
+	for k in admin.keyring $(for i in $ids; do echo "osd/$i/keyring"; done) "client.$CLIENT.keyring"; do
 		$K "$DIR/mon.keyring" --import-keyring "$DIR/$k" >/dev/null
 	done
-	monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$DIR/monmap" >/dev/null
+	monmaptool --create --fsid "$fsid" --addv a "[v2:$ADDR:$port]" "$DIR/monmap" >/dev/null
 
-	log "monitor a on 127.0.0.1:$port (fsid $fsid)"
+	log "monitor a on $ADDR:$port (fsid $fsid)"
 	ceph-mon -c "$CONF" --mkfs -i a --monmap "$DIR/monmap" \
 		--keyring "$DIR/mon.keyring" >"$DIR/log/mon-mkfs.log" 2>&1 ||
 		{ cat "$DIR/log/mon-mkfs.log" >&2; die "ceph-mon --mkfs failed"; }
@@ -267,32 +309,50 @@ start() {
 		{ cat "$DIR/log/mon-start.log" >&2; die "ceph-mon failed to start (log: $DIR/log/mon.a.log)"; }
 
 	# One ceph CLI session (each costs a second of Python start-up): give
-	# osd.0 its UUID (it then exists and may boot) and create the pool
-	# (size 1 by osd_pool_default_size; rbd pool init tags it later).
-	local out
-	out=$(printf 'osd new %s 0\nosd pool create %s 8 8 replicated\n' "$osd_uuid" "$POOL" |
-		timeout 60 ceph "${ADMIN[@]}" --connect-timeout 30 2>&1) ||
+	# each OSD its UUID (it then exists and may boot) and create the pool
+	# (its size from osd_pool_default_size; rbd pool init tags it later).
+	local out cmds="" uuids=()
+	for i in $ids; do
+		uuids[i]=$(uuidgen)
+		cmds+="osd new ${uuids[i]} $i"$'\n'
+	done
+	cmds+="osd pool create $POOL $((8 * OSDS)) $((8 * OSDS)) replicated"$'\n'
+	out=$(printf %s "$cmds" | timeout 60 ceph "${ADMIN[@]}" --connect-timeout 30 2>&1) ||
 		{ echo "$out" >&2; die "ceph osd new / osd pool create failed (monitor log: $DIR/log/mon.a.log)"; }
-	grep -qx "pool '$POOL' created" <<<"$out" && [ "$(head -n1 <<<"$out")" = 0 ] ||
+	grep -qx "pool '$POOL' created" <<<"$out" && [ "$(grep -E '^[0-9]+$' <<<"$out" | tr '\n' ' ')" = "$(printf '%s ' $ids)" ] ||
 		{ echo "$out" >&2; die "ceph osd new / osd pool create: unexpected answer"; }
 
-	log "osd.0 (memstore, $((MEM >> 20)) MiB)"
-	ceph-osd -c "$CONF" -i 0 --mkfs --osd-uuid "$osd_uuid" >"$DIR/log/osd-mkfs.log" 2>&1 ||
-		{ cat "$DIR/log/osd-mkfs.log" >&2; die "ceph-osd --mkfs failed"; }
-	ceph-osd -c "$CONF" -i 0 >"$DIR/log/osd-start.log" 2>&1 8>&- ||
-		{ cat "$DIR/log/osd-start.log" >&2; die "ceph-osd failed to start (log: $DIR/log/osd.0.log)"; }
+	# mkfs one after the other (each is short), then start them all.
+	log "$OSDS OSDs (memstore, $((MEM >> 20)) MiB each)"
+	for i in $ids; do
+		ceph-osd -c "$CONF" -i "$i" --mkfs --osd-uuid "${uuids[i]}" >"$DIR/log/osd-mkfs.$i.log" 2>&1 ||
+			{ cat "$DIR/log/osd-mkfs.$i.log" >&2; die "ceph-osd --mkfs of osd.$i failed"; }
+		ceph-osd -c "$CONF" -i "$i" >"$DIR/log/osd-start.$i.log" 2>&1 8>&- ||
+			{ cat "$DIR/log/osd-start.$i.log" >&2; die "ceph-osd $i failed to start (log: $DIR/log/osd.$i.log)"; }
+	done
 
-	# Wait until the OSD is up and the pool's placement groups serve I/O:
-	# without a manager there is no PG state to poll, so write an object.
-	log "waiting for the OSD to serve I/O"
+	# Wait until the OSDs are up and the pool's placement groups serve I/O:
+	# without a manager there is no PG state to poll, so write an object;
+	# then until every OSD is up and in (with min_size 2 the write needs
+	# only two; a test that cuts a client from one OSD needs them all).
+	log "waiting for the OSDs to serve I/O"
 	local deadline=$((SECONDS + BOOT_TIMEOUT))
 	until timeout 20 rados "${ADMIN[@]}" --pool "$POOL" --rados-osd-op-timeout 5 --rados-mon-op-timeout 5 \
 		--client-mount-timeout 5 create nvmetd-probe >/dev/null 2>&1 ||
 		timeout 20 rados "${ADMIN[@]}" --pool "$POOL" --rados-osd-op-timeout 5 stat nvmetd-probe >/dev/null 2>&1; do
-		pid_alive "$DIR/run/osd.0.pid" || { tail -n 30 "$DIR/log/osd.0.log" >&2; die "osd.0 died"; }
-		[ $SECONDS -lt $deadline ] || die "the OSD did not serve I/O within ${BOOT_TIMEOUT}s (logs in $DIR/log)"
+		for i in $ids; do
+			pid_alive "$DIR/run/osd.$i.pid" || { tail -n 30 "$DIR/log/osd.$i.log" >&2; die "osd.$i died"; }
+		done
+		[ $SECONDS -lt $deadline ] || die "the OSDs did not serve I/O within ${BOOT_TIMEOUT}s (logs in $DIR/log)"
 		sleep 0.2
 	done
+	if [ "$OSDS" -gt 1 ]; then
+		until [ "$(timeout 30 ceph "${ADMIN[@]}" --connect-timeout 20 osd stat 2>/dev/null |
+			sed -n 's/^\([0-9]*\) osds: \([0-9]*\) up.*, \([0-9]*\) in.*/\1 \2 \3/p')" = "$OSDS $OSDS $OSDS" ]; do
+			[ $SECONDS -lt $deadline ] || die "not every OSD up and in within ${BOOT_TIMEOUT}s (logs in $DIR/log)"
+			sleep 0.5
+		done
+	fi
 	timeout 60 rbd "${ADMIN[@]}" pool init "$POOL" >/dev/null || die "rbd pool init $POOL failed"
 	log "running in $DIR"
 }
@@ -314,6 +374,8 @@ CEPH_ADMIN_KEYRING=$DIR/admin.keyring
 CEPH_FSID=$(awk '$1 == "fsid" { print $3 }' "$CONF")
 CEPH_MON_HOST=$(awk '$1 == "mon_host" { print $3 }' "$CONF")
 CEPH_DIR=$DIR
+CEPH_DAEMONS=mon.a$(for i in $(osd_ids); do printf ' osd.%s' "$i"; done)
+CEPH_ADDR=$(awk '$1 == "public_addr" { print $3 }' "$CONF")
 EOF
 }
 

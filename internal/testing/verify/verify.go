@@ -13,15 +13,19 @@ import "github.com/nvmetd/nvmetd/internal/testing/verify/vblock"
 type (
 	Device     = vblock.Device
 	PathDevice = vblock.PathDevice
-	Aligner    = vblock.Aligner
-	Config     = vblock.Config
-	Workload   = vblock.Workload
-	Stats      = vblock.Stats
-	Report     = vblock.Report
-	BadBlock   = vblock.BadBlock
-	Summary    = vblock.Summary
-	Gap        = vblock.Gap
-	Direct     = vblock.Direct
+	// GiveUpDevice and Attempt: the paths each write was given up on
+	// (Config.Attempts).
+	GiveUpDevice = vblock.GiveUpDevice
+	Attempt      = vblock.Attempt
+	Aligner      = vblock.Aligner
+	Config       = vblock.Config
+	Workload     = vblock.Workload
+	Stats        = vblock.Stats
+	Report       = vblock.Report
+	BadBlock     = vblock.BadBlock
+	Summary      = vblock.Summary
+	Gap          = vblock.Gap
+	Direct       = vblock.Direct
 )
 
 // MinBlockSize is the smallest block the format fits in.

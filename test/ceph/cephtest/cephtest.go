@@ -40,6 +40,21 @@ type Cluster struct {
 	AdminKeyring string // keyring of client.admin
 	FSID         string // the cluster's fsid
 	MonHost      string // the monitor's address, as in ceph.conf
+	Addr         string // the address every daemon binds to (127.0.0.1 unless NVMETD_CEPH_ADDR)
+	// Daemons names the cluster's daemons ("mon.a", "osd.0", …), for
+	// Signal.
+	Daemons []string
+}
+
+// OSDs returns the number of the cluster's OSDs.
+func (c *Cluster) OSDs() int {
+	n := 0
+	for _, d := range c.Daemons {
+		if strings.HasPrefix(d, "osd.") {
+			n++
+		}
+	}
+	return n
 }
 
 // commandTimeout bounds every command the package runs (the script's start
@@ -82,24 +97,38 @@ func Shared(t testing.TB) *Cluster {
 // stopped and removed when the test ends.
 func Private(t testing.TB) *Cluster {
 	t.Helper()
-	// Short: the admin sockets' paths must fit in 107 bytes.
-	dir, err := os.MkdirTemp("", "nvmetd-ceph-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, stop, err := StartPrivate(nil)
 	t.Cleanup(func() {
-		if out, err := script(dir, "stop"); err != nil {
-			t.Errorf("cluster.sh stop: %v\n%s", err, out)
+		if err := stop(); err != nil {
+			t.Error(err)
 		}
-		os.RemoveAll(dir)
 	})
-	begin := time.Now()
-	c, err := start(dir)
 	if err != nil {
 		fatal(t, err)
 	}
-	t.Logf("private ceph cluster %s started in %s", dir, time.Since(begin).Round(time.Millisecond))
 	return c
+}
+
+// StartPrivate starts a cluster in a new directory with env added to the
+// script's environment (NVMETD_CEPH_OSDS, NVMETD_CEPH_ADDR, …) and returns
+// it with the function that stops it and removes its directory (to call
+// even when the start failed). For a cluster that outlives one test (a
+// package's TestMain); a test uses Private.
+func StartPrivate(env []string) (*Cluster, func() error, error) {
+	// Short: the admin sockets' paths must fit in 107 bytes.
+	dir, err := os.MkdirTemp("", "nvmetd-ceph-")
+	if err != nil {
+		return nil, func() error { return nil }, err
+	}
+	stop := func() error {
+		defer os.RemoveAll(dir)
+		if out, err := script(dir, env, "stop"); err != nil {
+			return fmt.Errorf("cluster.sh stop: %w\n%s", err, out)
+		}
+		return nil
+	}
+	c, err := startEnv(dir, env)
+	return c, stop, err
 }
 
 func fatal(t testing.TB, err error) {
@@ -112,11 +141,11 @@ func fatal(t testing.TB, err error) {
 
 // script runs cluster.sh with dir as its state directory ("" for the
 // script's default).
-func script(dir string, args ...string) ([]byte, error) {
+func script(dir string, env []string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{Script()}, args...)...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), env...)
 	if dir != "" {
 		cmd.Env = append(cmd.Env, "NVMETD_CEPH_DIR="+dir)
 	}
@@ -129,24 +158,30 @@ func script(dir string, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-func start(dir string) (*Cluster, error) {
-	if _, err := script(dir, "start"); err != nil {
+func start(dir string) (*Cluster, error) { return startEnv(dir, nil) }
+
+func startEnv(dir string, env []string) (*Cluster, error) {
+	if _, err := script(dir, env, "start"); err != nil {
 		return nil, err
 	}
-	out, err := script(dir, "env")
+	out, err := script(dir, env, "env")
 	if err != nil {
 		return nil, err
 	}
-	env := map[string]string{}
+	vars := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
+			vars[k] = v
 		}
 	}
 	c := &Cluster{
-		Dir: env["CEPH_DIR"], Conf: env["CEPH_CONF"], Keyring: env["CEPH_KEYRING"], ClientID: env["CEPH_CLIENT_ID"],
-		Pool: env["CEPH_POOL"], AdminKeyring: env["CEPH_ADMIN_KEYRING"], FSID: env["CEPH_FSID"], MonHost: env["CEPH_MON_HOST"],
+		Dir: vars["CEPH_DIR"], Conf: vars["CEPH_CONF"], Keyring: vars["CEPH_KEYRING"], ClientID: vars["CEPH_CLIENT_ID"],
+		Pool: vars["CEPH_POOL"], AdminKeyring: vars["CEPH_ADMIN_KEYRING"], FSID: vars["CEPH_FSID"], MonHost: vars["CEPH_MON_HOST"],
+		Addr: vars["CEPH_ADDR"], Daemons: strings.Fields(vars["CEPH_DAEMONS"]),
+	}
+	if len(c.Daemons) == 0 {
+		c.Daemons = []string{"mon.a", "osd.0"} // a script without CEPH_DAEMONS
 	}
 	if c.Conf == "" || c.Keyring == "" || c.ClientID == "" || c.Pool == "" {
 		return nil, fmt.Errorf("cluster.sh env: incomplete output:\n%s", out)
@@ -158,15 +193,12 @@ func start(dir string) (*Cluster, error) {
 // what clients do when the cluster goes away).
 func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
-	if out, err := script(c.Dir, "stop"); err != nil {
+	if out, err := script(c.Dir, nil, "stop"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
 
-// Daemons names the cluster's daemons, for Signal.
-var Daemons = []string{"mon.a", "osd.0"}
-
-// Signal sends sig to a daemon of the cluster ("mon.a" or "osd.0"), e.g.
+// Signal sends sig to a daemon of the cluster (one of c.Daemons), e.g.
 // SIGSTOP and SIGCONT to make the cluster unreachable for a while without
 // losing its state.
 func (c *Cluster) Signal(t testing.TB, daemon string, sig syscall.Signal) {

@@ -11,13 +11,17 @@ import (
 )
 
 // TestClusterScript: cluster.sh start is idempotent, status tells a
-// running cluster from a stopped one, the client can use the pool with
+// running cluster from a stopped one, the pool is replicated across its
+// OSDs (size 3, min_size 2 with three), the client can use the pool with
 // cephx, and stop leaves no daemon and no state behind (twice in a row).
 // It runs under the rbd tag, with the rbd backend's tests (make test-rbd).
 func TestClusterScript(t *testing.T) {
 	c := Private(t)
 	pids := map[string]int{}
-	for _, name := range []string{"mon.a", "osd.0"} {
+	if len(c.Daemons) < 2 || c.Daemons[0] != "mon.a" || c.Daemons[1] != "osd.0" {
+		t.Fatalf("daemons %q: want mon.a, osd.0, …", c.Daemons)
+	}
+	for _, name := range c.Daemons {
 		b, err := os.ReadFile(c.Dir + "/run/" + name + ".pid")
 		if err != nil {
 			t.Fatal(err)
@@ -29,7 +33,7 @@ func TestClusterScript(t *testing.T) {
 		pids[name] = pid
 	}
 	// Again: the running cluster is kept (same daemons).
-	if out, err := script(c.Dir, "start"); err != nil {
+	if out, err := script(c.Dir, nil, "start"); err != nil {
 		t.Fatalf("second start: %v\n%s", err, out)
 	}
 	for name, pid := range pids {
@@ -38,8 +42,21 @@ func TestClusterScript(t *testing.T) {
 			t.Errorf("second start replaced %s (pid %d, now %q)", name, pid, b)
 		}
 	}
-	if out, err := script(c.Dir, "status"); err != nil {
+	if out, err := script(c.Dir, nil, "status"); err != nil {
 		t.Errorf("status of a running cluster: %v\n%s", err, out)
+	}
+
+	// The pool's replication follows the number of OSDs.
+	wantSize, wantMin := map[int]string{1: "1", 2: "2"}[c.OSDs()], "1"
+	if c.OSDs() >= 3 {
+		wantSize, wantMin = "3", "2"
+	}
+	for key, want := range map[string]string{"size": wantSize, "min_size": wantMin} {
+		out, err := exec.Command("ceph", "--conf", c.Conf, "--name", "client.admin", "--keyring", c.AdminKeyring,
+			"osd", "pool", "get", c.Pool, key).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != key+": "+want {
+			t.Errorf("pool %s with %d OSDs: %q (%v), want %s", key, c.OSDs(), out, err, want)
+		}
 	}
 
 	// cephx: the client's key works, a wrong one does not.
@@ -65,7 +82,7 @@ func TestClusterScript(t *testing.T) {
 				t.Errorf("stop %d: %s (pid %d) still runs", i+1, name, pid)
 			}
 		}
-		if _, err := script(c.Dir, "status"); err == nil {
+		if _, err := script(c.Dir, nil, "status"); err == nil {
 			t.Errorf("stop %d: status says running", i+1)
 		}
 		entries, _ := os.ReadDir(c.Dir)

@@ -74,6 +74,46 @@ type PathDevice interface {
 	WriteAtPath(ctx context.Context, p []byte, off int64) (path string, err error)
 }
 
+// GiveUpDevice is a PathDevice that also tells each path a write was
+// given up on (a path error: the host sent it again on another path)
+// before its end.
+type GiveUpDevice interface {
+	PathDevice
+	// WriteAtGiveUps is WriteAtPath that calls gaveUp (on another
+	// goroutine, before it returns) for each path the write was given up
+	// on, with the path error.
+	WriteAtGiveUps(ctx context.Context, p []byte, off int64, gaveUp func(path string, err error)) (path string, err error)
+}
+
+// Attempt is what became of one write (block, sequence) on one path: it
+// was acknowledged through it, or given up on it (the host sent it again
+// elsewhere, or failed it). A write given up on a path whose target did
+// not answer may still land through that path later: a sweep that finds
+// a block regressed to such a write's sequence names the path it came
+// through.
+type Attempt struct {
+	Block int64
+	Seq   uint64
+	// Path is the controller's address ("" if none took the write).
+	Path string
+	// Sent is when the workload submitted the write (its first path);
+	// At when the host learnt this outcome.
+	Sent, At time.Time
+	// Acked: the write completed successfully through Path (its end).
+	Acked bool
+	// Err is why it was given up on Path, or the write's error (its end).
+	Err error
+}
+
+func (a Attempt) String() string {
+	what := "acknowledged"
+	if !a.Acked {
+		what = fmt.Sprintf("given up (%v)", a.Err)
+	}
+	return fmt.Sprintf("block %d seq %d through %q: sent %s, %s at %s", a.Block, a.Seq, a.Path,
+		a.Sent.Format("15:04:05.000"), what, a.At.Format("15:04:05.000"))
+}
+
 // Config is a workload's shape.
 type Config struct {
 	// BlockSize is the size of one versioned block (at least
@@ -94,12 +134,17 @@ type Config struct {
 	// Writer is stored in every block beside the worker's index (high 16
 	// bits): tells two workloads on one device apart.
 	Writer uint16
+	// Attempts records, for every write, each path it was given up on
+	// and its end (Workload.Attempts; with a GiveUpDevice: a multipath
+	// head).
+	Attempts bool
 }
 
 // Workload is a running verified workload.
 type Workload struct {
 	dev  Device
-	pdev PathDevice // dev, if it tells paths
+	pdev PathDevice   // dev, if it tells paths
+	gdev GiveUpDevice // dev, if it tells the paths writes were given up on
 	cfg  Config
 	run  uint64
 
@@ -112,6 +157,8 @@ type Workload struct {
 	errMu                             sync.Mutex
 	errs                              []error // the first few
 	paths                             pathLog
+	attMu                             sync.Mutex
+	attempts                          []Attempt
 	stop                              chan struct{}
 	stopOnce                          sync.Once
 	wg                                sync.WaitGroup
@@ -151,6 +198,9 @@ func Start(dev Device, cfg Config) (*Workload, error) {
 		stop: make(chan struct{}),
 	}
 	w.pdev, _ = dev.(PathDevice)
+	if cfg.Attempts {
+		w.gdev, _ = dev.(GiveUpDevice)
+	}
 	for i := range cfg.Workers {
 		w.wg.Go(func() { w.worker(i) })
 	}
@@ -177,6 +227,8 @@ func (w *Workload) do(write bool, p []byte, off int64) error {
 	var path string
 	var err error
 	switch {
+	case w.gdev != nil && write:
+		path, err = w.writeAttempts(ctx, p, off)
 	case w.pdev != nil && write:
 		path, err = w.pdev.WriteAtPath(ctx, p, off)
 	case w.pdev != nil:
@@ -190,6 +242,49 @@ func (w *Workload) do(write bool, p []byte, off int64) error {
 		w.paths.record(path)
 	}
 	return err
+}
+
+// writeAttempts writes p at off through gdev and records the paths it
+// was given up on and its end.
+func (w *Workload) writeAttempts(ctx context.Context, p []byte, off int64) (string, error) {
+	st, _ := parse(p, w.run)
+	blk, seq, sent := int64(st.block), st.seq, time.Now()
+	path, err := w.gdev.WriteAtGiveUps(ctx, p, off, func(path string, err error) {
+		w.attMu.Lock()
+		w.attempts = append(w.attempts, Attempt{Block: blk, Seq: seq, Path: path, Sent: sent, At: time.Now(), Err: err})
+		w.attMu.Unlock()
+	})
+	w.attMu.Lock()
+	w.attempts = append(w.attempts, Attempt{Block: blk, Seq: seq, Path: path, Sent: sent, At: time.Now(), Acked: err == nil, Err: err})
+	w.attMu.Unlock()
+	return path, err
+}
+
+// Attempts returns what became of each write of block on each path, in
+// the order the host learnt it (Config.Attempts).
+func (w *Workload) Attempts(block int64) []Attempt {
+	w.attMu.Lock()
+	defer w.attMu.Unlock()
+	var out []Attempt
+	for _, a := range w.attempts {
+		if a.Block == block {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// GivenUp returns the attempts given up on path (Config.Attempts).
+func (w *Workload) GivenUp(path string) []Attempt {
+	w.attMu.Lock()
+	defer w.attMu.Unlock()
+	var out []Attempt
+	for _, a := range w.attempts {
+		if a.Path == path && !a.Acked {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // worker writes the blocks First+i, First+i+Workers, … in a random order
@@ -324,6 +419,8 @@ type Report struct {
 	Regressed, Torn, Foreign, Future, Misplaced int64
 	// Bad lists the first wrong blocks.
 	Bad []BadBlock
+	// RegressedBlocks lists every regressed block.
+	RegressedBlocks []BadBlock
 	// ReadErrors are the sweep's failed reads (their blocks unchecked).
 	ReadErrors int64
 	ReadErr    error `json:"-"`
@@ -434,6 +531,7 @@ func (w *Workload) check(r *Report, blk int64, b []byte) {
 		bad(classFuture, &r.Future)
 	case kind == kindOurs && st.seq < acked:
 		bad(classRegressed, &r.Regressed)
+		r.RegressedBlocks = append(r.RegressedBlocks, BadBlock{Block: blk, Class: classNames[classRegressed], Found: st.seq, Acked: acked, Submitted: submitted})
 	case kind == kindOurs && st.seq == acked:
 		r.Current++
 	case kind == kindOurs:

@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -369,5 +371,65 @@ func TestWorkloadAllocs(t *testing.T) {
 	n := w.Stats().Writes - n0
 	if per := float64(m1.Mallocs-m0.Mallocs) / float64(n); per > 0.05 {
 		t.Errorf("%.3f allocations per verified write (%d in %d writes), want none", per, m1.Mallocs-m0.Mallocs, n)
+	}
+}
+
+// giveUps is a file as a GiveUpDevice: every write is first given up on
+// path "a" (its bytes kept, as a target that still holds it), then
+// written and acknowledged through "b".
+type giveUps struct {
+	twoPaths
+	mu    sync.Mutex
+	stale map[int64][]byte // the first given-up write of each offset
+}
+
+func (d *giveUps) WriteAtGiveUps(ctx context.Context, p []byte, off int64, gaveUp func(string, error)) (string, error) {
+	d.mu.Lock()
+	if _, ok := d.stale[off]; !ok {
+		d.stale[off] = slices.Clone(p)
+	}
+	d.mu.Unlock()
+	gaveUp("a", errors.New("keep alive timeout"))
+	_, err := d.WriteAtContext(ctx, p, off)
+	return "b", err
+}
+
+// TestAttempts: with Config.Attempts the workload records each path a
+// write was given up on and its end; a given-up write that lands late
+// (written after the workload stopped) is a regressed block whose
+// sequence the record names as given up on "a".
+func TestAttempts(t *testing.T) {
+	_, f := tempDevice(t, 64*4096)
+	d := &giveUps{twoPaths: twoPaths{Device: f}, stale: map[int64][]byte{}}
+	w, err := Start(d, Config{Workers: 4, Blocks: 8, Attempts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWrites(t, w, 100)
+	w.Stop()
+	// Block 3's first write lands late.
+	if _, err := f.WriteAtContext(context.Background(), d.stale[3*4096], 3*4096); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	r := w.Sweep(ctx, f)
+	if r.Regressed != 1 || len(r.RegressedBlocks) != 1 || r.RegressedBlocks[0].Block != 3 || r.RegressedBlocks[0].Found != 1 {
+		t.Fatalf("%s: %v", r, r.RegressedBlocks)
+	}
+	var gaveUp, acked bool
+	for _, a := range w.Attempts(3) {
+		if a.Seq == 1 && a.Path == "a" && !a.Acked && a.Err != nil {
+			gaveUp = true
+		}
+		if a.Seq == 1 && a.Path == "b" && a.Acked && !a.At.Before(a.Sent) {
+			acked = true
+		}
+	}
+	if !gaveUp || !acked {
+		t.Errorf("block 3 seq 1: given up on a %v, acknowledged through b %v: %v", gaveUp, acked, w.Attempts(3))
+	}
+	if n, writes := len(w.GivenUp("a")), r.Workload.Writes; int64(n) != writes {
+		t.Errorf("%d writes given up on a, %d writes", n, writes)
 	}
 }
