@@ -70,6 +70,9 @@ NVMETD_PORT=${NVMETD_PORT:-4520}
 HUGEPAGES=${HUGEPAGES:-1024}
 REPORT_ONLY=${REPORT_ONLY:-0}
 SPDK_NQN=nqn.2016-06.io.spdk:cnode1
+# spdk_nvme_perf sends an empty HOSTNQN unless told one; nvmetd refuses
+# that (Connect data HOSTNQN is required, NVMe over Fabrics 1.1 §3.3).
+BENCH_HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4265-6e63-680000000001
 NVMETD_NQN=nqn.2024-01.io.nvmetd:bench
 PY=/usr/bin/python3
 HZ=$(getconf CLK_TCK)
@@ -404,7 +407,7 @@ ini_cmd() {
 		;;
 	tcp | tcp-bp)
 		ini=("$NVME_PERF" -c "$(printf '0x%x' $((1 << INI_CPU)))" -q "$qd" -o "$bs" -w "$rw" -t "$RT" -L
-			-r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$NVMETD_PORT subnqn:$NVMETD_NQN")
+			-r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$NVMETD_PORT subnqn:$NVMETD_NQN hostnqn:$BENCH_HOSTNQN")
 		;;
 	*)
 		[ "$sys" != nvmetd ] && hbp=$BP
