@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/admission"
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
@@ -74,6 +75,8 @@ type ControllerQueue struct {
 	log      *zap.Logger
 	conn     net.Conn
 	br       *bufio.Reader
+	ticket   *admission.Ticket
+	killed   atomic.Pointer[error] // why the Admission ended the queue
 	admitted atomic.Bool
 	live     atomic.Bool
 	sqHead   atomic.Uint32
@@ -113,7 +116,11 @@ func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 		q.free <- int32(i)
 	}
 	q.live.Store(true)
+	q.ticket = r.ticket
 	go q.run()
+	// From here an eviction or the connect timeout of the Admission
+	// closes the queue (QueueClosed gets why).
+	q.ticket.Attach(q.kill)
 	return q, nil
 }
 
@@ -136,11 +143,22 @@ func (q *ControllerQueue) Live() bool { return q.live.Load() }
 // Admit ends the connect timeout once the controller has accepted the host
 // (a successful Connect, or its authentication). Buffers are per command,
 // so there is nothing to grow.
-func (q *ControllerQueue) Admit() error { q.admitted.Store(true); return nil }
+func (q *ControllerQueue) Admit() error { q.AdmitConnection(); return nil }
 
 // AdmitConnection is Admit for a queue whose host must still authenticate
 // (the authentication deadline bounds it now).
-func (q *ControllerQueue) AdmitConnection() { q.admitted.Store(true) }
+func (q *ControllerQueue) AdmitConnection() {
+	q.admitted.Store(true)
+	q.ticket.Admit()
+}
+
+// kill ends the queue for the Admission (evicted to make room, or not
+// admitted within the connect timeout).
+func (q *ControllerQueue) kill(why error) {
+	q.killed.CompareAndSwap(nil, &why)
+	q.log.Info("nvme-tcp: closing queue", zap.Error(why))
+	q.Close()
+}
 
 // Close disconnects the queue: responses already written go out first.
 func (q *ControllerQueue) Close() {
@@ -154,10 +172,14 @@ func (q *ControllerQueue) Close() {
 // run is the receive goroutine.
 func (q *ControllerQueue) run() {
 	err := q.receive()
+	if k := q.killed.Load(); k != nil && err == nil {
+		err = *k
+	}
 	q.live.Store(false)
 	q.wmu.Lock()
 	_ = q.conn.Close()
 	q.wmu.Unlock()
+	q.ticket.Release()
 	q.stop.Do(func() { close(q.closing) })
 	defer close(q.closedCh)
 	q.h.QueueClosed(q, err)
