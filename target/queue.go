@@ -39,6 +39,10 @@ type link interface {
 	Close()
 	Done() <-chan struct{}
 	MaxTransferSize() int
+	// DisableSQFlowControl makes every later completion of the queue
+	// report SQHD FFFFh (the host disabled SQ flow control in its
+	// Connect).
+	DisableSQFlowControl()
 }
 
 // queue is the target's side of one NVMe queue: the rdma.Handler of a
@@ -459,6 +463,12 @@ func (q *queue) handleUnconnected(r request) {
 // connectDone completes a Connect; a failed one lets the host try again on
 // the same queue.
 func (q *queue) connectDone(r request, st nvmeof.Status, result uint32) {
+	if st == nvmeof.StatusSuccess && r.SQE().ConnectCmd().SQFlowControlDisable() {
+		// Fabrics 1.1 §3.3: the host asked to disable SQ flow control;
+		// the Connect's own response already reports SQHD FFFFh
+		// (nvmet_install_queue sets sqhd_disabled before it answers).
+		q.link().DisableSQFlowControl()
+	}
 	if st == nvmeof.StatusSuccess && !q.authorized() {
 		// The host must authenticate first: the queue leaves the
 		// listener's pending set (the authentication deadline bounds it

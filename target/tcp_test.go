@@ -26,6 +26,12 @@ type tcpHost struct {
 	qid  uint16
 	size int
 	buf  []byte
+	// sqFlowOff asks for SQ flow control disabled in connect; sqhd and
+	// success are the last completion's SQHD and whether it came as a
+	// C2HData's SUCCESS flag.
+	sqFlowOff bool
+	sqhd      uint16
+	success   bool
 }
 
 func dialTCP(t testing.TB, addr string, d wire.Digests) *tcpHost {
@@ -154,11 +160,18 @@ func (h *tcpHost) do(sqe *nvmeof.SQE, out []byte, inCap bool, in []byte) (nvmeof
 				h.t.Fatalf("C2HData for CID %d, want %d", dh.CID(), cid)
 			}
 			copy(in[dh.Offset():], data)
+			if hd.Flags&wire.FlagSuccess != 0 {
+				// TCP 1.0 §3.6.2.7: the C2HData stands for a successful
+				// CQE; no CapsuleResp follows.
+				h.success = true
+				return nvmeof.StatusSuccess, 0
+			}
 		case wire.TypeCapsuleResp:
 			cqe := wire.CapsuleCQE(hdr)
 			if cqe.CID() != cid {
 				h.t.Fatalf("CQE for CID %d, want %d", cqe.CID(), cid)
 			}
+			h.sqhd, h.success = cqe.SQHead(), false
 			return cqe.Status(), cqe.Result64()
 		default:
 			h.t.Fatalf("unexpected %s", hd.Type)
@@ -174,7 +187,7 @@ func (h *tcpHost) connect(qid uint16, size int, subnqn string, cntlid uint16) ui
 	d.SetSubNQN(subnqn)
 	d.SetHostNQN("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000aa")
 	var sqe nvmeof.SQE
-	sqe.BuildConnect(qid, uint16(size-1), testKATO)
+	sqe.BuildConnect(qid, uint16(size-1), testKATO).SetSQFlowControlDisable(h.sqFlowOff)
 	st, res := h.do(&sqe, d[:], true, nil)
 	if st != nvmeof.StatusSuccess {
 		h.t.Fatalf("connect qid %d: %v", qid, st)

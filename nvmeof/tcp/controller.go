@@ -80,9 +80,13 @@ type ControllerQueue struct {
 	admitted atomic.Bool
 	live     atomic.Bool
 	sqHead   atomic.Uint32
-	closedCh chan struct{}
-	closing  chan struct{}
-	stop     sync.Once
+	// sqFlowOff: the host disabled SQ flow control in its Connect:
+	// completions report SQHD FFFFh and a successful read's response is
+	// folded into its C2HData (SUCCESS).
+	sqFlowOff atomic.Bool
+	closedCh  chan struct{}
+	closing   chan struct{}
+	stop      sync.Once
 
 	wmu perfcount.Mutex // one writer at a time
 
@@ -151,6 +155,14 @@ func (q *ControllerQueue) AdmitConnection() {
 	q.admitted.Store(true)
 	q.ticket.Admit()
 }
+
+// DisableSQFlowControl: the host disabled SQ flow control (Connect CATTR
+// bit 2, Fabrics 1.1 §3.3). Every later completion reports SQHD FFFFh, and
+// a read that succeeds with DW0 and DW1 zero is answered by its C2HData
+// alone, with the SUCCESS flag (TCP 1.0 §3.6.2.7: allowed only when SQ flow
+// control is disabled), as nvmet-tcp does (nvmet_setup_c2h_data_pdu sets
+// NVME_TCP_F_DATA_SUCCESS when sqhd_disabled and sends no response).
+func (q *ControllerQueue) DisableSQFlowControl() { q.sqFlowOff.Store(true) }
 
 // kill ends the queue for the Admission (evicted to make room, or not
 // admitted within the connect timeout).
@@ -595,8 +607,9 @@ func (r *Request) Complete(st nvmeof.Status) {
 	}
 	r.answered = true
 	r.r2t.Store(false)
-	var sqhd uint32
-	for {
+	sqhd := uint32(0xFFFF) // SQ flow control disabled
+	flowOff := q.sqFlowOff.Load()
+	for !flowOff {
 		old := q.sqHead.Load()
 		sqhd = (old + 1) % uint32(q.size)
 		if q.sqHead.CompareAndSwap(old, sqhd) {
@@ -607,8 +620,15 @@ func (r *Request) Complete(st nvmeof.Status) {
 	n := 0
 	if st == nvmeof.StatusSuccess && r.sqe.DataDirection() == nvmeof.DirControllerToHost && len(r.data) > 0 {
 		// TCP 1.0 §3.6.2.7: one C2HData with all the data, LAST_PDU; the
-		// CapsuleResp follows (SUCCESS is not used).
-		h := wire.NewHeader(wire.TypeC2HData, wire.FlagLastPDU, q.d, uint32(len(r.data)), 0)
+		// CapsuleResp follows, unless SQ flow control is disabled and the
+		// completion says nothing but success (DW0, DW1 zero): then the
+		// C2HData's SUCCESS flag stands for it.
+		flags := wire.FlagLastPDU
+		success := flowOff && r.result == 0
+		if success {
+			flags |= wire.FlagSuccess
+		}
+		h := wire.NewHeader(wire.TypeC2HData, flags, q.d, uint32(len(r.data)), 0)
 		wire.PutDataHeader(r.c2h[:], h, r.sqe.CID(), 0, 0, uint32(len(r.data)))
 		hl := wire.DataHLen
 		if q.d.Header {
@@ -621,6 +641,14 @@ func (r *Request) Complete(st nvmeof.Status) {
 		if q.d.Data {
 			wire.PutDigest(r.out[:], wire.DataDigest(0, r.data))
 			n = wire.DigestSize
+		}
+		if success {
+			if n > 0 {
+				r.iov[k] = r.out[:n]
+				k++
+			}
+			r.finish(k)
+			return
 		}
 	}
 	start := n
@@ -635,6 +663,12 @@ func (r *Request) Complete(st nvmeof.Status) {
 	}
 	r.iov[k] = r.out[:n]
 	k++
+	r.finish(k)
+}
+
+// finish writes the first k of r.iov in one writev and frees the context.
+func (r *Request) finish(k int) {
+	q := r.q
 	r.bufs = r.iov[:k]
 	_ = q.write(&r.bufs)
 	r.iov = [3][]byte{}
