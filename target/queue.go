@@ -66,6 +66,8 @@ type queue struct {
 	// auth is the queue's DH-HMAC-CHAP state (auth.go); nil when the
 	// queue need not and did not authenticate.
 	auth atomic.Pointer[queueAuth]
+	// sqFlowOff: the host disabled SQ flow control in its Connect.
+	sqFlowOff atomic.Bool
 
 	// cmds holds the state of the commands in execution, one entry per
 	// request context of the binding (rdma.Request.Index).
@@ -185,6 +187,14 @@ func (q *queue) cmd(r request) *command { return &q.cmds[r.Index()] }
 
 // link returns the binding's side of the queue (nil before the accept or
 // the first command).
+// transport names the queue's binding.
+func (q *queue) transport() string {
+	if q.tconn.Load() != nil {
+		return "tcp"
+	}
+	return "rdma"
+}
+
 func (q *queue) link() link {
 	if c := q.conn.Load(); c != nil {
 		return c
@@ -468,6 +478,7 @@ func (q *queue) connectDone(r request, st nvmeof.Status, result uint32) {
 		// the Connect's own response already reports SQHD FFFFh
 		// (nvmet_install_queue sets sqhd_disabled before it answers).
 		q.link().DisableSQFlowControl()
+		q.sqFlowOff.Store(true)
 	}
 	if st == nvmeof.StatusSuccess && !q.authorized() {
 		// The host must authenticate first: the queue leaves the
