@@ -233,6 +233,7 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, er
 			PDUTimeout:      cfg.Transport.WriteTimeout,
 			WriteTimeout:    cfg.Transport.WriteTimeout,
 			Admission:       s.adm.Shared(),
+			BusyPoll:        cfg.Transport.BusyPoll,
 			Logger:          s.log,
 		}}, nil
 	}

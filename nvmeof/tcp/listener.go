@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -83,6 +84,10 @@ type Config struct {
 	// MaxPending bounds the connections not yet admitted when Admission
 	// is nil.
 	MaxPending int
+	// BusyPoll makes a queue's receive loop spin on non-blocking reads for
+	// up to this long before it parks, as transport.busy_poll does for the
+	// iWARP engine (default 0: off).
+	BusyPoll time.Duration
 	// Logger receives queue events.
 	Logger *zap.Logger
 }
@@ -113,7 +118,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("nvme-tcp: max transfer size %d: want a power of two from 4 KiB to 16 MiB", d.MaxTransferSize)
 	case d.MaxH2CData < wire.MinMaxH2CData:
 		return fmt.Errorf("nvme-tcp: MAXH2CDATA %d: want at least %d", d.MaxH2CData, wire.MinMaxH2CData)
-	case d.ConnectTimeout < 0 || d.PDUTimeout < 0 || d.WriteTimeout < 0 || d.MaxPending < 0:
+	case d.ConnectTimeout < 0 || d.PDUTimeout < 0 || d.WriteTimeout < 0 || d.MaxPending < 0 || d.BusyPoll < 0:
 		return errors.New("nvme-tcp: negative timeout or limit")
 	}
 	return nil
@@ -252,7 +257,13 @@ func (l *Listener) initialize(c net.Conn, t *admission.Ticket) {
 	}
 	// The deadline runs until the controller admits the queue.
 	_ = c.SetDeadline(time.Now().Add(cfg.ConnectTimeout))
-	br := bufio.NewReaderSize(c, readBufferSize)
+	var src io.Reader = c
+	if sc, ok := c.(syscall.Conn); ok && cfg.BusyPoll > 0 {
+		if pr := newPollReader(sc, cfg.BusyPoll); pr != nil {
+			src = pr
+		}
+	}
+	br := bufio.NewReaderSize(src, readBufferSize)
 	var b [wire.ICSize]byte
 	if _, err := io.ReadFull(br, b[:wire.CommonHeaderSize]); err != nil {
 		log.Debug("nvme-tcp: no ICReq", zap.Error(err))
@@ -309,7 +320,7 @@ func (l *Listener) initialize(c net.Conn, t *admission.Ticket) {
 		}
 	}
 	r := &QueueRequest{QID: qid, size: size, RemoteAddr: c.RemoteAddr(), LocalAddr: c.LocalAddr(),
-		Digests: d, MaxR2T: icreq.MaxR2T(), conn: c, br: br, cfg: cfg, ticket: t}
+		Digests: d, MaxR2T: icreq.MaxR2T(), conn: c, br: br, src: src, cfg: cfg, ticket: t}
 	select {
 	case l.reqs <- r:
 		handed = true
@@ -344,6 +355,7 @@ type QueueRequest struct {
 	size   int
 	conn   net.Conn
 	br     *bufio.Reader
+	src    io.Reader // what br reads: the connection, or a pollReader of it
 	cfg    *Config
 	ticket *admission.Ticket // the connection's place in the Admission
 }
