@@ -178,7 +178,7 @@ func (t *tcpQueue) DataReady(r *tcp.Request, err error) { (*queue)(t).dataReady(
 func (t *tcpQueue) QueueClosed(conn *tcp.ControllerQueue, err error) {
 	q := (*queue)(t)
 	q.tconn.CompareAndSwap(nil, conn)
-	q.s.met.queueClosed(q, nil, q.ctrl.Load())
+	q.s.met.queueClosed(q, nil, conn, q.ctrl.Load())
 	q.closedWith(err)
 }
 
@@ -327,7 +327,7 @@ func (q *queue) dataReady(r request, err error) {
 // QueueClosed is called once the connection has ended (rdma.Handler).
 func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 	q.conn.CompareAndSwap(nil, conn)
-	q.s.met.queueClosed(q, conn, q.ctrl.Load())
+	q.s.met.queueClosed(q, conn, nil, q.ctrl.Load())
 	q.closedWith(err)
 }
 

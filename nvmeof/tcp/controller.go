@@ -93,6 +93,10 @@ type ControllerQueue struct {
 	reqs []Request
 	free chan int32
 
+	// Counters (Stats).
+	pdusSent, pdusRecv       atomic.Uint64
+	hdgstErrors, ddgstErrors atomic.Uint64
+	termSentFES, termRecvFES atomic.Uint32 // FES+1 once sent/received
 	// Receive state (the receive goroutine's).
 	hb      [wire.MaxTermReqPLen + wire.DigestSize]byte
 	dl      bool // a PDU deadline is set
@@ -154,6 +158,31 @@ func (q *ControllerQueue) Admit() error { q.AdmitConnection(); return nil }
 func (q *ControllerQueue) AdmitConnection() {
 	q.admitted.Store(true)
 	q.ticket.Admit()
+}
+
+// QueueStats are a queue's PDU counters, for the metrics.
+type QueueStats struct {
+	PDUsSent, PDUsReceived uint64
+	// HeaderDigestErrors (fatal: the queue ended with a C2HTermReq) and
+	// DataDigestErrors (the command failed, the queue went on).
+	HeaderDigestErrors, DataDigestErrors uint64
+	// TermReqSent/Received: the queue ended by a C2HTermReq we sent or an
+	// H2CTermReq the host sent, with its FES.
+	TermReqSent, TermReqReceived       bool
+	TermReqSentFES, TermReqReceivedFES wire.FES
+}
+
+// Stats returns the queue's counters (atomic loads: cheap, any goroutine).
+func (q *ControllerQueue) Stats() QueueStats {
+	st := QueueStats{PDUsSent: q.pdusSent.Load(), PDUsReceived: q.pdusRecv.Load(),
+		HeaderDigestErrors: q.hdgstErrors.Load(), DataDigestErrors: q.ddgstErrors.Load()}
+	if v := q.termSentFES.Load(); v != 0 {
+		st.TermReqSent, st.TermReqSentFES = true, wire.FES(v-1)
+	}
+	if v := q.termRecvFES.Load(); v != 0 {
+		st.TermReqReceived, st.TermReqReceivedFES = true, wire.FES(v-1)
+	}
+	return st
 }
 
 // DisableSQFlowControl: the host disabled SQ flow control (Connect CATTR
@@ -260,6 +289,7 @@ func (q *ControllerQueue) receive() error {
 		if err := q.read(hb[1:wire.CommonHeaderSize], false); err != nil {
 			return err
 		}
+		q.pdusRecv.Add(1)
 		err := q.pdu(hb)
 		if err == nil {
 			q.pduDone()
@@ -284,6 +314,7 @@ func (q *ControllerQueue) pdu(hb []byte) error {
 			return err
 		}
 		t := (*wire.TermReq)(hb[:wire.TermReqHLen])
+		q.termRecvFES.Store(uint32(t.FES()) + 1)
 		return fmt.Errorf("%w: %s (fei %d)", errHostTerminated, t.FES(), t.FEI())
 	}
 	l, err := wire.Check(h, true, q.d, 0)
@@ -296,6 +327,7 @@ func (q *ControllerQueue) pdu(hb []byte) error {
 	}
 	if l.HDGST {
 		if err := wire.CheckHeaderDigest(hb[:hl], h); err != nil {
+			q.hdgstErrors.Add(1)
 			return err
 		}
 	}
@@ -328,7 +360,11 @@ func (q *ControllerQueue) readData(b []byte, l wire.Layout) (bool, error) {
 	if err := q.read(dg, false); err != nil {
 		return false, err
 	}
-	return wire.GetDigest(dg) == wire.DataDigest(0, b), nil
+	ok := wire.GetDigest(dg) == wire.DataDigest(0, b)
+	if !ok {
+		q.ddgstErrors.Add(1)
+	}
+	return ok, nil
 }
 
 // takeContext waits for a free request context.
@@ -468,6 +504,8 @@ func (q *ControllerQueue) terminate(fe *wire.FatalError) {
 		hl = wire.CommonHeaderSize
 	}
 	pdu := wire.AppendTermReq(nil, wire.TypeC2HTermReq, fe.FES, fe.FEI, q.hb[:hl])
+	q.termSentFES.Store(uint32(fe.FES) + 1)
+	q.pdusSent.Add(1)
 	q.wmu.Lock()
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
 	_, _ = q.conn.Write(pdu)
@@ -580,6 +618,7 @@ func (r *Request) FetchData() {
 	}
 	r.iov[0] = r.c2h[:n]
 	r.bufs = r.iov[:1]
+	q.pdusSent.Add(1)
 	if err := q.write(&r.bufs); err != nil {
 		// The connection is gone: QueueClosed follows; the command is
 		// completed (released) by the handler.
@@ -647,9 +686,11 @@ func (r *Request) Complete(st nvmeof.Status) {
 				r.iov[k] = r.out[:n]
 				k++
 			}
+			q.pdusSent.Add(1)
 			r.finish(k)
 			return
 		}
+		q.pdusSent.Add(1) // the C2HData; the CapsuleResp below
 	}
 	start := n
 	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[n:])
@@ -663,6 +704,7 @@ func (r *Request) Complete(st nvmeof.Status) {
 	}
 	r.iov[k] = r.out[:n]
 	k++
+	q.pdusSent.Add(1)
 	r.finish(k)
 }
 
