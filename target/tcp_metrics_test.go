@@ -62,9 +62,9 @@ func TestTCPMetrics(t *testing.T) {
 	for k, w := range map[string]float64{
 		"nvmetd_queue_commands_total{" + queue + ",opcode=read,status=success}":  reads,
 		"nvmetd_queue_commands_total{" + queue + ",opcode=write,status=success}": writes,
-		"nvmetd_port_queues{port=2}":                                             2,
-		"nvmetd_tcp_digest_errors_total{digest=data,port=2}":                     1,
-		"nvmetd_tcp_digest_errors_total{digest=header,port=2}":                   0,
+		"nvmetd_port_queues{port=2}":                           2,
+		"nvmetd_tcp_digest_errors_total{digest=data,port=2}":   1,
+		"nvmetd_tcp_digest_errors_total{digest=header,port=2}": 0,
 	} {
 		if got := v[normKey(k)]; got != w {
 			t.Errorf("%s = %v, want %v", k, got, w)
