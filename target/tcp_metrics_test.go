@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/testing/rawtcp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
@@ -18,24 +19,24 @@ import (
 func TestTCPMetrics(t *testing.T) {
 	s := startServer(t, tcpConfig(t))
 	reg := metricsRegistry(t, s)
-	adm := dialTCP(t, portAddr(s, 2), wire.Digests{Header: true, Data: true})
-	cntlid := adm.connect(0, nvmeof.AdminQueueDepth, testSubNQN, nvmeof.CNTLIDDynamic)
-	adm.enable()
-	io := dialTCP(t, portAddr(s, 2), wire.Digests{Header: true, Data: true})
-	io.connect(1, 32, testSubNQN, cntlid)
+	adm := rawtcp.Dial(t, portAddr(s, 2), wire.Digests{Header: true, Data: true})
+	cntlid := adm.Connect(0, nvmeof.AdminQueueDepth, testSubNQN, nvmeof.CNTLIDDynamic, testKATO)
+	adm.Enable()
+	io := rawtcp.Dial(t, portAddr(s, 2), wire.Digests{Header: true, Data: true})
+	io.Connect(1, 32, testSubNQN, cntlid, testKATO)
 	const reads, writes = 5, 3
 	buf := pattern(4096, 1)
 	for range writes {
 		var sqe nvmeof.SQE
 		sqe.BuildWrite(1, 0, 8)
-		if st, _ := io.do(&sqe, buf, true, nil); st != nvmeof.StatusSuccess {
+		if st, _ := io.Do(&sqe, buf, true, nil); st != nvmeof.StatusSuccess {
 			t.Fatal(st)
 		}
 	}
 	for range reads {
 		var sqe nvmeof.SQE
 		sqe.BuildRead(1, 0, 8)
-		if st, _ := io.do(&sqe, nil, false, buf); st != nvmeof.StatusSuccess {
+		if st, _ := io.Do(&sqe, nil, false, buf); st != nvmeof.StatusSuccess {
 			t.Fatal(st)
 		}
 	}
@@ -43,17 +44,16 @@ func TestTCPMetrics(t *testing.T) {
 	// the queue goes on.
 	var sqe nvmeof.SQE
 	sqe.BuildWrite(1, 0, 8)
-	io.cid++
-	sqe.SetCID(io.cid)
+	sqe.SetCID(io.NextCID())
 	sqe.SetPSDT(1)
 	sqe.SGL1().SetIdentifier(nvmeof.SGLIDInCapsule)
 	sqe.SGL1().SetInCapsule(0, 4096)
-	pdu := io.pdu(wire.TypeCapsuleCmd, 0, sqe[:], buf[:4096])
+	pdu := io.PDU(wire.TypeCapsuleCmd, 0, sqe[:], buf[:4096])
 	pdu[len(pdu)-1] ^= 0xFF
-	if _, err := io.c.Write(pdu); err != nil {
+	if _, err := io.Conn.Write(pdu); err != nil {
 		t.Fatal(err)
 	}
-	if hd, hdr, _ := io.recv(); hd.Type != wire.TypeCapsuleResp || wire.CapsuleCQE(hdr).Status() == nvmeof.StatusSuccess {
+	if hd, hdr, _ := io.Recv(); hd.Type != wire.TypeCapsuleResp || wire.CapsuleCQE(hdr).Status() == nvmeof.StatusSuccess {
 		t.Fatalf("a data digest error: %s %v, want a failed CapsuleResp", hd.Type, wire.CapsuleCQE(hdr).Status())
 	}
 
@@ -79,12 +79,12 @@ func TestTCPMetrics(t *testing.T) {
 
 	// A bad HLEN on a third connection: a C2HTermReq with FES "invalid
 	// header field", counted once the queue is gone.
-	bad := dialTCP(t, portAddr(s, 2), wire.Digests{})
+	bad := rawtcp.Dial(t, portAddr(s, 2), wire.Digests{})
 	var kas nvmeof.SQE
 	kas.BuildKeepAlive()
-	b := bad.pdu(wire.TypeCapsuleCmd, 0, kas[:], nil)
+	b := bad.PDU(wire.TypeCapsuleCmd, 0, kas[:], nil)
 	b[2] = 40
-	if _, err := bad.c.Write(b); err != nil {
+	if _, err := bad.Conn.Write(b); err != nil {
 		t.Fatal(err)
 	}
 	key := normKey("nvmetd_tcp_termreqs_total{direction=sent,fes=" + wire.FESInvalidHeaderField.String() + ",port=2}")

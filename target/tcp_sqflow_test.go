@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/nvmetd/nvmetd/internal/testing/rawtcp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
@@ -27,38 +28,38 @@ func TestTCPSQFlowControlDisable(t *testing.T) {
 		for _, off := range []bool{true, false} {
 			name := map[bool]string{false: "no-digests", true: "digests"}[d.Header] + map[bool]string{true: "/sqflow-disabled", false: "/sqflow"}[off]
 			t.Run(name, func(t *testing.T) {
-				adm := dialTCP(t, portAddr(s, 2), d)
-				adm.sqFlowOff = off
-				cntlid := adm.connect(0, nvmeof.AdminQueueDepth, testSubNQN, nvmeof.CNTLIDDynamic)
-				if off && adm.sqhd != 0xFFFF {
-					t.Errorf("admin Connect response SQHD %#x, want 0xFFFF", adm.sqhd)
+				adm := rawtcp.Dial(t, portAddr(s, 2), d)
+				adm.SQFlowOff = off
+				cntlid := adm.Connect(0, nvmeof.AdminQueueDepth, testSubNQN, nvmeof.CNTLIDDynamic, testKATO)
+				if off && adm.SQHD != 0xFFFF {
+					t.Errorf("admin Connect response SQHD %#x, want 0xFFFF", adm.SQHD)
 				}
-				adm.enable()
-				if off && adm.sqhd != 0xFFFF {
-					t.Errorf("admin completion SQHD %#x, want 0xFFFF", adm.sqhd)
+				adm.Enable()
+				if off && adm.SQHD != 0xFFFF {
+					t.Errorf("admin completion SQHD %#x, want 0xFFFF", adm.SQHD)
 				}
-				if !off && adm.sqhd == 0xFFFF {
+				if !off && adm.SQHD == 0xFFFF {
 					t.Errorf("SQHD 0xFFFF with SQ flow control on")
 				}
-				io := dialTCP(t, portAddr(s, 2), d)
-				io.sqFlowOff = off
-				io.connect(1, 32, testSubNQN, cntlid)
+				io := rawtcp.Dial(t, portAddr(s, 2), d)
+				io.SQFlowOff = off
+				io.Connect(1, 32, testSubNQN, cntlid, testKATO)
 				want := pattern(64<<10, 9)
 				var sqe nvmeof.SQE
 				sqe.BuildWrite(1, 0, uint32(len(want)/512))
-				if st, _ := io.do(&sqe, want, false, nil); st != nvmeof.StatusSuccess || io.success {
-					t.Fatalf("write: %v (by SUCCESS flag: %v)", st, io.success)
+				if st, _ := io.Do(&sqe, want, false, nil); st != nvmeof.StatusSuccess || io.Success {
+					t.Fatalf("write: %v (by SUCCESS flag: %v)", st, io.Success)
 				}
 				for _, n := range []int{4096, 64 << 10} {
 					got := make([]byte, n)
 					sqe = nvmeof.SQE{}
 					sqe.BuildRead(1, 0, uint32(n/512))
-					io.success = false
-					if st, _ := io.do(&sqe, nil, false, got); st != nvmeof.StatusSuccess {
+					io.Success = false
+					if st, _ := io.Do(&sqe, nil, false, got); st != nvmeof.StatusSuccess {
 						t.Fatalf("read %d: %v", n, st)
 					}
-					if io.success != off {
-						t.Errorf("read %d answered by the C2HData's SUCCESS flag: %v, want %v", n, io.success, off)
+					if io.Success != off {
+						t.Errorf("read %d answered by the C2HData's SUCCESS flag: %v, want %v", n, io.Success, off)
 					}
 					if !bytes.Equal(got, want[:n]) {
 						t.Fatalf("read %d: other data than written", n)
@@ -67,18 +68,18 @@ func TestTCPSQFlowControlDisable(t *testing.T) {
 				// A read past the end fails: a CapsuleResp with the error.
 				sqe = nvmeof.SQE{}
 				sqe.BuildRead(1, 1<<40, 8)
-				if st, _ := io.do(&sqe, nil, false, make([]byte, 4096)); st == nvmeof.StatusSuccess || io.success {
-					t.Errorf("read past the end: %v (by SUCCESS flag: %v)", st, io.success)
+				if st, _ := io.Do(&sqe, nil, false, make([]byte, 4096)); st == nvmeof.StatusSuccess || io.Success {
+					t.Errorf("read past the end: %v (by SUCCESS flag: %v)", st, io.Success)
 				}
-				if off && io.sqhd != 0xFFFF {
-					t.Errorf("I/O completion SQHD %#x, want 0xFFFF", io.sqhd)
+				if off && io.SQHD != 0xFFFF {
+					t.Errorf("I/O completion SQHD %#x, want 0xFFFF", io.SQHD)
 				}
 				// The next command's response is its own (no stray
 				// CapsuleResp of a read answered by SUCCESS): do checks
 				// the CID.
 				sqe = nvmeof.SQE{}
 				sqe.BuildFlush(1)
-				if st, _ := io.do(&sqe, nil, false, nil); st != nvmeof.StatusSuccess {
+				if st, _ := io.Do(&sqe, nil, false, nil); st != nvmeof.StatusSuccess {
 					t.Fatalf("flush: %v", st)
 				}
 			})
@@ -92,13 +93,13 @@ func TestTCPSQFlowControlDisable(t *testing.T) {
 			h := discover(t, portAddr(s, 1), testHostNQN)
 			_, entries = readDiscoveryLog(t, h)
 		} else {
-			h := dialTCP(t, portAddr(s, 2), wire.Digests{})
-			h.connect(0, nvmeof.AdminQueueDepth, nvmeof.DiscoveryNQN, nvmeof.CNTLIDDynamic)
-			h.enable()
+			h := rawtcp.Dial(t, portAddr(s, 2), wire.Digests{})
+			h.Connect(0, nvmeof.AdminQueueDepth, nvmeof.DiscoveryNQN, nvmeof.CNTLIDDynamic, testKATO)
+			h.Enable()
 			page := make([]byte, 3*1024)
 			var sqe nvmeof.SQE
 			sqe.BuildGetLogPage(nvmeof.LIDDiscovery, 0, 0, uint32(len(page)))
-			if st, _ := h.do(&sqe, nil, false, page); st != nvmeof.StatusSuccess {
+			if st, _ := h.Do(&sqe, nil, false, page); st != nvmeof.StatusSuccess {
 				t.Fatalf("get discovery log: %v", st)
 			}
 			dl, err := nvmeof.ParseDiscoveryLog(page)

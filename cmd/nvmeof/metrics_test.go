@@ -17,7 +17,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 )
 
 // family finds a metric of a gathered family by its label values.

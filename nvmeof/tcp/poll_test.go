@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/testing/rawtcp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
@@ -31,16 +32,16 @@ func TestBusyPoll(t *testing.T) {
 			}
 		}()
 		h := dial(t, ln, wire.Digests{})
-		h.connect(1)
+		h.Connect(1, 32, "", 0, 0)
 		r := <-got
 		data := bytes.Repeat([]byte{0x5a, 0xa5}, 2048)
-		h.capsule(rwSQE(nvmeof.NVMWrite, 7, 0, len(data), true), data)
-		if st := h.cqe(7, nil); st != nvmeof.StatusSuccess {
+		h.Capsule(rawtcp.RWSQE(nvmeof.NVMWrite, 7, 0, len(data), true), data)
+		if st := h.CQE(7, nil); st != nvmeof.StatusSuccess {
 			t.Fatalf("spin %v: write %v", spin, st)
 		}
 		back := make([]byte, len(data))
-		h.capsule(rwSQE(nvmeof.NVMRead, 8, 0, len(back), false), nil)
-		if st := h.cqe(8, back); st != nvmeof.StatusSuccess || !bytes.Equal(back, data) {
+		h.Capsule(rawtcp.RWSQE(nvmeof.NVMRead, 8, 0, len(back), false), nil)
+		if st := h.CQE(8, back); st != nvmeof.StatusSuccess || !bytes.Equal(back, data) {
 			t.Fatalf("spin %v: read %v, same data %v", spin, st, bytes.Equal(back, data))
 		}
 		pr, ok := r.src.(*pollReader)
@@ -48,7 +49,7 @@ func TestBusyPoll(t *testing.T) {
 			t.Errorf("spin %v: the queue reads through the busy-polling reader: %v", spin, ok)
 		}
 		// A PDU cut short: the PDU timeout (200 ms) closes the queue.
-		h.send(h.appendPDU(nil, wire.TypeCapsuleCmd, 0, rwSQE(nvmeof.NVMRead, 9, 0, 4096, false)[:], nil)[:20])
-		h.expectClose()
+		h.Send(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMRead, 9, 0, 4096, false)[:], nil)[:20])
+		h.ExpectClose()
 	}
 }
