@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmetd/nvmetd/internal/admission"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
 
@@ -31,11 +30,9 @@ type Listener struct {
 	ferr   error         // why (set before failed is closed)
 	once   sync.Once
 	wg     sync.WaitGroup
-	// spare is a file descriptor held in reserve: when accept fails for
-	// lack of descriptors, it is given up to accept and close the waiting
-	// connection, so that a full table does not leave peers hanging in
-	// the backlog (libevent's and nginx's technique).
-	spare *os.File
+	// acc takes the connections (retrying the accept errors of a flood,
+	// shedding the backlog when descriptors run out) into adm.
+	acc *admission.Acceptor
 }
 
 // ErrListenerFailed means the listener's accept loop stopped on an
@@ -60,7 +57,7 @@ func Listen(network, address string, cfg *Config) (*Listener, error) {
 		failed: make(chan struct{}),
 	}
 	ln.adm = ln.cfg.Admission
-	ln.spare, _ = os.Open(os.DevNull)
+	ln.acc = admission.NewAcceptor(ln.ln, ln.adm, ln.closed, ln.cfg.Logger, "iwarp")
 	ln.wg.Add(1)
 	go ln.acceptLoop()
 	return ln, nil
@@ -77,10 +74,7 @@ func (l *Listener) Close() error {
 		err = l.ln.Close()
 	})
 	l.wg.Wait()
-	if l.spare != nil {
-		l.spare.Close()
-		l.spare = nil
-	}
+	l.acc.Close()
 	for {
 		select {
 		case r := <-l.reqs:
@@ -109,67 +103,23 @@ func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
-	var delay time.Duration
 	for {
-		c, err := l.ln.AcceptTCP()
+		c, ent, err := l.acc.Accept()
+		if errors.Is(err, admission.ErrClosed) {
+			return
+		}
 		if err != nil {
-			select {
-			case <-l.closed:
-				return
-			default:
-			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-				l.shed()
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				l.cfg.Logger.Warn("iwarp: accept", zap.Error(err), zap.Duration("retry", delay))
-				select {
-				case <-time.After(delay):
-				case <-l.closed:
-					return
-				}
-				continue
-			}
-			l.cfg.Logger.Error("iwarp: accept loop stopped", zap.Stringer("address", l.ln.Addr()), zap.Error(err))
 			l.ferr = err
 			close(l.failed)
 			return
-		}
-		delay = 0
-		var ent *admEntry
-		if l.adm != nil {
-			if ent = l.adm.enter(c, time.Now()); ent == nil {
-				c.Close()
-				continue
-			}
 		}
 		l.wg.Add(1)
 		go l.handshake(c, ent)
 	}
 }
 
-// shed uses the spare descriptor to take one waiting connection off the
-// backlog and close it, when accept failed for lack of descriptors.
-func (l *Listener) shed() {
-	if l.spare == nil {
-		return
-	}
-	l.spare.Close()
-	l.spare = nil
-	if c, err := l.ln.AcceptTCP(); err == nil {
-		_ = c.SetLinger(0)
-		c.Close()
-		if l.adm != nil {
-			l.adm.note("refused", "connection refused: out of file descriptors", c.RemoteAddr().String())
-		}
-	}
-	l.spare, _ = os.Open(os.DevNull)
-}
-
 // handshake reads the MPA request of a new connection.
-func (l *Listener) handshake(c *net.TCPConn, ent *admEntry) {
+func (l *Listener) handshake(c *net.TCPConn, ent *admission.Ticket) {
 	defer l.wg.Done()
 	_ = c.SetNoDelay(true)
 	deadline := time.Now().Add(l.cfg.ConnectTimeout)
@@ -189,7 +139,7 @@ func (l *Listener) handshake(c *net.TCPConn, ent *admEntry) {
 		}
 		l.cfg.Logger.Debug("iwarp: MPA request refused", zap.Stringer("remote", c.RemoteAddr()), zap.Error(err))
 		c.Close()
-		ent.release()
+		ent.Release()
 		return
 	}
 	r := &ConnRequest{
@@ -293,7 +243,7 @@ type ConnRequest struct {
 	conn *net.TCPConn
 	req  wire.MPAFrame
 	cfg  *Config
-	adm  *admEntry
+	adm  *admission.Ticket
 	mu   sync.Mutex
 	done bool
 }
@@ -302,7 +252,7 @@ type ConnRequest struct {
 func (r *ConnRequest) drop() {
 	if r.take() == nil {
 		r.conn.Close()
-		r.adm.release()
+		r.adm.Release()
 	}
 }
 
@@ -324,7 +274,7 @@ func (r *ConnRequest) Accept(qp *QP, privateData []byte) error {
 	}
 	fail := func(err error) error {
 		r.conn.Close()
-		r.adm.release()
+		r.adm.Release()
 		return err
 	}
 	rep, neg := respond(r.cfg, &r.req, qp.wantIRD, qp.wantORD, r.cfg.MaxIRDORD, privateData)
@@ -341,7 +291,10 @@ func (r *ConnRequest) Accept(qp *QP, privateData []byte) error {
 	_ = r.conn.SetDeadline(time.Time{})
 	// The QP owns the admission entry from here (it releases it when it
 	// ends); an eviction now fails the QP.
-	r.adm.attach(qp)
+	qp.mu.Lock()
+	qp.adm = r.adm
+	qp.mu.Unlock()
+	r.adm.Attach(qp.fail)
 	qp.mpaRequest, qp.mpaReply = r.req.Append(nil), rep.Append(nil)
 	if err := qp.start(r.conn, r.cfg, neg, true, r.PrivateData); err != nil {
 		return fail(err)
@@ -356,7 +309,7 @@ func (r *ConnRequest) Reject(privateData []byte) error {
 	if err := r.take(); err != nil {
 		return err
 	}
-	defer r.adm.release()
+	defer r.adm.Release()
 	defer r.conn.Close()
 	rep := rejectReply(&r.req, privateData)
 	if rep.PrivateDataLen() > r.cfg.MaxPrivateData {

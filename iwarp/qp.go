@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/admission"
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
@@ -104,9 +105,9 @@ type QP struct {
 
 	mu      perfcount.Mutex
 	e       *engine
-	adm     *admEntry // the connection's place in its Admission (responders)
-	loops   int       // driver loops still running
-	started bool      // start ran (or the QP ended idle)
+	adm     *admission.Ticket // the connection's place in its Admission (responders)
+	loops   int               // driver loops still running
+	started bool              // start ran (or the QP ended idle)
 	flushed bool
 	timer   *time.Timer
 
@@ -227,7 +228,7 @@ func (qp *QP) Admit() {
 	qp.mu.Lock()
 	e := qp.adm
 	qp.mu.Unlock()
-	e.admit()
+	e.Admit()
 }
 
 // Stats returns the engine's counters.
@@ -616,7 +617,7 @@ func (qp *QP) finish() {
 	if qp.conn != nil {
 		_ = qp.conn.Close()
 	}
-	adm.release()
+	adm.Release()
 	qp.deliver(wcs)
 	if qp.conn != nil && (err == nil || errors.Is(err, ErrPeerClosed)) {
 		qp.log.Debug("iwarp: disconnected", zap.Error(err))

@@ -83,6 +83,21 @@ func (c ConnectCmd) QueueSize() int { return int(c.SQSize()) + 1 }
 // cattr returns the connect attributes byte.
 func (c ConnectCmd) cattr() uint8 { return c.SQE[46] }
 
+// SQFlowControlDisable reports whether the host asks the controller to
+// disable SQ flow control (CATTR bit 2, Fabrics 1.1 §3.3): the controller
+// then reports SQHD FFFFh, and on NVMe/TCP may fold a read's response into
+// its last C2HData (the SUCCESS flag, TCP 1.0 §3.6.2.7).
+func (c ConnectCmd) SQFlowControlDisable() bool { return c.cattr()&cattrDisableSQFlow != 0 }
+
+// SetSQFlowControlDisable sets or clears CATTR bit 2.
+func (c ConnectCmd) SetSQFlowControlDisable(on bool) {
+	if on {
+		c.setCATTR(c.cattr() | cattrDisableSQFlow)
+	} else {
+		c.setCATTR(c.cattr() &^ cattrDisableSQFlow)
+	}
+}
+
 // setCATTR sets the connect attributes byte.
 func (c ConnectCmd) setCATTR(v uint8) { c.SQE[46] = v }
 

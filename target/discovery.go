@@ -30,7 +30,7 @@ func (s *server) discoveryEntries(p *port, host string, local net.Addr) []nvmeof
 	}
 	entry := func(subtype uint8, nqn string) nvmeof.DiscoveryEntry {
 		e := nvmeof.DiscoveryEntry{
-			TrType: pc.TrType(), AdrFam: adrfam, SubType: subtype, TReq: nvmeof.TREQNotSpecified,
+			TrType: pc.TrType(), AdrFam: adrfam, SubType: subtype, TReq: nvmeof.TREQNotSpecified | nvmeof.TREQDisableSQFlow,
 			PortID: p.id, CntlID: nvmeof.CNTLIDDynamic, ASQSZ: nvmeof.DiscoveryASQSZ,
 			TrSvcID: strconv.Itoa(pc.ServiceID), SubNQN: nqn, TrAddr: traddr,
 		}

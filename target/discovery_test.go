@@ -96,6 +96,7 @@ func TestDiscovery(t *testing.T) {
 	}
 	want := nvmeof.DiscoveryEntry{
 		TrType: nvmeof.TrTypeRDMA, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeNVMe, PortID: 1,
+		TReq:   nvmeof.TREQDisableSQFlow, // as nvmet_ports_make sets every port's
 		CntlID: nvmeof.CNTLIDDynamic, ASQSZ: 32, TrSvcID: port, SubNQN: testSubNQN, TrAddr: "127.0.0.1",
 		RDMAQPType: nvmeof.RDMAQPTypeRC, RDMAPRType: nvmeof.RDMAPRTypeNone, RDMACMS: nvmeof.RDMACMSRDMACM,
 	}

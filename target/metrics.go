@@ -9,6 +9,8 @@ import (
 	"github.com/nvmetd/nvmetd/internal/lathist"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp"
+	tcpwire "github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
 
 // This file holds the counters behind the target's metrics: plain atomics
@@ -227,6 +229,32 @@ type termKey struct {
 type qpTotals struct {
 	fpdusSent, fpdusRecv, crcErrors uint64
 	terms                           map[termKey]uint64
+	// NVMe/TCP queues' counters.
+	tcpPDUsSent, tcpPDUsRecv, hdgstErrors, ddgstErrors uint64
+	tcpTerms                                           map[tcpTermKey]uint64
+}
+
+// tcpTermKey is a TermReq that ended an NVMe/TCP queue: sent (C2HTermReq)
+// or received (H2CTermReq), and its FES.
+type tcpTermKey struct {
+	sent bool
+	fes  tcpwire.FES
+}
+
+func (t *qpTotals) addTCP(st tcp.QueueStats) {
+	t.tcpPDUsSent += st.PDUsSent
+	t.tcpPDUsRecv += st.PDUsReceived
+	t.hdgstErrors += st.HeaderDigestErrors
+	t.ddgstErrors += st.DataDigestErrors
+	if t.tcpTerms == nil {
+		t.tcpTerms = map[tcpTermKey]uint64{}
+	}
+	if st.TermReqSent {
+		t.tcpTerms[tcpTermKey{true, st.TermReqSentFES}]++
+	}
+	if st.TermReqReceived {
+		t.tcpTerms[tcpTermKey{false, st.TermReqReceivedFES}]++
+	}
 }
 
 func (t *qpTotals) addQP(st rdma.QPStats) {
@@ -357,7 +385,7 @@ func connectRefusedReason(st nvmeof.Status) string {
 
 // queueClosed folds a closing queue's counters into the totals, once;
 // the collector skips folded queues.
-func (m *metricsState) queueClosed(q *queue, conn *rdma.ControllerQueue, c *controller) {
+func (m *metricsState) queueClosed(q *queue, conn *rdma.ControllerQueue, tconn *tcp.ControllerQueue, c *controller) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if q.folded {
@@ -382,6 +410,14 @@ func (m *metricsState) queueClosed(q *queue, conn *rdma.ControllerQueue, c *cont
 			m.retiredPort[q.port.id] = t
 		}
 		t.addQP(conn.QPStats())
+	}
+	if tconn != nil {
+		t := m.retiredPort[q.port.id]
+		if t == nil {
+			t = &qpTotals{}
+			m.retiredPort[q.port.id] = t
+		}
+		t.addTCP(tconn.Stats())
 	}
 }
 

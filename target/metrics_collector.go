@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp"
 )
 
 // DefaultMetricsMaxControllers is the default cap on the controllers that
@@ -60,8 +61,11 @@ var (
 	dPortFPDUs    = desc("port_fpdus_total", "FPDUs sent and received on the port's connections, closed ones included.", "port", "direction")
 	dPortCRC      = desc("mpa_crc_errors_total", "FPDUs received with a bad MPA CRC on the port's connections.", "port")
 	dTerminates   = desc("iwarp_terminates_total", "iWARP Terminate messages sent and received (RFC 5040 §5.3), by layer, error type and error code of the cause.", "port", "direction", "layer", "type", "code")
+	dTCPPDUs      = desc("port_tcp_pdus_total", "NVMe/TCP PDUs sent and received on the port's connections, closed ones included.", "port", "direction")
+	dTCPDigest    = desc("tcp_digest_errors_total", "NVMe/TCP PDUs received with a wrong header digest (fatal to the queue) or data digest (the command fails) on the port's connections.", "port", "digest")
+	dTCPTermReqs  = desc("tcp_termreqs_total", "NVMe/TCP connections ended by a C2HTermReq sent or an H2CTermReq received (TCP 1.0 §3.6.2.9), by fatal error status.", "port", "direction", "fes")
 	dPortListen   = desc("port_listening", "Whether the port is listening (1) or not (0).", "port", "address")
-	dPortQueues   = desc("port_queues", "Queues (connections past the RDMA CM exchange) on the port now.", "port")
+	dPortQueues   = desc("port_queues", "Queues (connections past the RDMA CM exchange or the NVMe/TCP ICReq) on the port now.", "port")
 	dConnections  = desc("connections", "Connections held by the target now, by state (pending: not yet past a successful Connect).", "state")
 	dAdmission    = desc("connections_admission_total", "Connections accepted, admitted, and closed by the admission limits (refused at once, evicted, timed out).", "outcome")
 	dRefused      = desc("connections_refused_total", "Queues and Connects refused, by reason.", "reason")
@@ -87,7 +91,7 @@ var (
 		dCtrlInfo, dCtrlCommands, dCtrlBytes, dCtrlLatency, dCtrlInflight, dCtrlQueues, dCtrlUnlabelled,
 		dQueueCommands, dQueueBytes, dQueueInflight, dQueueSize, dQueueBacklog, dQueueWaiting,
 		dQPState, dQPFPDUs, dQPRTT, dQPRetrans, dQPCwnd, dQPUnacked, dQPNotSent,
-		dPortFPDUs, dPortCRC, dTerminates, dPortListen, dPortQueues, dConnections, dAdmission, dRefused,
+		dPortFPDUs, dPortCRC, dTerminates, dTCPPDUs, dTCPDigest, dTCPTermReqs, dPortListen, dPortQueues, dConnections, dAdmission, dRefused,
 		dKAExpired, dCtrlCreated, dCtrlEnded, dReconnects, dAuthFailures,
 		dNSState, dNSSize, dNSCommands, dNSBytes, dNSErrors, dNSMediaErrors, dNSLatency,
 		dNSNowait, dNSSlowPaths, dNSAllocated,
@@ -124,9 +128,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // queueView is what the collector read of a live queue.
 type queueView struct {
-	q    *queue
-	ctrl *controller
-	conn *rdma.ControllerQueue
+	q     *queue
+	ctrl  *controller
+	conn  *rdma.ControllerQueue
+	tconn *tcp.ControllerQueue
 }
 
 // Collect reads the target's counters (prometheus.Collector).
@@ -160,7 +165,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			if q.folded {
 				continue
 			}
-			live = append(live, queueView{q: q, ctrl: q.ctrl.Load(), conn: q.conn.Load()})
+			live = append(live, queueView{q: q, ctrl: q.ctrl.Load(), conn: q.conn.Load(), tconn: q.tconn.Load()})
 		}
 	}
 	slices.SortFunc(live, func(a, b queueView) int {
@@ -197,9 +202,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	queueSnaps := make([]cmdSnap, len(live))
 	portTotals := map[uint16]qpTotals{}
 	for id, t := range m.retiredPort {
-		cp := qpTotals{fpdusSent: t.fpdusSent, fpdusRecv: t.fpdusRecv, crcErrors: t.crcErrors, terms: map[termKey]uint64{}}
+		cp := *t
+		cp.terms, cp.tcpTerms = map[termKey]uint64{}, map[tcpTermKey]uint64{}
 		for k, v := range t.terms {
 			cp.terms[k] = v
+		}
+		for k, v := range t.tcpTerms {
+			cp.tcpTerms[k] = v
 		}
 		portTotals[id] = cp
 	}
@@ -210,6 +219,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			qpStats[i] = v.conn.QPStats()
 			t := portTotals[v.q.port.id]
 			t.addQP(qpStats[i])
+			portTotals[v.q.port.id] = t
+		}
+		if v.tconn != nil {
+			t := portTotals[v.q.port.id]
+			t.addTCP(v.tconn.Stats())
 			portTotals[v.q.port.id] = t
 		}
 		if v.ctrl == nil {
@@ -308,6 +322,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				dir = "sent"
 			}
 			counter(dTerminates, v, id, dir, termLayerName(uint8(k.cause>>12)), strconv.Itoa(int(k.cause>>8)&0xF), fmt.Sprintf("0x%02x", uint8(k.cause)))
+		}
+		if p.cfg.IsTCP() {
+			counter(dTCPPDUs, t.tcpPDUsSent, id, "sent")
+			counter(dTCPPDUs, t.tcpPDUsRecv, id, "received")
+			counter(dTCPDigest, t.hdgstErrors, id, "header")
+			counter(dTCPDigest, t.ddgstErrors, id, "data")
+			for k, v := range t.tcpTerms {
+				dir := "received"
+				if k.sent {
+					dir = "sent"
+				}
+				counter(dTCPTermReqs, v, id, dir, k.fes.String())
+			}
 		}
 	}
 

@@ -19,6 +19,12 @@ type QueueStatus struct {
 	// (held Asynchronous Event Requests excluded).
 	InFlight int64      `json:"in_flight"`
 	IO       IOCounters `json:"io"`
+	// Transport is the queue's binding: "rdma" or "tcp".
+	Transport string `json:"transport"`
+	// SQFlowControlDisabled: the host disabled SQ flow control in the
+	// queue's Connect (completions report SQHD FFFFh; on NVMe/TCP reads
+	// are answered by their C2HData's SUCCESS flag).
+	SQFlowControlDisabled bool `json:"sq_flow_control_disabled,omitempty"`
 }
 
 // Queues returns every queue of every live controller, by subsystem (in
@@ -39,6 +45,7 @@ func (t *Target) Queues() []QueueStatus {
 				Subsystem: c.sub.nqn, CNTLID: c.cntlid, HostNQN: c.hostNQN, PortID: c.port.id,
 				QID: q.qid, Size: q.size, RemoteAddress: addrString(q.remote), LocalAddress: addrString(q.local),
 				InFlight: q.inflight.Load(), IO: q.counters(),
+				Transport: q.transport(), SQFlowControlDisabled: q.sqFlowOff.Load(),
 			})
 		}
 		c.mu.Unlock()

@@ -39,6 +39,10 @@ type link interface {
 	Close()
 	Done() <-chan struct{}
 	MaxTransferSize() int
+	// DisableSQFlowControl makes every later completion of the queue
+	// report SQHD FFFFh (the host disabled SQ flow control in its
+	// Connect).
+	DisableSQFlowControl()
 }
 
 // queue is the target's side of one NVMe queue: the rdma.Handler of a
@@ -62,6 +66,8 @@ type queue struct {
 	// auth is the queue's DH-HMAC-CHAP state (auth.go); nil when the
 	// queue need not and did not authenticate.
 	auth atomic.Pointer[queueAuth]
+	// sqFlowOff: the host disabled SQ flow control in its Connect.
+	sqFlowOff atomic.Bool
 
 	// cmds holds the state of the commands in execution, one entry per
 	// request context of the binding (rdma.Request.Index).
@@ -172,7 +178,7 @@ func (t *tcpQueue) DataReady(r *tcp.Request, err error) { (*queue)(t).dataReady(
 func (t *tcpQueue) QueueClosed(conn *tcp.ControllerQueue, err error) {
 	q := (*queue)(t)
 	q.tconn.CompareAndSwap(nil, conn)
-	q.s.met.queueClosed(q, nil, q.ctrl.Load())
+	q.s.met.queueClosed(q, nil, conn, q.ctrl.Load())
 	q.closedWith(err)
 }
 
@@ -181,6 +187,14 @@ func (q *queue) cmd(r request) *command { return &q.cmds[r.Index()] }
 
 // link returns the binding's side of the queue (nil before the accept or
 // the first command).
+// transport names the queue's binding.
+func (q *queue) transport() string {
+	if q.tconn.Load() != nil {
+		return "tcp"
+	}
+	return "rdma"
+}
+
 func (q *queue) link() link {
 	if c := q.conn.Load(); c != nil {
 		return c
@@ -313,7 +327,7 @@ func (q *queue) dataReady(r request, err error) {
 // QueueClosed is called once the connection has ended (rdma.Handler).
 func (q *queue) QueueClosed(conn *rdma.ControllerQueue, err error) {
 	q.conn.CompareAndSwap(nil, conn)
-	q.s.met.queueClosed(q, conn, q.ctrl.Load())
+	q.s.met.queueClosed(q, conn, nil, q.ctrl.Load())
 	q.closedWith(err)
 }
 
@@ -459,6 +473,13 @@ func (q *queue) handleUnconnected(r request) {
 // connectDone completes a Connect; a failed one lets the host try again on
 // the same queue.
 func (q *queue) connectDone(r request, st nvmeof.Status, result uint32) {
+	if st == nvmeof.StatusSuccess && r.SQE().ConnectCmd().SQFlowControlDisable() {
+		// Fabrics 1.1 §3.3: the host asked to disable SQ flow control;
+		// the Connect's own response already reports SQHD FFFFh
+		// (nvmet_install_queue sets sqhd_disabled before it answers).
+		q.link().DisableSQFlowControl()
+		q.sqFlowOff.Store(true)
+	}
 	if st == nvmeof.StatusSuccess && !q.authorized() {
 		// The host must authenticate first: the queue leaves the
 		// listener's pending set (the authentication deadline bounds it

@@ -228,7 +228,10 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, er
 	if pc.IsTCP() {
 		// The connect timeout bounds the ICReq and the Connect as it
 		// bounds the MPA exchange and the Connect on RDMA; a stalled PDU
-		// and a blocked write get the transport's write timeout.
+		// and a blocked write get the transport's write timeout. The
+		// connections of TCP ports enter the daemon's one Admission, as
+		// those of RDMA ports do: limits.max_pending,
+		// max_pending_per_address and max_connections count them all.
 		return listenConfig{tcp: tcp.Config{
 			InlineDataSize:  pc.InlineDataSize,
 			MaxQueueSize:    pc.MaxQueueSize,
@@ -236,7 +239,8 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, er
 			ConnectTimeout:  cfg.Transport.ConnectTimeout,
 			PDUTimeout:      cfg.Transport.WriteTimeout,
 			WriteTimeout:    cfg.Transport.WriteTimeout,
-			MaxPending:      cfg.Limits.MaxPending,
+			Admission:       s.adm.Shared(),
+			BusyPoll:        cfg.Transport.BusyPoll,
 			Logger:          s.log,
 		}}, nil
 	}

@@ -260,8 +260,11 @@ type ControllerQueue struct {
 	pd       *iwarp.PD
 	qp       *iwarp.QP
 	sqHead   atomic.Uint32 // SQ head pointer reported in completions
-	closedCh chan struct{} // closed after the handler's QueueClosed returned
-	admitted atomic.Bool
+	// sqFlowOff: the host disabled SQ flow control (Connect CATTR bit 2):
+	// completions report SQHD FFFFh.
+	sqFlowOff atomic.Bool
+	closedCh  chan struct{} // closed after the handler's QueueClosed returned
+	admitted  atomic.Bool
 
 	mu       perfcount.Mutex
 	pool     *bufferPool // data buffers (a small one until Admit)
@@ -366,6 +369,10 @@ func (q *ControllerQueue) addContexts(n int) {
 		q.free = append(q.free, int32(i))
 	}
 }
+
+// DisableSQFlowControl makes every later completion report SQHD FFFFh
+// (Fabrics 1.1 §3.3: the host disabled SQ flow control in its Connect).
+func (q *ControllerQueue) DisableSQFlowControl() { q.sqFlowOff.Store(true) }
 
 // Admit gives the queue its full resources once the controller logic has
 // accepted the host (a successful Fabrics Connect; call it before the
@@ -540,8 +547,8 @@ func (r *Request) Complete(st nvmeof.Status) {
 	r.answered = true
 	// As nvmet_update_sq_head: the SQ head advances when a command
 	// completes, so SQHD grows in completion order.
-	var sqhd uint32
-	for {
+	sqhd := uint32(0xFFFF) // SQ flow control disabled
+	for !q.sqFlowOff.Load() {
 		old := q.sqHead.Load()
 		sqhd = (old + 1) % uint32(q.size)
 		if q.sqHead.CompareAndSwap(old, sqhd) {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/nvmetd/nvmetd/internal/admission"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
@@ -148,6 +149,11 @@ func (l AdmissionLimits) engine() iwarp.AdmissionConfig {
 func NewAdmission(l AdmissionLimits, log *zap.Logger) *Admission {
 	return &Admission{a: iwarp.NewAdmission(l.engine(), log)}
 }
+
+// Shared is the transport-neutral admission behind a: a daemon's NVMe/TCP
+// listeners take their connections through it too, so that one set of
+// caps bounds the connections of all its ports.
+func (a *Admission) Shared() *admission.Admission { return a.a }
 
 // SetLimits changes the caps for connections accepted from now on.
 func (a *Admission) SetLimits(l AdmissionLimits) { a.a.SetConfig(l.engine()) }

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/admission"
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
@@ -74,18 +75,28 @@ type ControllerQueue struct {
 	log      *zap.Logger
 	conn     net.Conn
 	br       *bufio.Reader
+	ticket   *admission.Ticket
+	killed   atomic.Pointer[error] // why the Admission ended the queue
 	admitted atomic.Bool
 	live     atomic.Bool
 	sqHead   atomic.Uint32
-	closedCh chan struct{}
-	closing  chan struct{}
-	stop     sync.Once
+	// sqFlowOff: the host disabled SQ flow control in its Connect:
+	// completions report SQHD FFFFh and a successful read's response is
+	// folded into its C2HData (SUCCESS).
+	sqFlowOff atomic.Bool
+	closedCh  chan struct{}
+	closing   chan struct{}
+	stop      sync.Once
 
 	wmu perfcount.Mutex // one writer at a time
 
 	reqs []Request
 	free chan int32
 
+	// Counters (Stats).
+	pdusSent, pdusRecv       atomic.Uint64
+	hdgstErrors, ddgstErrors atomic.Uint64
+	termSentFES, termRecvFES atomic.Uint32 // FES+1 once sent/received
 	// Receive state (the receive goroutine's).
 	hb      [wire.MaxTermReqPLen + wire.DigestSize]byte
 	dl      bool // a PDU deadline is set
@@ -113,7 +124,11 @@ func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 		q.free <- int32(i)
 	}
 	q.live.Store(true)
+	q.ticket = r.ticket
 	go q.run()
+	// From here an eviction or the connect timeout of the Admission
+	// closes the queue (QueueClosed gets why).
+	q.ticket.Attach(q.kill)
 	return q, nil
 }
 
@@ -136,11 +151,55 @@ func (q *ControllerQueue) Live() bool { return q.live.Load() }
 // Admit ends the connect timeout once the controller has accepted the host
 // (a successful Connect, or its authentication). Buffers are per command,
 // so there is nothing to grow.
-func (q *ControllerQueue) Admit() error { q.admitted.Store(true); return nil }
+func (q *ControllerQueue) Admit() error { q.AdmitConnection(); return nil }
 
 // AdmitConnection is Admit for a queue whose host must still authenticate
 // (the authentication deadline bounds it now).
-func (q *ControllerQueue) AdmitConnection() { q.admitted.Store(true) }
+func (q *ControllerQueue) AdmitConnection() {
+	q.admitted.Store(true)
+	q.ticket.Admit()
+}
+
+// QueueStats are a queue's PDU counters, for the metrics.
+type QueueStats struct {
+	PDUsSent, PDUsReceived uint64
+	// HeaderDigestErrors (fatal: the queue ended with a C2HTermReq) and
+	// DataDigestErrors (the command failed, the queue went on).
+	HeaderDigestErrors, DataDigestErrors uint64
+	// TermReqSent/Received: the queue ended by a C2HTermReq we sent or an
+	// H2CTermReq the host sent, with its FES.
+	TermReqSent, TermReqReceived       bool
+	TermReqSentFES, TermReqReceivedFES wire.FES
+}
+
+// Stats returns the queue's counters (atomic loads: cheap, any goroutine).
+func (q *ControllerQueue) Stats() QueueStats {
+	st := QueueStats{PDUsSent: q.pdusSent.Load(), PDUsReceived: q.pdusRecv.Load(),
+		HeaderDigestErrors: q.hdgstErrors.Load(), DataDigestErrors: q.ddgstErrors.Load()}
+	if v := q.termSentFES.Load(); v != 0 {
+		st.TermReqSent, st.TermReqSentFES = true, wire.FES(v-1)
+	}
+	if v := q.termRecvFES.Load(); v != 0 {
+		st.TermReqReceived, st.TermReqReceivedFES = true, wire.FES(v-1)
+	}
+	return st
+}
+
+// DisableSQFlowControl: the host disabled SQ flow control (Connect CATTR
+// bit 2, Fabrics 1.1 §3.3). Every later completion reports SQHD FFFFh, and
+// a read that succeeds with DW0 and DW1 zero is answered by its C2HData
+// alone, with the SUCCESS flag (TCP 1.0 §3.6.2.7: allowed only when SQ flow
+// control is disabled), as nvmet-tcp does (nvmet_setup_c2h_data_pdu sets
+// NVME_TCP_F_DATA_SUCCESS when sqhd_disabled and sends no response).
+func (q *ControllerQueue) DisableSQFlowControl() { q.sqFlowOff.Store(true) }
+
+// kill ends the queue for the Admission (evicted to make room, or not
+// admitted within the connect timeout).
+func (q *ControllerQueue) kill(why error) {
+	q.killed.CompareAndSwap(nil, &why)
+	q.log.Info("nvme-tcp: closing queue", zap.Error(why))
+	q.Close()
+}
 
 // Close disconnects the queue: responses already written go out first.
 func (q *ControllerQueue) Close() {
@@ -154,10 +213,14 @@ func (q *ControllerQueue) Close() {
 // run is the receive goroutine.
 func (q *ControllerQueue) run() {
 	err := q.receive()
+	if k := q.killed.Load(); k != nil && err == nil {
+		err = *k
+	}
 	q.live.Store(false)
 	q.wmu.Lock()
 	_ = q.conn.Close()
 	q.wmu.Unlock()
+	q.ticket.Release()
 	q.stop.Do(func() { close(q.closing) })
 	defer close(q.closedCh)
 	q.h.QueueClosed(q, err)
@@ -226,6 +289,7 @@ func (q *ControllerQueue) receive() error {
 		if err := q.read(hb[1:wire.CommonHeaderSize], false); err != nil {
 			return err
 		}
+		q.pdusRecv.Add(1)
 		err := q.pdu(hb)
 		if err == nil {
 			q.pduDone()
@@ -250,6 +314,7 @@ func (q *ControllerQueue) pdu(hb []byte) error {
 			return err
 		}
 		t := (*wire.TermReq)(hb[:wire.TermReqHLen])
+		q.termRecvFES.Store(uint32(t.FES()) + 1)
 		return fmt.Errorf("%w: %s (fei %d)", errHostTerminated, t.FES(), t.FEI())
 	}
 	l, err := wire.Check(h, true, q.d, 0)
@@ -262,6 +327,7 @@ func (q *ControllerQueue) pdu(hb []byte) error {
 	}
 	if l.HDGST {
 		if err := wire.CheckHeaderDigest(hb[:hl], h); err != nil {
+			q.hdgstErrors.Add(1)
 			return err
 		}
 	}
@@ -294,7 +360,11 @@ func (q *ControllerQueue) readData(b []byte, l wire.Layout) (bool, error) {
 	if err := q.read(dg, false); err != nil {
 		return false, err
 	}
-	return wire.GetDigest(dg) == wire.DataDigest(0, b), nil
+	ok := wire.GetDigest(dg) == wire.DataDigest(0, b)
+	if !ok {
+		q.ddgstErrors.Add(1)
+	}
+	return ok, nil
 }
 
 // takeContext waits for a free request context.
@@ -434,6 +504,8 @@ func (q *ControllerQueue) terminate(fe *wire.FatalError) {
 		hl = wire.CommonHeaderSize
 	}
 	pdu := wire.AppendTermReq(nil, wire.TypeC2HTermReq, fe.FES, fe.FEI, q.hb[:hl])
+	q.termSentFES.Store(uint32(fe.FES) + 1)
+	q.pdusSent.Add(1)
 	q.wmu.Lock()
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
 	_, _ = q.conn.Write(pdu)
@@ -546,6 +618,7 @@ func (r *Request) FetchData() {
 	}
 	r.iov[0] = r.c2h[:n]
 	r.bufs = r.iov[:1]
+	q.pdusSent.Add(1)
 	if err := q.write(&r.bufs); err != nil {
 		// The connection is gone: QueueClosed follows; the command is
 		// completed (released) by the handler.
@@ -573,8 +646,9 @@ func (r *Request) Complete(st nvmeof.Status) {
 	}
 	r.answered = true
 	r.r2t.Store(false)
-	var sqhd uint32
-	for {
+	sqhd := uint32(0xFFFF) // SQ flow control disabled
+	flowOff := q.sqFlowOff.Load()
+	for !flowOff {
 		old := q.sqHead.Load()
 		sqhd = (old + 1) % uint32(q.size)
 		if q.sqHead.CompareAndSwap(old, sqhd) {
@@ -585,8 +659,15 @@ func (r *Request) Complete(st nvmeof.Status) {
 	n := 0
 	if st == nvmeof.StatusSuccess && r.sqe.DataDirection() == nvmeof.DirControllerToHost && len(r.data) > 0 {
 		// TCP 1.0 §3.6.2.7: one C2HData with all the data, LAST_PDU; the
-		// CapsuleResp follows (SUCCESS is not used).
-		h := wire.NewHeader(wire.TypeC2HData, wire.FlagLastPDU, q.d, uint32(len(r.data)), 0)
+		// CapsuleResp follows, unless SQ flow control is disabled and the
+		// completion says nothing but success (DW0, DW1 zero): then the
+		// C2HData's SUCCESS flag stands for it.
+		flags := wire.FlagLastPDU
+		success := flowOff && r.result == 0
+		if success {
+			flags |= wire.FlagSuccess
+		}
+		h := wire.NewHeader(wire.TypeC2HData, flags, q.d, uint32(len(r.data)), 0)
 		wire.PutDataHeader(r.c2h[:], h, r.sqe.CID(), 0, 0, uint32(len(r.data)))
 		hl := wire.DataHLen
 		if q.d.Header {
@@ -600,6 +681,16 @@ func (r *Request) Complete(st nvmeof.Status) {
 			wire.PutDigest(r.out[:], wire.DataDigest(0, r.data))
 			n = wire.DigestSize
 		}
+		if success {
+			if n > 0 {
+				r.iov[k] = r.out[:n]
+				k++
+			}
+			q.pdusSent.Add(1)
+			r.finish(k)
+			return
+		}
+		q.pdusSent.Add(1) // the C2HData; the CapsuleResp below
 	}
 	start := n
 	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[n:])
@@ -613,6 +704,13 @@ func (r *Request) Complete(st nvmeof.Status) {
 	}
 	r.iov[k] = r.out[:n]
 	k++
+	q.pdusSent.Add(1)
+	r.finish(k)
+}
+
+// finish writes the first k of r.iov in one writev and frees the context.
+func (r *Request) finish(k int) {
+	q := r.q
 	r.bufs = r.iov[:k]
 	_ = q.write(&r.bufs)
 	r.iov = [3][]byte{}

@@ -11,10 +11,12 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/internal/admission"
 	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
@@ -71,9 +73,21 @@ type Config struct {
 	PDUTimeout time.Duration
 	// WriteTimeout bounds each write to the host.
 	WriteTimeout time.Duration
-	// MaxPending bounds the connections between the TCP accept and their
-	// first command; more are closed at once.
+	// Admission caps the connections of the listener as it caps those of
+	// the iWARP listeners (internal/admission): pending ones (from the TCP
+	// accept until the controller admits the queue) in all and per remote
+	// address, with the oldest closed to make room, and all connections
+	// together; one Admission may serve a daemon's ports of both
+	// transports. Nil: a private one with MaxPending (in all and per
+	// address) and ConnectTimeout.
+	Admission *admission.Admission
+	// MaxPending bounds the connections not yet admitted when Admission
+	// is nil.
 	MaxPending int
+	// BusyPoll makes a queue's receive loop spin on non-blocking reads for
+	// up to this long before it parks, as transport.busy_poll does for the
+	// iWARP engine (default 0: off).
+	BusyPoll time.Duration
 	// Logger receives queue events.
 	Logger *zap.Logger
 }
@@ -104,26 +118,28 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("nvme-tcp: max transfer size %d: want a power of two from 4 KiB to 16 MiB", d.MaxTransferSize)
 	case d.MaxH2CData < wire.MinMaxH2CData:
 		return fmt.Errorf("nvme-tcp: MAXH2CDATA %d: want at least %d", d.MaxH2CData, wire.MinMaxH2CData)
-	case d.ConnectTimeout < 0 || d.PDUTimeout < 0 || d.WriteTimeout < 0 || d.MaxPending < 0:
+	case d.ConnectTimeout < 0 || d.PDUTimeout < 0 || d.WriteTimeout < 0 || d.MaxPending < 0 || d.BusyPoll < 0:
 		return errors.New("nvme-tcp: negative timeout or limit")
 	}
 	return nil
 }
 
 // Listener accepts NVMe/TCP queue connections on one address. Each
-// connection is initialized (ICReq, ICResp) and its first command capsule
-// awaited on a goroutine of its own, at most MaxPending at once, within
+// connection enters the Admission, is initialized (ICReq, ICResp) and its
+// first command capsule awaited on a goroutine of its own, within
 // ConnectTimeout; Accept returns the connections that got that far.
 type Listener struct {
-	ln      net.Listener
-	cfg     Config
-	reqs    chan *QueueRequest
-	pending chan struct{}
-	closed  chan struct{}
-	once    sync.Once
-	errMu   sync.Mutex
-	err     error
-	wg      sync.WaitGroup
+	ln     *net.TCPListener
+	cfg    Config
+	adm    *admission.Admission
+	ownAdm bool
+	acc    *admission.Acceptor
+	reqs   chan *QueueRequest
+	closed chan struct{}
+	once   sync.Once
+	errMu  sync.Mutex
+	err    error
+	wg     sync.WaitGroup
 	// initializing are the connections not yet handed to Accept: Close
 	// closes them.
 	initializing map[net.Conn]struct{}
@@ -139,8 +155,13 @@ func Listen(network, address string, cfg Config) (*Listener, error) {
 		return nil, fmt.Errorf("nvme-tcp: listen: %w", err)
 	}
 	c := cfg.withDefaults()
-	l := &Listener{ln: ln, cfg: c, reqs: make(chan *QueueRequest), pending: make(chan struct{}, c.MaxPending), closed: make(chan struct{}),
+	l := &Listener{ln: ln.(*net.TCPListener), cfg: c, adm: c.Admission, reqs: make(chan *QueueRequest), closed: make(chan struct{}),
 		initializing: map[net.Conn]struct{}{}}
+	if l.adm == nil {
+		l.adm = admission.New(admission.Config{MaxPending: c.MaxPending, MaxPendingPerAddr: c.MaxPending, PendingTimeout: c.ConnectTimeout}, c.Logger)
+		l.ownAdm = true
+	}
+	l.acc = admission.NewAcceptor(l.ln, l.adm, l.closed, c.Logger, "nvme-tcp")
 	l.wg.Add(1)
 	go l.loop()
 	return l, nil
@@ -163,40 +184,37 @@ func (l *Listener) Close() error {
 	}
 	l.errMu.Unlock()
 	l.wg.Wait()
+	l.acc.Close()
+	if l.ownAdm {
+		l.adm.Close()
+	}
 	return err
 }
 
 func (l *Listener) loop() {
 	defer l.wg.Done()
 	for {
-		c, err := l.ln.Accept()
-		if err != nil {
-			select {
-			case <-l.closed:
-			default:
-				l.errMu.Lock()
-				l.err = fmt.Errorf("nvme-tcp: accept: %w", err)
-				l.errMu.Unlock()
-				l.once.Do(func() { close(l.closed); _ = l.ln.Close() })
-			}
+		c, t, err := l.acc.Accept()
+		if errors.Is(err, admission.ErrClosed) {
 			return
 		}
-		select {
-		case l.pending <- struct{}{}:
+		if err != nil {
 			l.errMu.Lock()
-			l.initializing[c] = struct{}{}
+			l.err = err
 			l.errMu.Unlock()
-			select {
-			case <-l.closed: // Close may have missed it
-				_ = c.Close()
-			default:
-			}
-			l.wg.Add(1)
-			go l.initialize(c)
-		default:
-			l.cfg.Logger.Info("nvme-tcp: connection refused: too many initializing", zap.Stringer("remote", c.RemoteAddr()))
-			_ = c.Close()
+			l.once.Do(func() { close(l.closed); _ = l.ln.Close() })
+			return
 		}
+		l.errMu.Lock()
+		l.initializing[c] = struct{}{}
+		l.errMu.Unlock()
+		select {
+		case <-l.closed: // Close may have missed it
+			_ = c.Close()
+		default:
+		}
+		l.wg.Add(1)
+		go l.initialize(c, t)
 	}
 }
 
@@ -220,13 +238,17 @@ func (l *Listener) Accept(ctx context.Context) (*QueueRequest, error) {
 // initialize runs connection initialization (TCP 1.0 §3.3): ICReq within
 // ConnectTimeout, ICResp, then waits for the first capsule, whose SQE (a
 // Connect) says which queue the host opens.
-func (l *Listener) initialize(c net.Conn) {
+func (l *Listener) initialize(c net.Conn, t *admission.Ticket) {
 	defer l.wg.Done()
+	handed := false
 	defer func() {
 		l.errMu.Lock()
 		delete(l.initializing, c)
 		l.errMu.Unlock()
-		<-l.pending
+		if !handed {
+			// Every way out but Accept's closed the connection.
+			t.Release()
+		}
 	}()
 	cfg := &l.cfg
 	log := cfg.Logger.With(zap.Stringer("remote", c.RemoteAddr()))
@@ -235,7 +257,13 @@ func (l *Listener) initialize(c net.Conn) {
 	}
 	// The deadline runs until the controller admits the queue.
 	_ = c.SetDeadline(time.Now().Add(cfg.ConnectTimeout))
-	br := bufio.NewReaderSize(c, readBufferSize)
+	var src io.Reader = c
+	if sc, ok := c.(syscall.Conn); ok && cfg.BusyPoll > 0 {
+		if pr := newPollReader(sc, cfg.BusyPoll); pr != nil {
+			src = pr
+		}
+	}
+	br := bufio.NewReaderSize(src, readBufferSize)
 	var b [wire.ICSize]byte
 	if _, err := io.ReadFull(br, b[:wire.CommonHeaderSize]); err != nil {
 		log.Debug("nvme-tcp: no ICReq", zap.Error(err))
@@ -292,9 +320,10 @@ func (l *Listener) initialize(c net.Conn) {
 		}
 	}
 	r := &QueueRequest{QID: qid, size: size, RemoteAddr: c.RemoteAddr(), LocalAddr: c.LocalAddr(),
-		Digests: d, MaxR2T: icreq.MaxR2T(), conn: c, br: br, cfg: cfg}
+		Digests: d, MaxR2T: icreq.MaxR2T(), conn: c, br: br, src: src, cfg: cfg, ticket: t}
 	select {
 	case l.reqs <- r:
+		handed = true
 	case <-l.closed:
 		_ = c.Close()
 	}
@@ -326,7 +355,9 @@ type QueueRequest struct {
 	size   int
 	conn   net.Conn
 	br     *bufio.Reader
+	src    io.Reader // what br reads: the connection, or a pollReader of it
 	cfg    *Config
+	ticket *admission.Ticket // the connection's place in the Admission
 }
 
 // Size is the queue size: what the Connect asks for (SQSIZE+1), capped at
@@ -338,4 +369,8 @@ func (r *QueueRequest) Size() int { return r.size }
 func (r *QueueRequest) Contexts() int { return r.size }
 
 // Reject closes the connection.
-func (r *QueueRequest) Reject() error { return r.conn.Close() }
+func (r *QueueRequest) Reject() error {
+	err := r.conn.Close()
+	r.ticket.Release()
+	return err
+}

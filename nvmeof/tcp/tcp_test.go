@@ -299,9 +299,13 @@ func TestAllocsPerIO(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	for _, d := range []wire.Digests{{}, {Header: true, Data: true}} {
+	for _, tc := range []struct {
+		d    wire.Digests
+		poll time.Duration
+	}{{wire.Digests{}, 0}, {wire.Digests{Header: true, Data: true}, 0}, {wire.Digests{}, 50 * time.Microsecond}, {wire.Digests{Header: true, Data: true}, 50 * time.Microsecond}} {
+		d := tc.d
 		m := newMemHandler()
-		ln := serve(t, Config{}, m)
+		ln := serve(t, Config{BusyPoll: tc.poll}, m)
 		h := dial(t, ln, d)
 		h.Connect(1, 32, "", 0, 0)
 		buf := make([]byte, 64<<10)
@@ -320,7 +324,7 @@ func TestAllocsPerIO(t *testing.T) {
 		}
 		once()
 		if n := testing.AllocsPerRun(200, once); n > 0 {
-			t.Errorf("digests %+v: %.1f allocations per read+write, want 0", d, n)
+			t.Errorf("digests %+v, busy poll %v: %.1f allocations per read+write, want 0", d, tc.poll, n)
 		}
 	}
 }

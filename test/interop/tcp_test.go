@@ -19,7 +19,9 @@ import (
 // kernel's nvme-tcp; no siw) against an nvmetd whose subsystem is served
 // on an RDMA port and a TCP port at once: nvme discover -t tcp lists the
 // TCP port, then nvme connect -t tcp without and with header and data
-// digests (-g -G), fio write+verify and dd+cmp on the namespaces,
+// digests (-g -G), and with SQ flow control disabled (--disable-sqflow:
+// the target must see CATTR bit 2 on every queue, and answers reads by the
+// C2HData's SUCCESS flag), fio write+verify and dd+cmp on the namespaces,
 // disconnect, and a kernel log free of NVMe errors.
 func testLinuxHostTCP(t *testing.T, k kernel) {
 	vm := startHealthyVM(t, k)
@@ -63,7 +65,8 @@ func testLinuxHostTCP(t *testing.T, k kernel) {
 		t.Fatalf("the TCP port's discovery log does not list the subsystem on tcp")
 	}
 
-	for _, dg := range []struct{ name, flags string }{{"no digests", ""}, {"header and data digests", " -g -G"}} {
+	for _, dg := range []struct{ name, flags string }{{"no digests", ""}, {"header and data digests", " -g -G"},
+		{"SQ flow control disabled", " --disable-sqflow"}} {
 		t.Logf("NVMe/TCP, %s", dg.name)
 		step(t, vm, time.Minute, fmt.Sprintf("nvme connect -t tcp -a %s -s %d -n %s -i 2%s", addr, tport, interopNQN, dg.flags))
 		ctrl := waitController(t, vm)
@@ -71,8 +74,26 @@ func testLinuxHostTCP(t *testing.T, k kernel) {
 		if tr := strings.TrimSpace(step(t, vm, time.Minute, "cat /sys/class/nvme/"+ctrl+"/transport")); tr != "tcp" {
 			t.Fatalf("transport %s, want tcp", tr)
 		}
+		// Every queue of the host's controller is on TCP, and SQ flow
+		// control is disabled on each exactly when the host asked.
+		sqflowOff := strings.Contains(dg.flags, "--disable-sqflow")
+		n := 0
+		for _, qs := range tgt.Queues() {
+			if qs.Subsystem != interopNQN {
+				continue
+			}
+			n++
+			if qs.Transport != "tcp" || qs.SQFlowControlDisabled != sqflowOff {
+				t.Errorf("queue %d: transport %s, SQ flow control disabled %v; want tcp, %v", qs.QID, qs.Transport, qs.SQFlowControlDisabled, sqflowOff)
+			}
+		}
+		if n != 3 {
+			t.Errorf("%d queues of the subsystem, want 3 (admin and -i 2)", n)
+		}
 		ns1, ns2 := nsDevice(t, vm, 1), nsDevice(t, vm, 2)
-		step(t, vm, time.Minute, fmt.Sprintf("head -c 4194304 /dev/urandom > /root/r && dd if=/root/r of=/dev/%s bs=128k oflag=direct status=none && "+
+		// 3 minutes: under TCG on a loaded machine the 8 MiB of direct
+		// I/O took up to 47 s.
+		step(t, vm, 3*time.Minute, fmt.Sprintf("head -c 4194304 /dev/urandom > /root/r && dd if=/root/r of=/dev/%s bs=128k oflag=direct status=none && "+
 			"dd if=/dev/%s bs=128k count=32 iflag=direct status=none | cmp - /root/r && "+
 			"dd if=/root/r of=/dev/%s bs=4k oflag=direct status=none && dd if=/dev/%s bs=4k count=1024 iflag=direct status=none | cmp - /root/r && echo dd ok",
 			ns1, ns1, ns2, ns2))

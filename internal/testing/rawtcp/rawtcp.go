@@ -41,6 +41,9 @@ type Host struct {
 	// Digests are the digests the host asked for (and Dial checked were
 	// granted).
 	Digests wire.Digests
+	// SQFlowOff asks for SQ flow control disabled in Connect (CATTR bit
+	// 2).
+	SQFlowOff bool
 
 	// ConnectSQE, if set, edits the Connect command before Connect sends
 	// it (its attributes: SQ flow control disable, say).
@@ -254,6 +257,8 @@ func (h *Host) Do(sqe *nvmeof.SQE, out []byte, inCap bool, in []byte) (nvmeof.St
 			}
 			copy(in[dh.Offset():], data)
 			if hd.Flags&wire.FlagSuccess != 0 {
+				// The C2HData stands for a successful CQE; no
+				// CapsuleResp follows.
 				h.Success = true
 				return nvmeof.StatusSuccess, 0
 			}
@@ -281,7 +286,7 @@ func (h *Host) Connect(qid uint16, size int, subnqn string, cntlid uint16, kato 
 	d.SetSubNQN(subnqn)
 	d.SetHostNQN(HostNQN)
 	var sqe nvmeof.SQE
-	sqe.BuildConnect(qid, uint16(size-1), kato)
+	sqe.BuildConnect(qid, uint16(size-1), kato).SetSQFlowControlDisable(h.SQFlowOff)
 	if h.ConnectSQE != nil {
 		h.ConnectSQE(&sqe)
 	}
