@@ -91,3 +91,40 @@ func TestTCPDiscovery(t *testing.T) {
 		t.Fatalf("entries %+v", es)
 	}
 }
+
+// TestNoAllocPerIOTCP: the host controller's I/O over NVMe/TCP allocates
+// nothing in steady state (the target in this process included): reads,
+// in-capsule writes and R2T writes, with and without digests.
+func TestNoAllocPerIOTCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode: allocation counts need a warmed-up run of hundreds of I/Os")
+	}
+	for _, d := range []wire.Digests{{}, {Header: true, Data: true}} {
+		tg := startTarget(t, memoryOnly, withConfig(tcpPort))
+		cfg := testConfig(t, tg.Addr())
+		cfg.TrType = nvmeof.TrTypeTCP
+		cfg.TCPTransport.Digests = d
+		c := connect(t, cfg)
+		ns := c.Namespace(1)
+		small := make([]byte, 4096)  // in-capsule write
+		large := make([]byte, 65536) // R2T
+		for range 300 {              // warm up pools and the target's request contexts
+			ns.WriteAt(small, 0)
+			ns.ReadAt(large, 0)
+			ns.WriteAt(large, 0)
+		}
+		for _, tc := range []struct {
+			name string
+			f    func()
+		}{
+			{"read 4k", func() { ns.ReadAt(small, 4096) }},
+			{"read 64k", func() { ns.ReadAt(large, 65536) }},
+			{"write 4k in-capsule", func() { ns.WriteAt(small, 8192) }},
+			{"write 64k R2T", func() { ns.WriteAt(large, 65536) }},
+		} {
+			if a := testing.AllocsPerRun(500, tc.f); a > 0.05 {
+				t.Errorf("digests %+v: %s: %.2f allocations per I/O", d, tc.name, a)
+			}
+		}
+	}
+}
