@@ -257,10 +257,17 @@ func runConnectAll(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		for _, e := range r.Log.Entries {
-			if e.SubType != nvmeof.SubTypeNVMe || e.TrType != nvmeof.TrTypeRDMA {
+			tr := transportName(e.TrType)
+			if e.SubType != nvmeof.SubTypeNVMe || tr == "" {
 				continue
 			}
 			eo := o
+			// Each entry with its own transport (TRTYPE 1 rdma, 3 tcp);
+			// digests asked for apply to the NVMe/TCP ones.
+			eo.fabrics.transport = tr
+			if tr != "tcp" {
+				eo.fabrics.hdrDigest, eo.fabrics.dataDigest = false, false
+			}
 			eo.fabrics.traddr, eo.fabrics.trsvcid, eo.fabrics.nqn = e.TrAddr, e.TrSvcID, e.SubNQN
 			eo.mount = "" // one mount point cannot serve several subsystems
 			addr, _ := eo.fabrics.address()

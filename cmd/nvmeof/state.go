@@ -87,6 +87,7 @@ type ctrlState struct {
 // pathState is one path (controller) of the device's subsystem.
 type pathState struct {
 	Address    string         `json:"address"`
+	Transport  string         `json:"transport,omitempty"` // rdma or tcp (older states: rdma)
 	CNTLID     uint16         `json:"cntlid"`
 	State      string         `json:"state"`
 	Reconnects int            `json:"reconnects"`

@@ -92,9 +92,16 @@ func TestConnectOptsRoundTrip(t *testing.T) {
 	if cfg, _ := o.fabrics.config(o.fabrics.nqn, nil); !cfg.NoReconnect {
 		t.Fatal("ctrl-loss-tmo 0 should mean no reconnect")
 	}
-	o.fabrics.transport = "tcp"
+	o.fabrics.transport, o.fabrics.hdrDigest = "tcp", true
+	if cfg, err := o.fabrics.config(o.fabrics.nqn, nil); err != nil || cfg.TrType != nvmeof.TrTypeTCP || !cfg.TCPTransport.Digests.Header || cfg.TCPTransport.Digests.Data {
+		t.Fatalf("tcp transport with a header digest: %+v %v", cfg.TCPTransport, err)
+	}
+	if j := o.toJSON(); j.opts().fabrics != o.fabrics {
+		t.Fatal("the digests do not survive the round trip to the daemon")
+	}
+	o.fabrics.transport = "fc"
 	if _, err := o.fabrics.config(o.fabrics.nqn, nil); err == nil {
-		t.Fatal("tcp transport accepted")
+		t.Fatal("fc transport accepted")
 	}
 }
 
