@@ -316,7 +316,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 		return nil, err
 	}
 	a.id, _ = nvmeof.ParseIdentifyController(buf)
-	if err = a.id.CheckFabrics(a.cntlid, cfg.Discovery()); err != nil {
+	if err = a.id.CheckFabricsTransport(a.cntlid, cfg.Discovery(), cfg.TrType); err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
 	a.maxXfer = cfg.MaxTransferSize

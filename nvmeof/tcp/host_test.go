@@ -457,3 +457,75 @@ func TestHostC2HSuccess(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// FuzzHostPDUs feeds arbitrary controller bytes to a host queue, over a
+// real loopback connection, after a valid ICResp, with a read and a write
+// of 8 KiB outstanding (CIDs 0x1000 and 0x1001): whatever the bytes, both
+// commands complete and the queue ends or goes on, never a byte is written
+// outside the read's buffer, and nothing panics or hangs.
+func FuzzHostPDUs(f *testing.F) {
+	data := make([]byte, 8192)
+	f.Add(respPDU(0x1000, 0))
+	f.Add(append(dataPDU(wire.TypeC2HData, wire.FlagLastPDU|wire.FlagSuccess, 0x1000, 0, 0, 8192, data), respPDU(0x1001, 0)...))
+	f.Add(dataPDU(wire.TypeR2T, 0, 0x1001, 3, 0, 8192, nil))
+	f.Add(dataPDU(wire.TypeR2T, 0, 0x1001, 3, 4096, 8192, nil))
+	f.Add(dataPDU(wire.TypeC2HData, wire.FlagLastPDU, 0x1000, 0, 8000, 512, make([]byte, 512)))
+	f.Add(wire.AppendTermReq(nil, wire.TypeC2HTermReq, wire.FESInvalidHeaderField, 0, nil))
+	f.Add([]byte{7, 0x0c, 24, 24, 255, 255, 255, 255})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = ln.Close() })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), fuzzDeadline)
+		defer cancel()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				accepted <- nil
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(fuzzDeadline))
+			var ic [wire.ICSize]byte
+			if _, err := io.ReadFull(c, ic[:]); err == nil {
+				_, _ = c.Write(wire.NewICResp(0, wire.Digests{}, 4096)[:])
+			}
+			accepted <- c
+		}()
+		q, err := Dial(ctx, "tcp", ln.Addr().String(), HostConfig{QID: 1, QueueSize: 4, InlineDataSize: 4096, PDUTimeout: 200 * time.Millisecond, WriteTimeout: time.Second})
+		c := <-accepted
+		if err != nil || c == nil {
+			t.Skip(err)
+		}
+		defer c.Close()
+		defer q.Close()
+		mem := bytes.Repeat([]byte{0xA5}, 3*8192)
+		done := make(chan struct{}, 2)
+		rd := &nvmeof.HostRequest{Done: func(*nvmeof.HostRequest) { done <- struct{}{} }}
+		wr := &nvmeof.HostRequest{Done: rd.Done}
+		rw(rd, false, 0, mem[8192:16384:16384])
+		rw(wr, true, 16, make([]byte, 8192))
+		for _, r := range []*nvmeof.HostRequest{rd, wr} {
+			if err := q.Submit(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		go func() { _, _ = io.Copy(io.Discard, c) }() // the capsules, H2CData, an H2CTermReq
+		_, _ = c.Write(b)
+		// The queue ends at our FIN if the commands are still outstanding
+		// (the host's command timeouts would end it otherwise).
+		_ = c.(*net.TCPConn).CloseWrite()
+		for range 2 {
+			select {
+			case <-done:
+			case <-time.After(fuzzDeadline):
+				t.Fatalf("a command did not complete (input %x)", b)
+			}
+		}
+		if !bytes.Equal(mem[:8192], bytes.Repeat([]byte{0xA5}, 8192)) || !bytes.Equal(mem[16384:], bytes.Repeat([]byte{0xA5}, 8192)) {
+			t.Fatalf("bytes outside the read's buffer changed (input %x)", b)
+		}
+	})
+}
