@@ -113,6 +113,9 @@ type Action struct {
 	Reopen bool
 	// Until (ActServeUntil): the serving deadline.
 	Until time.Time
+	// Failbacks (ActAcquire, ActRenew, ActRelease): the failback strike
+	// count the record carries (Record.Failbacks).
+	Failbacks uint32
 }
 
 func (a Action) String() string {
@@ -162,6 +165,12 @@ type Record struct {
 	// object was removed or rewritten: its last known holder may still
 	// write, and is fenced.
 	Epoch uint64 `json:",omitempty"`
+	// Failbacks counts the failback strikes of the group (see
+	// [Machine.failbackWait]): failback attempts, and serve failures
+	// after an acquisition that was not one, since the preferred owner
+	// last held the group for Config.FailbackStable. Every holder writes
+	// it on, so it survives restarts of any gateway.
+	Failbacks uint32 `json:",omitempty"`
 }
 
 // Observed is what ActRead found on the group object.
@@ -196,10 +205,28 @@ type Config struct {
 	// change.
 	Margin time.Duration
 	// FailbackDelay is how long the preferred owner of a group waits,
-	// from its start, before asking the holder to hand the group back.
+	// from its start (or from when it last lost the group in this run),
+	// before asking the holder to hand the group back, when the group has
+	// no failback strike; with n strikes (Record.Failbacks) it waits
+	// FailbackDelay × 2^n, at most FailbackMaxDelay.
 	FailbackDelay time.Duration
+	// FailbackMaxDelay caps the failback backoff; 0:
+	// DefaultFailbackMaxDelay.
+	FailbackMaxDelay time.Duration
+	// FailbackStable: once the preferred owner has served the group this
+	// long without interruption, its strikes are cleared (its next
+	// renewal writes Failbacks 0); 0: DefaultFailbackStable.
+	FailbackStable time.Duration
 	// Groups maps each ANA group to its preferred owner's name.
 	Groups map[uint32]string
+	// BackendWindow: an owner whose group's I/O fails with path errors
+	// and none completes for this long steps down
+	// ([Machine.BackendObserved]); 0: one lease.
+	BackendWindow time.Duration
+	// BackendBackoff: a group stepped down for its backends is not taken
+	// again here for this long, doubled by each such step-down in a row
+	// (at most 32 times); 0: two leases.
+	BackendBackoff time.Duration
 }
 
 // Validate checks c.
@@ -217,6 +244,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: renew interval %s must be positive and below lease - margin (%s)", c.RenewInterval, c.Lease-c.Margin)
 	case c.FailbackDelay < 0:
 		return errors.New("gateway: failback delay is negative")
+	case c.BackendWindow < 0 || c.BackendBackoff < 0:
+		return errors.New("gateway: backend window or backoff is negative")
+	case c.FailbackMaxDelay < 0 || (c.FailbackMaxDelay > 0 && c.FailbackMaxDelay < c.FailbackDelay):
+		return fmt.Errorf("gateway: failback max delay %s must be at least the failback delay %s", c.FailbackMaxDelay, c.FailbackDelay)
+	case c.FailbackStable < 0:
+		return errors.New("gateway: failback stable period is negative")
 	case len(c.Groups) == 0:
 		return errors.New("gateway: no groups")
 	}
@@ -254,6 +287,13 @@ type GroupStatus struct {
 	Holder    string // the holder last seen ("" none)
 	Fences    int    // fences this gateway performed for the group
 	LastError string // the last cluster error on the group
+	// Failbacks is the group's failback strike count as last read or
+	// written here (Record.Failbacks).
+	Failbacks uint32
+	// FailbackWait says why this gateway, the group's preferred owner,
+	// does not ask for it back now ("" when it is not waiting: it holds
+	// the group, asked already, or is not the preferred owner).
+	FailbackWait string
 }
 
 type group struct {
@@ -304,6 +344,17 @@ type group struct {
 	// inaccessible here; renewals go on meanwhile.
 	releasing bool
 	releaseTo string
+	// be: the health of the group's backends (BackendObserved).
+	be backendWatch
+
+	// Failback (failback.go).
+	ready      Readiness // the target's last report (SetReadiness)
+	readySet   bool      // ready was reported
+	failbacks  uint32    // the strike count to write (Record.Failbacks)
+	byFailback bool      // Acquiring/Owner: the acquisition is a failback (counted in failbacks)
+	lostAt     time.Time // when this gateway last stopped owning the group in this run
+	servingAt  time.Time // Owner: when the optimized change applied (zero: not serving)
+	waitWhy    string    // Standby, preferred owner: why it does not ask now
 }
 
 // Machine is the group-ownership logic of one gateway: a pure state
@@ -361,7 +412,11 @@ func (m *Machine) Degraded() string { return m.degraded }
 func (m *Machine) Status() []GroupStatus {
 	out := make([]GroupStatus, 0, len(m.groups))
 	for _, g := range m.groups {
-		out = append(out, GroupStatus{Group: g.id, Role: g.role, Preferred: g.preferred, Holder: g.holder, Fences: g.fences, LastError: g.lastErr})
+		st := GroupStatus{Group: g.id, Role: g.role, Preferred: g.preferred, Holder: g.holder, Fences: g.fences, LastError: g.lastErr, Failbacks: g.failbacks}
+		if g.role == Standby && g.preferred == m.cfg.Name && g.holder != "" && g.holder != m.cfg.Name {
+			st.FailbackWait = g.waitWhy
+		}
+		out = append(out, st)
 	}
 	return out
 }
@@ -412,13 +467,14 @@ func (m *Machine) Tick(now time.Time) []Action {
 		case Owner:
 			// §: stop serving before the cluster can end the lease.
 			if !now.Before(g.leaseEnd.Add(-m.cfg.Margin)) {
-				acts = m.stepDown(acts, g, fmt.Sprintf("no successful renewal for %s (lease %s, margin %s)",
+				acts = m.stepDown(acts, g, now, fmt.Sprintf("no successful renewal for %s (lease %s, margin %s)",
 					now.Sub(g.leaseEnd.Add(-m.cfg.Lease)), m.cfg.Lease, m.cfg.Margin))
 				continue
 			}
+			m.failbackStable(g, now)
 			if !g.pending && !now.Before(g.lastRenew.Add(m.cfg.RenewInterval)) {
 				g.pending, g.issued, g.lastRenew = true, now, now
-				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch})
+				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch, Failbacks: g.failbacks})
 			}
 			acts = m.maybeRelease(acts, g, now)
 		case Standby:
@@ -435,7 +491,8 @@ func (m *Machine) Tick(now time.Time) []Action {
 
 // stepDown ends ownership without a release (none is written, so the
 // next owner fences this gateway).
-func (m *Machine) stepDown(acts []Action, g *group, reason string) []Action {
+func (m *Machine) stepDown(acts []Action, g *group, at time.Time, reason string) []Action {
+	m.lost(g, at)
 	g.role, g.pending, g.freeSince, g.requested, g.poke = Standby, false, time.Time{}, false, true
 	g.releasing = false
 	acts = m.setANA(acts, g, false)
@@ -466,7 +523,7 @@ func (m *Machine) maybeRelease(acts []Action, g *group, now time.Time) []Action 
 		return acts
 	}
 	g.role, g.pending, g.issued, g.releasing = Releasing, true, now, false
-	return append(acts, Action{Kind: ActRelease, Group: g.id, To: g.releaseTo, Epoch: g.epoch})
+	return append(acts, Action{Kind: ActRelease, Group: g.id, To: g.releaseTo, Epoch: g.epoch, Failbacks: g.failbacks})
 }
 
 // exit ends the machine: it stops serving by exiting.
@@ -497,9 +554,13 @@ func (m *Machine) SetANADone(id uint32, optimized bool, now time.Time, err error
 		g.anaSafe, g.anaFailed = true, time.Time{}
 	case err == nil:
 		g.anaFailed = time.Time{}
+		if g.anaWant && g.role == Owner {
+			g.servingAt = now
+		}
 	case optimized:
 		g.noteErr(err)
 		if g.anaWant && g.role == Owner && !m.exited {
+			m.serveFailed(g, now)
 			g.serveAfter, g.releasing, g.releaseTo = now.Add(m.cfg.Lease), true, ""
 			acts = m.setANA(acts, g, false)
 			return append(acts, Action{Kind: ActStepDown, Group: g.id, Reason: "the target could not serve it: " + err.Error()})
@@ -593,9 +654,10 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		}
 		g.holder = o.Record.Name
 		// Failback: the preferred owner asks for its group back once it
-		// has been up for FailbackDelay.
-		if g.preferred == m.cfg.Name && m.configOK && o.HandoverRequest != m.cfg.Name &&
-			!now.Before(m.start.Add(m.cfg.FailbackDelay)) {
+		// can serve it, a host is connected to it, and its backoff has
+		// passed (failback.go).
+		if g.preferred == m.cfg.Name && m.configOK && o.HandoverRequest != m.cfg.Name && m.failbackDue(g, now, o.Record) &&
+			!now.Before(g.serveAfter) {
 			g.pending, g.issued, g.requested = true, now, true
 			return []Action{{Kind: ActRequestHandover, Group: g.id}}
 		}
@@ -608,6 +670,9 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		g.freeSince = now
 	}
 	r := o.Record
+	// A group handed over to this gateway, its preferred owner, by
+	// another: this acquisition is a failback attempt (one strike).
+	g.byFailback = r.Released && r.HandoverTo == m.cfg.Name && r.Session != m.cfg.Session && g.preferred == m.cfg.Name
 	switch {
 	case lost && len(suspects) > 0:
 		// The record was lost (the object removed) or rolled back: the
@@ -663,7 +728,13 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 // fences them), so they are replaced first.
 func (m *Machine) acquire(g *group, now time.Time, reopen bool) []Action {
 	g.role, g.pending, g.issued, g.epoch = Acquiring, true, now, g.last.Epoch+1
-	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen}}
+	// A group stepped down for its backends is served again only on new
+	// clients (BackendObserved).
+	g.failbacks = g.last.Failbacks
+	if g.byFailback {
+		g.failbacks++
+	}
+	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen || g.be.reopen, Failbacks: g.failbacks}}
 }
 
 // FenceDone reports the result of ActFence at time now. On failure the
@@ -697,12 +768,15 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	}
 	if err != nil {
 		g.noteErr(err)
-		g.role = Standby
+		g.role, g.byFailback = Standby, false
+		m.backendAcquireFailed(g)
 		return nil
 	}
 	// The lease runs from no earlier than when the request was sent.
 	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
-	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}, true
+	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch, Failbacks: g.failbacks}, true
+	g.servingAt = time.Time{}
+	g.be.reopen = false // its clients were replaced, if they had to be
 	return m.setANA(m.serveUntil(nil, g), g, true)
 }
 
@@ -724,7 +798,7 @@ func (m *Machine) RenewDone(id uint32, handoverRequest string, err error) []Acti
 	}
 	if errors.Is(err, ErrLockBusy) {
 		g.noteErr(err)
-		return m.stepDown(nil, g, "the lock is no longer ours: "+err.Error())
+		return m.stepDown(nil, g, g.issued, "the lock is no longer ours: "+err.Error())
 	}
 	if err != nil {
 		g.noteErr(err) // retried at the next tick; the margin decides
@@ -754,6 +828,7 @@ func (m *Machine) ReleaseDone(id uint32, err error) []Action {
 		return nil
 	}
 	g.noteErr(err)
+	m.lost(g, g.issued)
 	g.role, g.freeSince, g.holder, g.poke = Standby, time.Time{}, "", true
 	return nil
 }

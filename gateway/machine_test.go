@@ -226,6 +226,7 @@ func TestMachineNonPreferredWaits(t *testing.T) {
 // it without fencing.
 func TestMachineFailback(t *testing.T) {
 	a, b := oneGroup("a"), oneGroup("b")
+	a.SetReadiness(1, Readiness{Hosts: 1})
 	// b owns the group (a was down: b waited a lease, then took it).
 	run(t, b, []step{
 		{tick(0), []string{"group 1: read"}},

@@ -47,6 +47,11 @@ type gw struct {
 	// refuseInaccessible: SetANA(inaccessible) fails (the target refuses
 	// the reload), the ports stay as they were.
 	refuseInaccessible bool
+	// refuseOptimized: SetANA(optimized) fails (the target cannot serve
+	// the group: as cmd/nvmetd's when a namespace of it is not online).
+	refuseOptimized bool
+	// ready is what Readiness reports (nil: servable, one host).
+	ready *gateway.Readiness
 	// bes are the rbd backends of each ANA group (be is the first
 	// group's), addrs every client each group's backends ever had.
 	bes    map[uint32]*backend.RBD
@@ -109,11 +114,26 @@ func (g *gw) Reopen(n uint32) error {
 	return nil
 }
 
+// Readiness: the in-process gateways have no target and no hosts: ready
+// with one host unless the test says otherwise.
+func (g *gw) Readiness(uint32) gateway.Readiness {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ready != nil {
+		return *g.ready
+	}
+	return gateway.Readiness{Hosts: 1}
+}
+
 func (g *gw) SetANA(group uint32, optimized bool) error {
 	if optimized && g.onOptimized != nil {
 		g.onOptimized()
 	}
 	g.mu.Lock()
+	if optimized && g.refuseOptimized {
+		g.mu.Unlock()
+		return errors.New("ANA group cannot be served here (test)")
+	}
 	if !optimized && g.refuseInaccessible {
 		g.mu.Unlock()
 		return errors.New("reload: refused (test)")
@@ -787,5 +807,121 @@ func TestRemovedObjectFencedByNewGateway(t *testing.T) {
 	}
 	if !errors.Is(fencedWrite, syscall.ESHUTDOWN) {
 		t.Fatalf("a's write when b went optimized: %v, want ESHUTDOWN: a was not fenced first", fencedWrite)
+	}
+}
+
+// TestMemberAgreement: on the cluster, each gateway records its member
+// entry (identity, CNTLID ranges) on the group's config object; a gateway
+// whose CNTLID range overlaps another member's on a shared subsystem, or
+// that has another member's name from elsewhere, is refused (the
+// difference names both sides) and leaves no entry; a restart of a member
+// (same identity) and a member with a disjoint range are accepted.
+func TestMemberAgreement(t *testing.T) {
+	f := newFixture(t)
+	const nqn = "nqn.2024-01.io.nvmetd:members"
+	check := func(m gateway.Member) (bool, string) {
+		t.Helper()
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 4 * time.Second, Member: &m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ok, diff, err := cl.CheckConfig("group 1 preferred a\n")
+		if err != nil {
+			t.Fatalf("CheckConfig %s: %v", m.Name, err)
+		}
+		return ok, diff
+	}
+	member := func(name, host string, lo, hi uint16) gateway.Member {
+		return gateway.Member{Name: name, Identity: host + " 127.0.0.1:4420", CNTLIDs: map[string][2]uint16{nqn: {lo, hi}}}
+	}
+	if ok, diff := check(member("a", "host-a", 1, 100)); !ok {
+		t.Fatalf("the first member: %s", diff)
+	}
+	ok, diff := check(member("b", "host-b", 50, 150))
+	if ok || !strings.Contains(diff, "cntlid 50-150 here overlaps 1-100 of gateway a") {
+		t.Fatalf("an overlapping range: %v %q", ok, diff)
+	}
+	t.Logf("refused: %s", diff)
+	ok, diff = check(member("a", "host-c", 201, 300))
+	if ok || !strings.Contains(diff, "name a: already a member of the group from") {
+		t.Fatalf("a second gateway named a: %v %q", ok, diff)
+	}
+	t.Logf("refused: %s", diff)
+	if ok, diff := check(member("a", "host-a", 1, 100)); !ok {
+		t.Fatalf("a restart of a: %s", diff)
+	}
+	if ok, diff := check(member("b", "host-b", 101, 200)); !ok {
+		t.Fatalf("b with a disjoint range (the refused entry was left behind?): %s", diff)
+	}
+	out := admin(t, f.c, "rados", "-p", f.c.Pool, "listomapkeys", gateway.ConfigObjectName(f.group))
+	if keys := strings.Fields(out); !slices.Equal(keys, []string{"config", "member.a", "member.b"}) {
+		t.Fatalf("the config object's members:\n%s", out)
+	}
+}
+
+// TestFailbackBackoff (issue 21, failback): a preferred owner whose target
+// cannot serve the group (SetANA optimized fails, as cmd/nvmetd's does when
+// a namespace of the group is not online) does not flap: each failback
+// attempt is a strike in the group's record (RADOS), and its next request
+// waits FailbackDelay × 2^n from when it gave the group up; after a
+// restart (a new run, new session) it reads the strikes from the record
+// and waits as long from its start. The gaps are checked as lower bounds
+// (a loaded machine only makes them longer).
+func TestFailbackBackoff(t *testing.T) {
+	f := newFixture(t)
+	b := f.start(t, "b", "b-1", nil)
+	b.waitEvent("b optimized", 0, isANA(true))
+	a := f.start(t, "a", "a-1", nil)
+	a.mu.Lock()
+	a.refuseOptimized = true
+	a.mu.Unlock()
+	delay := f.config("a", "").FailbackDelay
+	// Three failback attempts; each ends with a's release to nobody.
+	var lost []time.Time // when a gave the group up
+	var asked []time.Time
+	from := 0
+	for i := 0; i < 3; i++ {
+		j := a.waitEvent("a's handover request", from, isAct(gateway.ActRequestHandover, true))
+		k := a.waitEvent("a's release after its serve failure", j, isAct(gateway.ActRelease, true))
+		a.mu.Lock()
+		asked = append(asked, a.events[j].At)
+		lost = append(lost, a.events[k].At)
+		a.mu.Unlock()
+		from = k + 1
+	}
+	for i := 1; i < len(asked); i++ {
+		wait := delay << i // after i strikes
+		gap := asked[i].Sub(lost[i-1])
+		t.Logf("attempt %d: asked %s after the previous serve failure (backoff %s)", i+1, gap.Round(time.Millisecond), wait)
+		if gap < wait {
+			t.Errorf("attempt %d came %s after the previous one ended, before its backoff %s", i+1, gap, wait)
+		}
+	}
+	// The strikes are in the record (b holds the group again).
+	b.waitStatus("b owner again", func(s gateway.GroupStatus) bool { return s.Role == gateway.Owner })
+	o, err := b.cl.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Record.Failbacks < 3 || o.Record.Name != "b" {
+		t.Fatalf("record after three failed failbacks: %+v, want b's with at least 3 strikes", o.Record)
+	}
+	// Restart a (a crash: no release; it holds nothing): the backoff holds.
+	a.stop()
+	n := o.Record.Failbacks
+	start := time.Now()
+	a2 := f.start(t, "a", "a-2", nil)
+	a2.mu.Lock()
+	a2.refuseOptimized = true
+	a2.mu.Unlock()
+	j := a2.waitEvent("the restarted a's handover request", 0, isAct(gateway.ActRequestHandover, true))
+	a2.mu.Lock()
+	gap := a2.events[j].At.Sub(start)
+	a2.mu.Unlock()
+	t.Logf("restarted a asked %s after its start (%d strikes: backoff %s); handovers in the run: %d", gap.Round(time.Millisecond), n, delay<<n, len(asked)+1)
+	if gap < delay<<n {
+		t.Errorf("the restarted preferred owner asked %s after its start, before its backoff %s (%d strikes)", gap, delay<<n, n)
 	}
 }

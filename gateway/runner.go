@@ -77,6 +77,10 @@ type Applier interface {
 	// stalled) serves nothing its lease no longer covers. It must not
 	// block.
 	ServeUntil(group uint32, until time.Time)
+	// Readiness says whether the target can serve the group now and how
+	// many hosts can use it here (it gates failback: failback.go). It is
+	// called on every tick of the runner: it must not block or do I/O.
+	Readiness(group uint32) Readiness
 }
 
 // Event is an action the runner carried out, with its outcome, for
@@ -178,6 +182,16 @@ func (r *Runner) Run(ctx context.Context, release time.Duration) error {
 				}
 			}()
 		}
+		if ob, ok := r.ap.(BackendObserver); ok {
+			// The group's backends' health: an input of the machine
+			// like any result (Machine.BackendObserved).
+			for id := range r.cfg.Groups {
+				acts = append(acts, r.m.BackendObserved(id, now, ob.BackendHealth(id))...)
+			}
+		}
+		for id := range r.cfg.Groups {
+			r.m.SetReadiness(id, r.ap.Readiness(id))
+		}
 		acts = append(acts, r.m.Tick(now)...)
 		for len(acts) > 0 {
 			var err error
@@ -215,14 +229,14 @@ func (r *Runner) publish() {
 
 // record is this gateway's record of group g: only the clients of g's
 // namespaces, never the Cluster's own (it serves every group).
-func (r *Runner) record(g uint32, epoch uint64) Record {
+func (r *Runner) record(g uint32, epoch uint64, failbacks uint32) Record {
 	var addrs []string
 	for _, a := range r.ap.Addrs(g) {
 		if !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
 	}
-	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs, Epoch: epoch}
+	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs, Epoch: epoch, Failbacks: failbacks}
 }
 
 func (r *Runner) event(a Action, err error) {
@@ -319,11 +333,11 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					return fmt.Errorf("OSD-map barrier on the group's clients: %w", err)
 				}
 				// After the reopen: the record names the new clients.
-				return r.cl.Acquire(g, r.record(g, a.Epoch))
+				return r.cl.Acquire(g, r.record(g, a.Epoch, a.Failbacks))
 			},
 				func(err error) []Action { return r.m.AcquireDone(g, err) })
 		case ActRenew:
-			rec := r.record(g, a.Epoch)
+			rec := r.record(g, a.Epoch, a.Failbacks)
 			var req string
 			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
 				func(err error) []Action { return r.m.RenewDone(g, req, err) })
@@ -340,7 +354,7 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					return r.m.FenceDone(g, time.Now(), err)
 				})
 		case ActRelease:
-			rec := r.record(g, a.Epoch)
+			rec := r.record(g, a.Epoch, a.Failbacks)
 			rec.Released, rec.HandoverTo = true, a.To
 			async(func() error {
 				if err := r.ap.Flush(g); err != nil {
@@ -403,7 +417,7 @@ func (r *Runner) shutdown(d time.Duration, pending int) error {
 			// The release follows once the group is inaccessible.
 			acts = append(acts, r.m.SetANADone(a.Group, a.Optimized, time.Now(), err)...)
 		case ActRelease:
-			rec := r.record(a.Group, a.Epoch)
+			rec := r.record(a.Group, a.Epoch, a.Failbacks)
 			rec.Released = true
 			done := make(chan error, 1)
 			r.ops.Add(1)

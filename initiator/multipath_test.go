@@ -2,15 +2,13 @@ package initiator
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/testing/verify/vblock"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -70,180 +68,79 @@ func newMultipath(t *testing.T, mc MultipathConfig, addrs ...string) *Subsystem 
 	return s
 }
 
-// completion is one I/O completion of a workload: when, and on which path.
-type completion struct {
-	at   time.Time
-	path *Path
-}
+// mpDevice is a Head as a vblock.PathDevice (what verify.Head is, which
+// the initiator's own tests cannot import: verify imports the initiator):
+// each I/O one Request, its path the address of the controller whose
+// completion ended it.
+type mpDevice struct{ *Head }
 
-// mpWorkload writes and verifies blocks through a head from several
-// goroutines, each owning its own blocks: every write carries (block,
-// sequence) in every 16 bytes, and is read back and compared before the
-// next one. A result is an I/O error or a verification error.
-type mpWorkload struct {
-	h       *Head
-	blocks  int
-	workers int
-
-	ioErrs, verifyErrs atomic.Int64
-	ops                atomic.Int64
-	firstErr           atomic.Pointer[error]
-
-	mu   sync.Mutex
-	log  []completion
-	cond chan struct{} // a completion was logged (buffer 1)
-
-	stop chan struct{}
-	wg   sync.WaitGroup
-}
-
-func startWorkload(h *Head, workers, blocks int) *mpWorkload {
-	w := &mpWorkload{h: h, blocks: blocks, workers: workers, cond: make(chan struct{}, 1), stop: make(chan struct{})}
-	for i := range workers {
-		w.wg.Add(1)
-		go w.run(i)
+func (d mpDevice) io(ctx context.Context, op Op, p []byte, off int64) (string, error) {
+	done := make(chan struct{}, 1)
+	r := &Request{Op: op, Data: p, Offset: off, Done: func(*Request) { done <- struct{}{} }}
+	if err := d.Submit(ctx, r); err != nil {
+		return "", err
 	}
+	<-done
+	var path string
+	if pa := r.Path(); pa != nil {
+		path = pa.Address()
+	}
+	return path, r.Err
+}
+
+func (d mpDevice) ReadAtPath(ctx context.Context, p []byte, off int64) (string, error) {
+	return d.io(ctx, OpRead, p, off)
+}
+
+func (d mpDevice) WriteAtPath(ctx context.Context, p []byte, off int64) (string, error) {
+	return d.io(ctx, OpWrite, p, off)
+}
+
+// startWorkload starts the verified workload (vblock: versioned 4 KiB
+// blocks, each write read back) on blocks of the head from workers
+// goroutines.
+func startWorkload(t *testing.T, h *Head, workers int, blocks int64) *vblock.Workload {
+	t.Helper()
+	w, err := vblock.Start(mpDevice{h}, vblock.Config{BlockSize: 4096, Blocks: blocks, Workers: workers, ReadBack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
 	return w
 }
 
-func (w *mpWorkload) fail(counter *atomic.Int64, err error) {
-	counter.Add(1)
-	w.firstErr.CompareAndSwap(nil, &err)
-}
-
-func (w *mpWorkload) run(id int) {
-	defer w.wg.Done()
-	bs := w.h.BlockSize()
-	wbuf, rbuf := make([]byte, 4096), make([]byte, 4096)
-	ch := make(chan struct{}, 1)
-	r := &Request{Done: func(*Request) { ch <- struct{}{} }}
-	do := func(op Op, buf []byte, off int64) error {
-		r.Op, r.Data, r.Offset = op, buf, off
-		if err := w.h.Submit(context.Background(), r); err != nil {
-			return err
-		}
-		<-ch
-		if r.Err == nil {
-			w.mu.Lock()
-			w.log = append(w.log, completion{time.Now(), r.Path()})
-			w.mu.Unlock()
-			select {
-			case w.cond <- struct{}{}:
-			default:
-			}
-			w.ops.Add(1)
-		}
-		return r.Err
-	}
-	per := len(wbuf) / bs
-	for seq := uint64(1); ; seq++ {
-		select {
-		case <-w.stop:
-			return
-		default:
-		}
-		blk := uint64(id + w.workers*int(seq%uint64(w.blocks/w.workers)))
-		off := int64(blk) * int64(per*bs)
-		for i := 0; i < len(wbuf); i += 16 {
-			binary.LittleEndian.PutUint64(wbuf[i:], blk)
-			binary.LittleEndian.PutUint64(wbuf[i+8:], seq)
-		}
-		if err := do(OpWrite, wbuf, off); err != nil {
-			w.fail(&w.ioErrs, fmt.Errorf("write block %d: %w", blk, err))
-			continue
-		}
-		if err := do(OpRead, rbuf, off); err != nil {
-			w.fail(&w.ioErrs, fmt.Errorf("read block %d: %w", blk, err))
-			continue
-		}
-		for i := 0; i < len(rbuf); i += 16 {
-			if b, s := binary.LittleEndian.Uint64(rbuf[i:]), binary.LittleEndian.Uint64(rbuf[i+8:]); b != blk || s != seq {
-				w.fail(&w.verifyErrs, fmt.Errorf("block %d byte %d: read (block %d, seq %d), wrote seq %d", blk, i, b, s, seq))
-				break
-			}
-		}
-	}
-}
-
-// finish stops the workload and waits for it.
-func (w *mpWorkload) finish() {
-	close(w.stop)
-	w.wg.Wait()
-}
-
-// waitOn waits until n completions came through path p after since.
-func (w *mpWorkload) waitOn(t *testing.T, p *Path, since time.Time, n int) {
+// waitOn waits until n I/Os of w completed through path p after since.
+func waitOn(t *testing.T, w *vblock.Workload, p *Path, since time.Time, n int) {
 	t.Helper()
-	deadline := time.NewTimer(mpHang)
-	defer deadline.Stop()
-	for {
-		w.mu.Lock()
-		k := 0
-		for _, c := range w.log {
-			if c.path == p && !c.at.Before(since) {
-				k++
-			}
-		}
-		w.mu.Unlock()
-		if k >= n {
-			return
-		}
-		select {
-		case <-w.cond:
-		case <-deadline.C:
-			t.Fatalf("no %d completions on path %s within %v (errors: %d I/O, %d verify)", n, p.Address(), mpHang, w.ioErrs.Load(), w.verifyErrs.Load())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), mpHang)
+	defer cancel()
+	if err := w.WaitCompletions(ctx, p.Address(), since, n); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// failoverTime is the time from the last completion on path from before
-// the first completion on another path after since, to that completion.
-// It reports false if the I/O was not on from at since (the last
-// completion before since came through another path).
-func (w *mpWorkload) failoverTime(from *Path, since time.Time) (time.Duration, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := len(w.log) - 1; i >= 0; i-- {
-		if w.log[i].at.Before(since) {
-			if w.log[i].path != from {
-				return 0, false
-			}
-			break
-		}
-	}
-	first := -1
-	for i, c := range w.log {
-		if c.path != from && !c.at.Before(since) {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return 0, false
-	}
-	for i := first - 1; i >= 0; i-- {
-		if w.log[i].path == from {
-			return w.log[first].at.Sub(w.log[i].at), true
-		}
-	}
-	return 0, false
-}
-
-func (w *mpWorkload) check(t *testing.T) {
+// sweepHead stops w and reads the whole namespace back through h: every
+// block must hold its last acknowledged write or a later one, and the
+// workload must have had no I/O or read-back error.
+func sweepHead(t *testing.T, w *vblock.Workload, h *Head) {
 	t.Helper()
-	if n, v := w.ioErrs.Load(), w.verifyErrs.Load(); n != 0 || v != 0 {
-		t.Fatalf("%d I/O errors, %d verification errors (first: %v)", n, v, *w.firstErr.Load())
+	ctx, cancel := context.WithTimeout(context.Background(), mpHang)
+	defer cancel()
+	r := w.Sweep(ctx, mpDevice{h})
+	if err := r.Err(); err != nil {
+		t.Fatalf("sweep of the whole namespace: %v\n%s", err, r)
 	}
+	t.Logf("sweep of the whole namespace: %s; %d failovers", r, h.Failovers())
 }
 
 // reportFailover prints the failover time of the I/O from path from after
-// an event at since; the I/O must have been on from (numa: the first
-// optimized path).
-func reportFailover(t *testing.T, w *mpWorkload, what string, from *Path, since time.Time) {
+// an event at since: from the last completion through from to the first
+// through another path.
+func reportFailover(t *testing.T, w *vblock.Workload, what string, from *Path, since time.Time) {
 	t.Helper()
-	d, ok := w.failoverTime(from, since)
-	if !ok {
-		t.Errorf("failover %s: the I/O was not on %s when the event came", what, from.Address())
+	d, err := w.Stall(from.Address(), since)
+	if err != nil {
+		t.Errorf("failover %s: %v", what, err)
 		return
 	}
 	t.Logf("failover %s: %v (last completion on %s to the first on the other path)", what, d, from.Address())
@@ -265,8 +162,9 @@ func waitLive(t *testing.T, p *Path) {
 // one Head with two paths; a verified write/read workload runs while the
 // path it uses goes inaccessible (ANA, by reload), comes back, the other
 // port goes away (its connections with it) and comes back, and the policy
-// changes to round-robin and queue-depth: no I/O error, no verification
-// error, and each failover lands on the other path. The failover times are
+// changes to round-robin and queue-depth: no I/O error, no read-back
+// error, each failover lands on the other path, and the sweep of the whole
+// namespace at the end finds every block at its last acknowledged write. The failover times are
 // printed (-v), not asserted.
 func TestMultipathFailover(t *testing.T) {
 	tg, addrs := twoPortTarget(t)
@@ -287,15 +185,14 @@ func TestMultipathFailover(t *testing.T) {
 			t.Fatalf("path %s ANA groups %+v", p.Address(), gs)
 		}
 	}
-	w := startWorkload(h, 8, 256)
-	defer w.finish()
+	w := startWorkload(t, h, 8, 256)
 	// numa: the first optimized path.
-	w.waitOn(t, pa, time.Time{}, 50)
+	waitOn(t, w, pa, time.Time{}, 50)
 
 	// (a) path A's group goes inaccessible: I/O moves to B.
 	at := time.Now()
 	setANA(tg, 1, "inaccessible")
-	w.waitOn(t, pb, at, 50)
+	waitOn(t, w, pb, at, 50)
 	reportFailover(t, w, "on ANA inaccessible", pa, at)
 	if st := pa.ANAState(1); st != nvmeof.ANAInaccessible {
 		t.Fatalf("path A state %v after the ANA change", st)
@@ -305,13 +202,13 @@ func TestMultipathFailover(t *testing.T) {
 	at = time.Now()
 	setANA(tg, 1, "optimized")
 	waitLive(t, pa)
-	w.waitOn(t, pa, at, 50)
+	waitOn(t, w, pa, at, 50)
 
 	// (b) port 1 goes away with its connections: I/O moves to B.
 	at = time.Now()
 	port1 := tg.cfg.Ports[0]
 	tg.Reload(func(c *target.Config) { c.Ports = c.Ports[1:] })
-	w.waitOn(t, pb, at, 50)
+	waitOn(t, w, pb, at, 50)
 	reportFailover(t, w, "on lost connections", pa, at)
 	// (c) it comes back and the path reconnects.
 	tg.Reload(func(c *target.Config) { c.Ports = append(c.Ports, port1) })
@@ -321,16 +218,13 @@ func TestMultipathFailover(t *testing.T) {
 	for _, pol := range []IOPolicy{IOPolicyRoundRobin, IOPolicyQueueDepth} {
 		s.SetIOPolicy(pol)
 		at = time.Now()
-		w.waitOn(t, pa, at, 50)
-		w.waitOn(t, pb, at, 50)
+		waitOn(t, w, pa, at, 50)
+		waitOn(t, w, pb, at, 50)
 	}
-	w.finish()
-	w.stop = make(chan struct{}) // (the deferred finish)
-	w.check(t)
+	sweepHead(t, w, h)
 	if h.Failovers() == 0 {
 		t.Fatal("no failover counted")
 	}
-	t.Logf("%d verified I/Os, %d failovers", w.ops.Load(), h.Failovers())
 }
 
 // TestMultipathQueueWithoutPath: I/O submitted while every path is

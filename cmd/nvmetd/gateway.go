@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -37,9 +41,16 @@ type gatewayConfig struct {
 	// StepDownMargin: an owner that could not renew goes inaccessible this
 	// long before its lease can end on the cluster (default lease/4).
 	StepDownMargin time.Duration `mapstructure:"step_down_margin"`
-	// FailbackDelay is how long a preferred owner is up before it asks
-	// for its groups back (default 30s).
+	// FailbackDelay is how long a preferred owner is up (or, after it
+	// lost a group, how long since) before it asks for its groups back,
+	// doubled for each failback strike of the group (default 30s; see
+	// gateway/failback.go and docs/rbd.md).
 	FailbackDelay time.Duration `mapstructure:"failback_delay"`
+	// FailbackMaxDelay caps the doubled failback delay (default 1h).
+	FailbackMaxDelay time.Duration `mapstructure:"failback_max_delay"`
+	// FailbackStable is how long the preferred owner serves a group
+	// before its failback strikes are cleared (default 60s).
+	FailbackStable time.Duration `mapstructure:"failback_stable"`
 	// ANAGroups are the groups and their preferred owners.
 	ANAGroups []gatewayGroupConfig `mapstructure:"ana_groups"`
 	// BlocklistExpire is how long a fence's blocklist entries last
@@ -87,6 +98,12 @@ func (g *gatewayConfig) applyDefaults() {
 	if g.FailbackDelay == 0 {
 		g.FailbackDelay = defaultGatewayFailback
 	}
+	if g.FailbackMaxDelay == 0 {
+		g.FailbackMaxDelay = gateway.DefaultFailbackMaxDelay
+	}
+	if g.FailbackStable == 0 {
+		g.FailbackStable = gateway.DefaultFailbackStable
+	}
 	if g.BlocklistExpire == 0 {
 		g.BlocklistExpire = gateway.DefaultBlocklistExpire
 	}
@@ -122,6 +139,12 @@ func (g *gatewayConfig) validate(cfg *target.Config) error {
 	}
 	if g.FailbackDelay < 0 {
 		add("failback_delay", "%s is negative", g.FailbackDelay)
+	}
+	if g.FailbackMaxDelay < g.FailbackDelay || g.FailbackMaxDelay > 24*time.Hour {
+		add("failback_max_delay", "%s is out of range (failback_delay %s..24h)", g.FailbackMaxDelay, g.FailbackDelay)
+	}
+	if g.FailbackStable < 0 || g.FailbackStable > 24*time.Hour {
+		add("failback_stable", "%s is out of range (0..24h)", g.FailbackStable)
 	}
 	// An entry that lapses lets a fenced gateway that was frozen longer
 	// write again: at least a day.
@@ -167,7 +190,8 @@ func (g *gatewayConfig) machineConfig(session string) gateway.Config {
 		groups[a.ID] = a.Preferred
 	}
 	return gateway.Config{Name: g.Name, Session: session, Lease: g.Lease, RenewInterval: g.RenewInterval,
-		Margin: g.StepDownMargin, FailbackDelay: g.FailbackDelay, Groups: groups}
+		Margin: g.StepDownMargin, FailbackDelay: g.FailbackDelay, FailbackMaxDelay: g.FailbackMaxDelay,
+		FailbackStable: g.FailbackStable, Groups: groups}
 }
 
 // canonicalGroupConfig is what every gateway of the group must agree on,
@@ -191,6 +215,30 @@ func canonicalGroupConfig(g *gatewayConfig, cfg *target.Config) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
+// gatewayMember is what this gateway must hold alone in its group
+// (gateway.Member): its name, where it runs (host name and its ports'
+// listen addresses) and each subsystem's CNTLID range as the target hands
+// them out (cntlid_min..cntlid_max; 0 is the default bound).
+func gatewayMember(g *gatewayConfig, cfg *target.Config) gateway.Member {
+	host, _ := os.Hostname()
+	id := []string{host}
+	for _, p := range cfg.Ports {
+		id = append(id, net.JoinHostPort(p.Address, strconv.Itoa(int(p.ServiceID))))
+	}
+	m := gateway.Member{Name: g.Name, Identity: strings.Join(id, " "), CNTLIDs: map[string][2]uint16{}}
+	for _, s := range cfg.Subsystems {
+		lo, hi := s.CNTLIDMin, s.CNTLIDMax
+		if lo == 0 {
+			lo = nvmeof.CNTLIDMin
+		}
+		if hi == 0 || hi > nvmeof.CNTLIDMax {
+			hi = nvmeof.CNTLIDMax
+		}
+		m.CNTLIDs[s.NQN] = [2]uint16{lo, hi}
+	}
+	return m
+}
+
 // gatewayState is the daemon's gateway: the runner and the groups it owns.
 type gatewayState struct {
 	cfg    *gatewayConfig
@@ -205,6 +253,10 @@ type gatewayState struct {
 	// a moment, so that they reopen with new RADOS clients
 	// (daemonApplier.Reopen).
 	closed map[uint32]bool
+	// retryAt: when Readiness may next reload the target to retry the
+	// namespaces of a group that cannot be served (retrying: one is out).
+	retryAt  time.Time
+	retrying bool
 }
 
 // overlay sets the gateway groups' ANA states on every port of cfg:
@@ -263,6 +315,23 @@ func (a daemonApplier) SetANA(group uint32, optimized bool) error {
 	d.gw.owned[group] = optimized
 	d.gw.mu.Unlock()
 	err := d.t.Reload(d.targetConfig(d.config().Target))
+	if err == nil && optimized {
+		// The reload retried every namespace that had failed to open:
+		// a group with a namespace still not open is not served (it
+		// would be optimized here with the namespace missing, and no
+		// other gateway would serve it). The machine counts it as a
+		// serve failure (failback.go) and releases the group.
+		if why := unservable(group, d.t.Status()); why != "" {
+			err = fmt.Errorf("ANA group %d cannot be served here: %s", group, why)
+			d.gw.mu.Lock()
+			d.gw.owned[group] = false
+			d.gw.mu.Unlock()
+			if rerr := d.t.Reload(d.targetConfig(d.config().Target)); rerr != nil {
+				err = fmt.Errorf("%w; making it inaccessible again: %w", err, rerr)
+			}
+			return err
+		}
+	}
 	if err != nil && optimized {
 		// Not served: a later reload (SIGHUP, the API) must not make it
 		// optimized behind the gateway's back. A failed inaccessible
@@ -274,27 +343,102 @@ func (a daemonApplier) SetANA(group uint32, optimized bool) error {
 	return err
 }
 
-// drainTimeout bounds Flush's wait for the commands in flight.
+// unservable says why the target of st cannot serve ANA group group ("" if
+// it can): an enabled namespace of the group that is not online (its
+// backend did not open, or the gateway guard refused it). Disabled
+// namespaces (by the configuration, or for a moment by Reopen) do not
+// count.
+func unservable(group uint32, st target.Status) string {
+	var why []string
+	for _, s := range st.Subsystems {
+		for _, n := range s.Namespaces {
+			if n.ANAGroup != group || !n.Enabled || n.State == target.NamespaceOnline {
+				continue
+			}
+			w := fmt.Sprintf("subsystem %s namespace %d is %s", s.NQN, n.NSID, n.State)
+			if n.Error != "" {
+				w += ": " + n.Error
+			}
+			why = append(why, w)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// Readiness reports whether the target can serve the group and how many
+// hosts can use it here (groupReadiness); a group that cannot be served
+// has its failed namespaces retried (retryNamespaces). Status does no I/O.
+func (a daemonApplier) Readiness(group uint32) gateway.Readiness {
+	r := groupReadiness(group, a.d.t.Status(), a.d.config().Target)
+	if r.Unservable != "" {
+		a.retryNamespaces()
+	}
+	return r
+}
+
+// groupReadiness is the readiness of ANA group group in the target's
+// status st, cfg its configuration: servable when every enabled namespace
+// of the group is online (unservable), and the number of host controllers
+// with I/O queues connected to a subsystem with a namespace of the group
+// that their host may see (a group with no namespace: any host
+// controller).
+func groupReadiness(group uint32, st target.Status, cfg *target.Config) gateway.Readiness {
+	visible := map[string][][]string{} // subsystem: the host lists of its namespaces in the group
+	empty := true
+	for _, s := range cfg.Subsystems {
+		for _, n := range s.Namespaces {
+			if n.ANAGroup == group {
+				visible[s.NQN] = append(visible[s.NQN], n.Hosts)
+				empty = false
+			}
+		}
+	}
+	r := gateway.Readiness{Unservable: unservable(group, st)}
+	for _, c := range st.Controllers {
+		if c.Discovery || c.IOQueues == 0 {
+			continue
+		}
+		if empty || slices.ContainsFunc(visible[c.Subsystem], func(h []string) bool { return len(h) == 0 || slices.Contains(h, c.HostNQN) }) {
+			r.Hosts++
+		}
+	}
+	return r
+}
+
+// drainTimeout bounds Flush's wait for the commands in flight; a release
+// waits at most the lease less the step-down margin besides (the lock is
+// not renewed while the release is out: past that it would be gone).
 const drainTimeout = 30 * time.Second
 
-// Flush waits until the commands in flight when it was called have
-// completed (after SetANA inaccessible no new I/O is accepted on the
-// group): an rbd write completes only once it is on the OSDs (no librbd
-// cache), so nothing acknowledged then remains in this gateway.
+// Flush waits until no command holds a namespace of the group (after
+// SetANA inaccessible no new I/O is accepted on it): an rbd write completes
+// only once it is on the OSDs (no librbd cache), so nothing acknowledged
+// then remains in this gateway. It counts the group's commands only
+// (target.Target.GroupInFlight), those of closed connections included, so
+// that the I/O of the gateway's other groups, which goes on, does not hold
+// the hand-over.
 func (a daemonApplier) Flush(group uint32) error {
-	deadline := time.Now().Add(drainTimeout)
-	for {
+	bound := min(drainTimeout, a.d.gw.cfg.Lease-a.d.gw.cfg.StepDownMargin)
+	deadline := time.Now().Add(bound)
+	inFlight := func() int64 {
+		if t, ok := a.d.t.(interface{ GroupInFlight(uint32) int64 }); ok {
+			return t.GroupInFlight(group)
+		}
 		var n int64
 		for _, q := range a.d.t.Queues() {
 			if q.QID > 0 {
 				n += q.InFlight
 			}
 		}
+		return n
+	}
+	for {
+		n := inFlight()
 		if n == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d commands still in flight after %s", n, drainTimeout)
+			return fmt.Errorf("ANA group %d: %d commands still in flight after %s", group, n, bound)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -341,6 +485,21 @@ func (a daemonApplier) ServeUntil(group uint32, until time.Time) {
 	if t, ok := a.d.t.(interface{ SetServingDeadline(uint32, time.Time) }); ok {
 		t.SetServingDeadline(group, until)
 	}
+}
+
+// BackendHealth is the outcome of the I/O of the group's namespaces in
+// the target (target.Target.BackendHealth): the runner samples it, and the
+// machine steps a group down whose backends no longer serve it
+// (gateway.Machine.BackendObserved).
+func (a daemonApplier) BackendHealth(group uint32) gateway.BackendHealth {
+	t, ok := a.d.t.(interface {
+		BackendHealth(uint32) target.BackendHealth
+	})
+	if !ok {
+		return gateway.BackendHealth{}
+	}
+	h := t.BackendHealth(group)
+	return gateway.BackendHealth{Transferred: h.Transferred, PathErrors: h.PathErrors, Blocklisted: h.Blocklisted, LastError: h.LastError}
 }
 
 // WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the
@@ -406,6 +565,36 @@ func (a daemonApplier) Reopen(group uint32) error {
 	return nil
 }
 
+// retryNamespaces reloads the target, in the background and at most once
+// per failback_delay (at least a lease apart), so that the namespaces
+// that failed to open are tried again: a failed namespace is retried only
+// by a reload, and a preferred owner that cannot serve its group does not
+// ask for it (gateway/failback.go), which would otherwise be for ever
+// after a transient failure at its start.
+func (a daemonApplier) retryNamespaces() {
+	d, gs := a.d, a.d.gw
+	gs.mu.Lock()
+	now := time.Now()
+	if gs.retrying || now.Before(gs.retryAt) {
+		gs.mu.Unlock()
+		return
+	}
+	gs.retrying, gs.retryAt = true, now.Add(max(gs.cfg.FailbackDelay, gs.cfg.Lease))
+	gs.mu.Unlock()
+	go func() {
+		defer func() {
+			gs.mu.Lock()
+			gs.retrying = false
+			gs.mu.Unlock()
+		}()
+		d.changeMu.Lock()
+		defer d.changeMu.Unlock()
+		if err := d.t.Reload(d.targetConfig(d.config().Target)); err != nil {
+			d.log.Warn("gateway: retrying the namespaces that failed to open", zap.Error(err))
+		}
+	}()
+}
+
 // newSession returns a lock cookie unique to this run.
 func newSession(name string) string {
 	var b [6]byte
@@ -433,9 +622,11 @@ func (d *daemon) startGateway(cfg *loadedConfig) error {
 	}
 	// Each cluster operation gives up well before the lease can end.
 	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
+	member := gatewayMember(g, cfg.Target)
 	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
 		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
-		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire})
+		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire,
+		Member: &member})
 	if err != nil {
 		return err
 	}
@@ -506,6 +697,11 @@ type gatewayGroupStatus struct {
 	Preferred string `json:"preferred"`
 	Holder    string `json:"holder,omitempty"`
 	LastError string `json:"last_error,omitempty"`
+	// Failbacks is the group's failback strike count (gateway.Record.Failbacks).
+	Failbacks uint32 `json:"failbacks"`
+	// FailbackWait says why this gateway, the group's preferred owner,
+	// does not ask for it back now.
+	FailbackWait string `json:"failback_wait,omitempty"`
 }
 
 // status returns the gateway's status (nil without a gateway).
@@ -526,7 +722,7 @@ func (gs *gatewayState) status() *gatewayStatus {
 	}
 	for _, g := range groups {
 		st.Groups = append(st.Groups, gatewayGroupStatus{ID: g.Group, Role: g.Role.String(), Owned: g.Role == gateway.Owner,
-			Preferred: g.Preferred, Holder: g.Holder, LastError: g.LastError})
+			Preferred: g.Preferred, Holder: g.Holder, LastError: g.LastError, Failbacks: g.Failbacks, FailbackWait: g.FailbackWait})
 	}
 	return st
 }

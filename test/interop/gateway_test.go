@@ -19,17 +19,24 @@ import (
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
 )
 
-// The gateway group against the Linux host (issue 16): two nvmetd-rbd
-// gateways on this machine serve one subsystem with one RBD image
-// namespace (ANA group 1, preferred owner gw-a; CNTLIDs 1-1000 and
+// The gateway group against the Linux host (issue 16, issue 21): two
+// nvmetd-rbd gateways on this machine serve one subsystem with one RBD
+// image namespace (ANA group 1, preferred owner gw-a; CNTLIDs 1-1000 and
 // 1001-2000) from the test's Ceph cluster (test/ceph/cephtest). The
 // guest's stock Linux host connects to both (native multipath: one
-// /dev/nvmeXnY), gw-a's path optimized and gw-b's inaccessible; fio with
-// crc32c verification runs on the multipath disk while gw-a is SIGKILLed
-// (gw-b fences it and takes the group: its path goes optimized and the I/O
-// moves there) and restarted (failback: gw-b hands the group over, the I/O
-// comes back). No fio error; the failover times (20 ms samples of the
-// gateways' I/O counters) are printed.
+// /dev/nvmeXnY), gw-a's path optimized and gw-b's inaccessible; the
+// verified workload (vwriter: versioned blocks with O_DIRECT, the last
+// acknowledged sequence per block recorded) runs on the multipath disk
+// while gw-a, the owner, is SIGKILLed (gw-b fences it and takes the group:
+// its path goes optimized and the I/O moves there), restarted (failback:
+// gw-b hands the group over, the I/O comes back), and frozen (SIGSTOP) for
+// three leases (gw-b fences it and takes the group; resumed, gw-a finds
+// itself fenced). At the end vwriter sweeps the whole disk: 0 regressed
+// blocks (no write the host gave up on, or of a fenced gateway, landed
+// after a newer acknowledged one), and no I/O error. The stalls of the
+// host's I/O (vwriter's gaps) are logged against lease + fence + 2 × KATO,
+// and the moves between the gateways (20 ms samples of their I/O
+// counters) are printed.
 
 const gatewayNQN = "nqn.2024-01.io.nvmetd.interop:gateway"
 
@@ -197,8 +204,8 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 		}
 	}()
 	addr := vm.HostAddr()
-	defer vm.Exec(context.Background(), "touch /root/gw.stop; sleep 1; nvme disconnect -n "+gatewayNQN+" >/dev/null 2>&1; true")
-	mark := kmsgMark(t, vm)
+	defer vm.Exec(context.Background(), "touch /root/gw.stop; for i in $(seq 1 600); do [ -s /root/gw.rc ] && break; sleep 0.1; done; nvme disconnect -n "+gatewayNQN+" >/dev/null 2>&1; true")
+	mark0 := kmsgMark(t, vm)
 	step(t, vm, time.Minute, "rm -f /root/gw.*")
 	for _, p := range procs {
 		step(t, vm, time.Minute, fmt.Sprintf("nvme connect -t rdma -a %s -s %d -n %s -i 2 -c 1 -l 600", addr, p.port, gatewayNQN))
@@ -234,27 +241,37 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 	step(t, vm, time.Minute, "nvme list-subsys /dev/"+dev)
 
 	sampler := startIOSampler(a.dir, b.dir)
-	step(t, vm, time.Minute, fmt.Sprintf(`(i=0; while [ ! -e /root/gw.stop ]; do i=$((i+1)); `+
-		`fio --name=gw --filename=/dev/%s --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --size=16M --iodepth=16 --numjobs=1 `+
-		`--verify=crc32c --do_verify=1 --verify_fatal=1 --group_reporting > /root/gw.run 2>&1; rc=$?; grep -E 'err=|clat \(|verify|error|fio:' /root/gw.run; echo "run $i done rc=$rc"; done; echo finished) > /root/gw.fio 2>&1 &`+"\n"+"echo started",
-		dev))
-	fioRuns := func() int {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		o, _ := vm.Exec(ctx, "grep -c '^run .* done' /root/gw.fio || true")
-		n, _ := strconv.Atoi(strings.TrimSpace(o))
-		return n
-	}
+	vw := startLinuxWriter(t, vm, dev, "gw")
 	sampler.waitProgress(t, 0, 500, "before the gateway is killed")
+	vw.waitWrites(200, "before the gateway is killed")
 	events := map[string]time.Time{}
+	// fenceTime is gw-b's fence of gw-a, from its log since mark: from
+	// "fencing the previous holder" to "group 1: set-ana optimized" (the
+	// fence, the OSD-map barrier and the acquisition).
+	fenceTime := func(mark int64) time.Duration {
+		t.Helper()
+		blog := b.logSince(mark)
+		iFence, iOpt := strings.Index(blog, "fencing the previous holder"), strings.Index(blog, "group 1: set-ana optimized")
+		if iFence < 0 || iFence > iOpt {
+			t.Fatalf("gw-b's log: fence at %d, optimized at %d: the fence must come first:\n%s", iFence, iOpt, blog)
+		}
+		fenceAt, ok1 := gwLogTime(blog, `fencing the previous holder`)
+		optAt, ok2 := gwLogTime(blog, `group 1: set-ana optimized`)
+		if !ok1 || !ok2 {
+			return 0
+		}
+		return optAt.Sub(fenceAt)
+	}
 
 	// gw-a, the owner, is SIGKILLed: gw-b fences it and takes the group.
+	mark := b.logSize()
 	events["kill gw-a"] = time.Now()
 	a.stop(syscall.SIGKILL)
 	ctrlState(a.port, "resetting connecting")
 	anaState(b.port, "optimized")
 	sampler.waitProgress(t, 1, 500, "after gw-b took the group")
 	b.waitLog(`(?s)fencing the previous holder.*group 1: set-ana optimized`)
+	fences := []time.Duration{fenceTime(mark)}
 
 	// gw-a restarted: failback.
 	events["restart gw-a"] = time.Now()
@@ -263,26 +280,68 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 	anaState(a.port, "optimized")
 	anaState(b.port, "inaccessible")
 	sampler.waitProgress(t, 0, 500, "after the failback to gw-a")
-	n := fioRuns()
-	deadline := time.Now().Add(10 * time.Minute)
-	for fioRuns() <= n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no fio job completed after the failback")
-		}
-		time.Sleep(time.Second)
-	}
+	vw.waitWrites(200, "after the failback to gw-a")
 
-	step(t, vm, 15*time.Minute, "touch /root/gw.stop; for i in $(seq 1 6000); do grep -q finished /root/gw.fio && break; sleep 0.1; done; cat /root/gw.fio")
-	fio := step(t, vm, time.Minute, "cat /root/gw.fio")
-	if fioRuns() < 2 {
-		t.Fatalf("fewer than two fio jobs completed")
+	// gw-a, the owner again, is frozen (SIGSTOP) for three leases while
+	// the host writes, as the Go host's TestGatewayProcessFreeze does:
+	// gw-b fences it and takes the group; the host's I/O, stuck on gw-a's
+	// path, moves to gw-b once its keep-alive timeout ends that path.
+	mark = b.logSize()
+	frozen := time.Now()
+	events["freeze gw-a"] = frozen
+	a.signal(syscall.SIGSTOP)
+	anaState(b.port, "optimized")
+	sampler.waitProgress(t, 1, 500, "while gw-a is frozen")
+	b.waitLog(`(?s)fencing the previous holder.*group 1: set-ana optimized`)
+	fences = append(fences, fenceTime(mark))
+	if d := time.Until(frozen.Add(3 * gatewayLease)); d > 0 {
+		time.Sleep(d) // the freeze lasts three leases (not an assertion)
 	}
-	if regexp.MustCompile(`(?i)bad magic|mismatch|verify failed|crc32c: verify`).MatchString(fio) ||
-		regexp.MustCompile(`err=\s*[1-9]`).MatchString(fio) || regexp.MustCompile(`rc=[1-9]`).MatchString(fio) || !strings.Contains(fio, "err= 0") {
-		t.Fatalf("fio reported errors")
+	// Resumed, gw-a must do no I/O for the host before it has checked its
+	// lease (its serving deadline passed): it steps down, and as the
+	// preferred owner takes its group back by a fenced failback; or, if
+	// its client was fenced, it exits, and is restarted as its service
+	// manager would.
+	resumed := time.Now()
+	events["resume gw-a"] = resumed
+	a.signal(syscall.SIGCONT)
+	base := sampler.last()[0]
+resume:
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		select {
+		case <-a.exited:
+			t.Logf("gw-a exited after its resume (fenced); restarting it")
+			a.cmd = nil
+			events["restart gw-a after the freeze"] = time.Now()
+			a.start()
+			ctrlState(a.port, "live")
+			sampler.waitProgress(t, 0, 500, "after gw-a's restart")
+			break resume
+		default:
+		}
+		if now := sampler.last()[0]; now >= 0 && now >= base+500 {
+			t.Logf("gw-a carries the host's I/O again (failback) %.1fs after its resume", time.Since(resumed).Seconds())
+			break resume
+		}
+		if time.Now().After(deadline) {
+			t.Logf("gw-a did not take its group back within 3 minutes of its resume; group 1 stays with gw-b")
+			sampler.waitProgress(t, 1, 500, "after gw-a's resume")
+			break resume
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+	vw.waitWrites(200, "after gw-a's resume")
+
+	sum, off := vw.stop()
 	reportKernelFailovers(t, sampler.stop(), events)
-	dmesg := dmesgSince(t, vm, mark)
+	dmesg := dmesgSince(t, vm, mark0)
+	checkLinuxSweep(t, sum, dmesg)
+	var fence time.Duration
+	for _, f := range fences {
+		fence = max(fence, f)
+	}
+	logLinuxStalls(t, sum, off, events, gatewayLease+fence+2*linuxKATO,
+		fmt.Sprintf("lease %v + fence %v (gw-b's longest fence to optimized) + 2 × KATO %v", gatewayLease, fence.Round(time.Millisecond), linuxKATO))
 	var nvmeLines []string
 	for _, l := range strings.Split(dmesg, "\n") {
 		if strings.Contains(l, "nvme") {
@@ -291,4 +350,52 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 	}
 	t.Logf("kernel log (nvme):\n%s", strings.Join(nvmeLines, "\n"))
 	step(t, vm, time.Minute, "nvme disconnect -n "+gatewayNQN)
+}
+
+// The gateways' lease (gwProc.config) and the Linux host's keep-alive
+// timeout (nvme connect's default, NVME_DEFAULT_KATO).
+const (
+	gatewayLease = 5 * time.Second
+	linuxKATO    = 5 * time.Second
+)
+
+// signal sends sig to the process.
+func (p *gwProc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("%s: %v: %v", p.name, sig, err)
+	}
+}
+
+// logSize is the size of the process's log file (a mark for logSince).
+func (p *gwProc) logSize() int64 {
+	fi, err := os.Stat(p.log)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logSince returns the process's log from mark on.
+func (p *gwProc) logSince(mark int64) string {
+	b, _ := os.ReadFile(p.log)
+	if int64(len(b)) < mark {
+		return string(b)
+	}
+	return string(b[mark:])
+}
+
+// gwLogTime returns the time stamp of the first line of log (a gateway's
+// console log) that matches re.
+func gwLogTime(log, re string) (time.Time, bool) {
+	rx := regexp.MustCompile(re)
+	for _, l := range strings.Split(log, "\n") {
+		if !rx.MatchString(l) || len(l) < 23 {
+			continue
+		}
+		if at, err := time.ParseInLocation("2006-01-02 15:04:05.000", l[:23], time.Local); err == nil {
+			return at, true
+		}
+	}
+	return time.Time{}, false
 }

@@ -202,14 +202,23 @@ resolve_kernel() {
 # the kernel's exact version, else the headers, -common and kbuild .debs
 # unpacked into $CACHE/kdev-$KV.
 headers_dir() {
-  local hdr=linux-headers-$KV kdev="$CACHE/kdev-$KV" p d deps
+  local hdr=linux-headers-$KV kdev="$CACHE/kdev-$KV" p d deps v
   if installed_at "$hdr" "$KVER" && [ -f "/usr/src/$hdr/Makefile" ]; then echo "/usr/src/$hdr"; return; fi
   if [ "$(cat "$kdev/.complete" 2>/dev/null)" != "$KVER" ]; then
     deps=$(apt-cache depends "$hdr=$KVER" 2>/dev/null | awk '/Depends: linux-(headers-.*-common|kbuild-)/{print $2}' | sort -u)
     [ -n "$deps" ] || die "cannot resolve the dependencies of $hdr=$KVER"
     rm -rf "$kdev" "$kdev.tmp"; mkdir -p "$kdev.tmp"
     for p in "$hdr" $deps; do
-      d=$(fetch_deb "$p" "$KVER")
+      # A dependency is at the kernel's version, or (Debian rebuilds
+      # linux-kbuild-* apart from the image: bookworm-security had the
+      # 6.1.192-2 image with kbuild 6.1.192-3 only) at apt's candidate when
+      # that is not older.
+      v=$KVER
+      if [ -z "$(apt_field "$p=$KVER" Version)" ]; then
+        v=$(apt_field "$p" Version)
+        [ -n "$v" ] && dpkg --compare-versions "$v" ge "$KVER" || v=$KVER
+      fi
+      d=$(fetch_deb "$p" "$v")
       log "unpacking $(basename "$d")"
       dpkg-deb -x "$d" "$kdev.tmp"
     done
