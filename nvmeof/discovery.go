@@ -131,13 +131,17 @@ type DiscoveryEntry struct {
 
 // Decode returns the fields of e.
 func (e *DiscoveryLogEntry) Decode() DiscoveryEntry {
-	return DiscoveryEntry{
+	d := DiscoveryEntry{
 		TrType: e.TRTYPE(), AdrFam: e.ADRFAM(), SubType: e.SUBTYPE(), TReq: e.TREQ(),
 		PortID: e.PORTID(), CntlID: e.CNTLID(), ASQSZ: e.ASQSZ(), EFlags: e.EFLAGS(),
 		TrSvcID: e.TRSVCID(), SubNQN: e.SUBNQN(), TrAddr: e.TRADDR(),
 		RDMAQPType: e.RDMAQPType(), RDMAPRType: e.RDMAPRType(), RDMACMS: e.RDMACMS(), RDMAPKey: e.RDMAPKey(),
-		TCPSecType: e.TCPSecType(),
 	}
+	if d.TrType == TrTypeTCP {
+		// The TSAS is the transport's: SECTYPE for NVMe/TCP.
+		d.TCPSecType = e.TCPSecType()
+	}
+	return d
 }
 
 // Encode zeroes e and writes d into it. The strings are NUL-padded; it
