@@ -126,6 +126,18 @@ func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, n
 			notes = append(notes, fmt.Sprintf("%s: transport %q skipped (nvmeof connects NVMe/RDMA and NVMe/TCP)", src, transport))
 			continue
 		}
+		if transport != "tcp" {
+			// The digests are NVMe/TCP's.
+			kept := args[:0]
+			for _, a := range args {
+				if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); name == "hdr-digest" || name == "data-digest" || a == "-g" || a == "-G" {
+					notes = append(notes, fmt.Sprintf("%s: option %s not used by nvmeof on %s; ignored", src, a, transport))
+					continue
+				}
+				kept = append(kept, a)
+			}
+			args = kept
+		}
 		entries = append(entries, autoconnectEntry{Source: src, Discovery: true, Args: args, Secrets: sec})
 	}
 	if err := sc.Err(); err != nil {
