@@ -9,7 +9,6 @@ import (
 
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // In-band authentication (DH-HMAC-CHAP, NVMe Base 2.0 §8.13) of the
@@ -83,7 +82,7 @@ func (c *Controller) SetSecrets(host, ctrl *auth.Secret) error {
 // authenticate runs one DH-HMAC-CHAP transaction on queue qid
 // (nvme_auth_negotiate and nvme_auth_wait). Each command is bounded by the
 // admin timeout.
-func (c *Controller) authenticate(ctx context.Context, hq *rdma.HostQueue, qid uint16) error {
+func (c *Controller) authenticate(ctx context.Context, hq hostQueue, qid uint16) error {
 	fail := func(err error) error { return &AuthError{QID: qid, SubNQN: c.cfg.SubNQN, Err: err} }
 	secret, ctrlSecret := c.secrets()
 	if secret == nil {
@@ -100,13 +99,13 @@ func (c *Controller) authenticate(ctx context.Context, hq *rdma.HostQueue, qid u
 	// ctrl->transaction).
 	step := h.Start(uint16(c.authTID.Add(1)))
 	for {
-		var r *rdma.HostRequest
+		var r *nvmeof.HostRequest
 		switch step.Action {
 		case auth.HostSend:
-			r = &rdma.HostRequest{Data: step.Data, Write: true}
+			r = &nvmeof.HostRequest{Data: step.Data, Write: true}
 			r.SQE.BuildAuthSend(uint32(len(step.Data)))
 		case auth.HostReceive:
-			r = &rdma.HostRequest{Data: make([]byte, step.AllocLen)}
+			r = &nvmeof.HostRequest{Data: make([]byte, step.AllocLen)}
 			r.SQE.BuildAuthReceive(step.AllocLen)
 		default: // auth.HostDone
 			if step.Err != nil {
@@ -137,7 +136,7 @@ func (c *Controller) authenticate(ctx context.Context, hq *rdma.HostQueue, qid u
 
 // authDo runs one authentication command: its NVMe status, or a transport
 // error.
-func (c *Controller) authDo(ctx context.Context, hq *rdma.HostQueue, r *rdma.HostRequest) (nvmeof.Status, error) {
+func (c *Controller) authDo(ctx context.Context, hq hostQueue, r *nvmeof.HostRequest) (nvmeof.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AdminTimeout)
 	defer cancel()
 	err := hq.Do(ctx, r)

@@ -11,6 +11,7 @@ import (
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
+	"github.com/nvmetd/nvmetd/nvmeof/tcp"
 )
 
 // Defaults of the Linux host (drivers/nvme/host/fabrics.h, core.c) and of
@@ -103,9 +104,16 @@ type Config struct {
 	// with it the host authenticates the controller too (bidirectional),
 	// even when the controller does not ask. Needs DHCHAPSecret.
 	DHCHAPCtrlSecret *auth.Secret
+	// TrType is the transport: nvmeof.TrTypeRDMA (the default; 0 too) or
+	// nvmeof.TrTypeTCP.
+	TrType uint8
 	// Transport holds the NVMe/RDMA connection settings (MPA CRC policy,
 	// FPDU size, timeouts, busy polling).
 	Transport rdma.TransportConfig
+	// TCPTransport holds the NVMe/TCP settings: the digests asked for,
+	// the PDU and write timeouts (QID, sizes and logger are the
+	// controller's).
+	TCPTransport tcp.HostConfig
 	// Logger receives controller events (default: none).
 	Logger *zap.Logger
 	// OnEvent, if set, is called for controller events (reconnects,
@@ -186,6 +194,9 @@ func (c *Config) withDefaults() (Config, error) {
 	defaults.Set(&d.MaxTransferSize, DefaultMaxTransferSize)
 	if d.MaxTransferSize < 4096 || d.MaxTransferSize > nvmeof.MaxKeyedSGLLength {
 		return d, fmt.Errorf("initiator: max transfer size %d: want 4 KiB..16 MiB", d.MaxTransferSize)
+	}
+	if err := d.checkTransport(); err != nil {
+		return d, err
 	}
 	if err := d.Transport.Validate(); err != nil {
 		return d, err

@@ -59,8 +59,8 @@ func (s State) String() string {
 // replaces it with a new one.
 type association struct {
 	gen    uint64
-	admin  *rdma.HostQueue
-	io     []*rdma.HostQueue
+	admin  hostQueue
+	io     []hostQueue
 	cntlid uint16
 	cap    nvmeof.CAP
 	vs     nvmeof.VS
@@ -73,7 +73,7 @@ type association struct {
 	ctx    context.Context // ends when the association is torn down
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	aer    *rdma.HostRequest
+	aer    *nvmeof.HostRequest
 	aenCh  chan nvmeof.AEN
 }
 
@@ -297,9 +297,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 			a.wg.Wait()
 		}
 	}()
-	a.admin, err = rdma.Dial(ctx, cfg.Network, cfg.Address, rdma.HostConfig{
-		Transport: cfg.Transport, QID: 0, QueueSize: nvmeof.AdminQueueDepth, PD: pd, Logger: c.log,
-	})
+	a.admin, err = c.dialQueue(ctx, 0, nvmeof.AdminQueueDepth, 0, pd)
 	if err != nil {
 		return nil, fmt.Errorf("initiator: admin queue to %s: %w", cfg.Address, err)
 	}
@@ -318,7 +316,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 		return nil, err
 	}
 	a.id, _ = nvmeof.ParseIdentifyController(buf)
-	if err = a.id.CheckFabrics(a.cntlid, cfg.Discovery()); err != nil {
+	if err = a.id.CheckFabricsTransport(a.cntlid, cfg.Discovery(), cfg.TrType); err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
 	a.maxXfer = cfg.MaxTransferSize
@@ -341,8 +339,8 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 		c.log.Warn("queue_size > ctrl sqsize, clamping down", zap.Int("queue_size", a.queueSize), zap.Int("mqes+1", m))
 		a.queueSize = m
 	}
-	if a.queueSize > nvmeof.RDMAMaxQueueSize {
-		a.queueSize = nvmeof.RDMAMaxQueueSize
+	if m := c.maxQueueSize(); a.queueSize > m {
+		a.queueSize = m
 	}
 	if m := int(a.id.MAXCMD()); m > 0 && a.queueSize > m {
 		c.log.Warn("sqsize > ctrl maxcmd, clamping down", zap.Int("queue_size", a.queueSize), zap.Int("maxcmd", m))
@@ -353,7 +351,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	}
 	// In-capsule data: SGLS bit 20, IOCCSZ*16-64 bytes, and as nvme-rdma
 	// at most NVME_RDMA_MAX_INLINE_SEGMENTS (4) pages.
-	a.inline = min(a.id.InlineDataSize(), 4*4096)
+	a.inline = c.inlineDataSize(a.id)
 	// Set Features Number of Queues (nvme_set_queue_count): an NVMe error
 	// leaves the controller without I/O queues, a transport error fails.
 	n := cfg.NrIOQueues
@@ -378,9 +376,7 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	// One TCP connection per I/O queue, each with its Fabrics Connect
 	// (nvme_rdma_start_io_queues).
 	for qid := 1; qid <= n; qid++ {
-		hq, err := rdma.Dial(ctx, cfg.Network, cfg.Address, rdma.HostConfig{
-			Transport: cfg.Transport, QID: uint16(qid), QueueSize: a.queueSize, InlineDataSize: a.inline, PD: pd, Logger: c.log,
-		})
+		hq, err := c.dialQueue(ctx, uint16(qid), a.queueSize, a.inline, pd)
 		if err != nil {
 			return nil, fmt.Errorf("initiator: I/O queue %d to %s: %w", qid, cfg.Address, err)
 		}
@@ -414,14 +410,14 @@ func abortQueues(a *association, cause error) {
 
 // fabricsConnect sends the Fabrics Connect for queue qid (protocol.md §9.1)
 // and returns the controller ID.
-func (c *Controller) fabricsConnect(ctx context.Context, hq *rdma.HostQueue, qid, sqsize uint16, kato uint32, cntlid uint16) (uint16, error) {
+func (c *Controller) fabricsConnect(ctx context.Context, hq hostQueue, qid, sqsize uint16, kato uint32, cntlid uint16) (uint16, error) {
 	data := make([]byte, nvmeof.ConnectDataSize)
 	cd := (*nvmeof.ConnectData)(data)
 	cd.SetHostID(c.cfg.HostID)
 	cd.SetCNTLID(cntlid)
 	cd.SetSubNQN(c.cfg.SubNQN)
 	cd.SetHostNQN(c.cfg.HostNQN)
-	r := &rdma.HostRequest{Data: data, Write: true}
+	r := &nvmeof.HostRequest{Data: data, Write: true}
 	r.SQE.BuildConnect(qid, sqsize, kato)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AdminTimeout)
 	defer cancel()
@@ -436,8 +432,9 @@ func (c *Controller) fabricsConnect(ctx context.Context, hq *rdma.HostQueue, qid
 	}
 	resp := nvmeof.ConnectResponse(r.CQE.Result())
 	if resp.ASCR() {
-		// Secure channel concatenation (TLS) does not exist on NVMe/RDMA.
-		return 0, fmt.Errorf("initiator: connect (qid %d): the controller requires secure channel concatenation (TLS), which NVMe/RDMA does not have", qid)
+		// Secure channel concatenation (TLS) does not exist on NVMe/RDMA,
+		// and this host has no NVMe/TCP TLS (TP 8011).
+		return 0, fmt.Errorf("initiator: connect (qid %d): the controller requires secure channel concatenation (TLS), which this host does not support", qid)
 	}
 	if c.needsAuth(resp) {
 		if err := c.authenticate(ctx, hq, qid); err != nil {
@@ -457,7 +454,11 @@ var nudgeAt = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500
 
 // nudge sends zero-length RDMA Writes on hq at nudgeAt until the returned
 // function is called (when the Connect has completed).
-func nudge(hq *rdma.HostQueue) (stop func()) {
+func nudge(q hostQueue) (stop func()) {
+	hq, ok := q.(*rdma.HostQueue)
+	if !ok {
+		return func() {} // NVMe/TCP has no such lost wake-up to get past
+	}
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -485,7 +486,7 @@ func nudge(hq *rdma.HostQueue) (stop func()) {
 // AdminTimeout (a timeout tears the queue down, which starts recovery).
 // If res is not nil it receives the completion.
 func (c *Controller) adminDo(ctx context.Context, a *association, name string, data []byte, write bool, build func(*nvmeof.SQE), res *nvmeof.CQE) error {
-	r := &rdma.HostRequest{Data: data, Write: write}
+	r := &nvmeof.HostRequest{Data: data, Write: write}
 	build(&r.SQE)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AdminTimeout)
 	defer cancel()
@@ -626,7 +627,7 @@ func (c *Controller) install(a *association) {
 	c.mu.Unlock()
 
 	// Watch every queue: a connection that ends starts recovery.
-	for _, hq := range append([]*rdma.HostQueue{a.admin}, a.io...) {
+	for _, hq := range append([]hostQueue{a.admin}, a.io...) {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -634,7 +635,7 @@ func (c *Controller) install(a *association) {
 			case <-hq.Done():
 				err := hq.Err()
 				if err == nil {
-					err = rdma.ErrQueueClosed
+					err = nvmeof.ErrQueueClosed
 				}
 				c.queueFailed(a.gen, fmt.Errorf("qid %d: %w", hq.QID(), err))
 			case <-a.ctx.Done():
@@ -1043,7 +1044,7 @@ func (c *Controller) keepAlive(a *association) {
 		// on expiry recovery starts with ErrKeepAlive as the cause, then
 		// the admin queue is torn down.
 		done := make(chan struct{})
-		r := &rdma.HostRequest{Done: func(*rdma.HostRequest) { close(done) }}
+		r := &nvmeof.HostRequest{Done: func(*nvmeof.HostRequest) { close(done) }}
 		r.SQE.BuildKeepAlive()
 		if err := a.admin.Submit(r); err != nil {
 			if a.ctx.Err() == nil {
@@ -1200,7 +1201,7 @@ func (c *Controller) QueueStats() []rdma.HostStats {
 	a := c.current()
 	out := make([]rdma.HostStats, 0, len(a.io))
 	for _, hq := range a.io {
-		out = append(out, hq.Stats())
+		out = append(out, queueStats(hq))
 	}
 	return out
 }
@@ -1209,7 +1210,9 @@ func (c *Controller) QueueStats() []rdma.HostStats {
 // negotiated: either side may have asked for them).
 func (c *Controller) CRC() bool {
 	if a := c.current(); a != nil && a.admin != nil {
-		return a.admin.CRC()
+		if hq, ok := a.admin.(*rdma.HostQueue); ok {
+			return hq.CRC()
+		}
 	}
 	return false
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nvmetd/nvmetd/internal/perfcount"
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // ioQueue is one I/O queue of the controller. It outlives associations:
@@ -20,8 +19,8 @@ type ioQueue struct {
 	cmds []cmd // command slots this queue owns (size-1 of them)
 
 	mu      perfcount.Mutex
-	hq      *rdma.HostQueue // nil while not connected
-	gen     uint64          // association of hq
+	hq      hostQueue // nil while not connected
+	gen     uint64    // association of hq
 	pending []*cmd
 	// failErr, once set, is the error of every command that would be kept
 	// on pending: the controller is dead, or closing without a connection
@@ -68,7 +67,7 @@ func (s cmdState) String() string {
 // cmd is one NVMe command of a Request: a command slot with its reusable
 // HostRequest. Nothing in it is allocated per I/O.
 type cmd struct {
-	hr       rdma.HostRequest
+	hr       nvmeof.HostRequest
 	owner    *ioQueue        // the queue whose slot this is
 	slot     int             // its index in owner.cmds
 	on       *ioQueue        // the queue it was last sent on
@@ -174,7 +173,7 @@ func (c *Controller) submit(m *cmd) {
 // full or closed); a closed queue also asks for error recovery. Once it
 // returns true, m is no longer the caller's: its completion may already
 // have run.
-func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bool {
+func (c *Controller) send(q *ioQueue, hq hostQueue, gen uint64, m *cmd) bool {
 	m.on = q
 	m.gen.Store(gen)
 	m.opcode.Store(uint32(m.hr.SQE.Opcode()))
@@ -187,14 +186,14 @@ func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bo
 		return true
 	}
 	q.stats.sent.Add(^uint64(0)) // not sent after all
-	// A failed Submit never completes the command (rdma.HostQueue.Submit):
+	// A failed Submit never completes the command (the bindings' HostQueue.Submit):
 	// it is still ours.
 	m.move(cmdOutstanding, cmdHeld)
 	m.deadline.Store(0)
 	switch {
-	case errors.Is(err, rdma.ErrQueueFull):
+	case errors.Is(err, nvmeof.ErrQueueFull):
 		return false
-	case errors.Is(err, rdma.ErrQueueClosed):
+	case errors.Is(err, nvmeof.ErrQueueClosed):
 		if cause := hq.Err(); cause != nil {
 			err = cause
 		}
@@ -209,7 +208,7 @@ func (c *Controller) send(q *ioQueue, hq *rdma.HostQueue, gen uint64, m *cmd) bo
 // from the head that could not be sent), and returns the queue's connection
 // and its association. If commands can no longer be kept (failErr), m fails
 // instead and kept is false.
-func (q *ioQueue) keep(m *cmd, front bool) (hq *rdma.HostQueue, gen uint64, kept bool) {
+func (q *ioQueue) keep(m *cmd, front bool) (hq hostQueue, gen uint64, kept bool) {
 	q.mu.Lock()
 	if err := q.failErr; err != nil {
 		q.mu.Unlock()
@@ -269,7 +268,7 @@ func (q *ioQueue) park(m *cmd, gen uint64) {
 
 // done is the completion of m's HostRequest, on the queue's engine goroutine
 // (or the queue's teardown).
-func (m *cmd) done(hr *rdma.HostRequest) {
+func (m *cmd) done(hr *nvmeof.HostRequest) {
 	m.move(cmdOutstanding, cmdHeld)
 	m.deadline.Store(0)
 	q := m.on

@@ -293,6 +293,9 @@ type PathANAGroup struct {
 // Controller returns the path's controller.
 func (p *Path) Controller() *Controller { return p.c }
 
+// Transport is the path's transport as nvme-cli names it: rdma or tcp.
+func (p *Path) Transport() string { return p.c.cfg.TransportName() }
+
 // Address returns the controller's transport address.
 func (p *Path) Address() string { return p.c.cfg.Address }
 

@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
-	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
 // nsInfo is what a scan learns of one namespace.
@@ -198,8 +197,8 @@ func (c *Controller) startAER(a *association) {
 		return
 	}
 	a.aenCh = make(chan nvmeof.AEN, 4)
-	a.aer = &rdma.HostRequest{}
-	a.aer.Done = func(r *rdma.HostRequest) {
+	a.aer = &nvmeof.HostRequest{}
+	a.aer.Done = func(r *nvmeof.HostRequest) {
 		// nvme_complete_async_event, on the engine goroutine: hand the
 		// event over; an error (the queue ending, an abort) ends AERs.
 		if r.Status() != nil {

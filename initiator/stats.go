@@ -96,8 +96,9 @@ func (c *Controller) TransportStats() []QueueTransport {
 		return nil
 	}
 	out := make([]QueueTransport, 0, 1+len(a.io))
-	add := func(hq *rdma.HostQueue) {
-		if hq == nil {
+	add := func(q hostQueue) {
+		hq, ok := q.(*rdma.HostQueue) // NVMe/TCP queues have no QP counters
+		if !ok || hq == nil {
 			return
 		}
 		t := QueueTransport{QID: hq.QID(), QP: hq.QPStats()}

@@ -124,16 +124,24 @@ type DiscoveryEntry struct {
 	RDMAPRType uint8
 	RDMACMS    uint8
 	RDMAPKey   uint16
+	// TCPSecType is the TCP transport specific address subtype's SECTYPE
+	// (TSAS byte 0 of a TRTYPE 3 entry: 0 none, 1 TLS 1.2, 2 TLS 1.3).
+	TCPSecType uint8
 }
 
 // Decode returns the fields of e.
 func (e *DiscoveryLogEntry) Decode() DiscoveryEntry {
-	return DiscoveryEntry{
+	d := DiscoveryEntry{
 		TrType: e.TRTYPE(), AdrFam: e.ADRFAM(), SubType: e.SUBTYPE(), TReq: e.TREQ(),
 		PortID: e.PORTID(), CntlID: e.CNTLID(), ASQSZ: e.ASQSZ(), EFlags: e.EFLAGS(),
 		TrSvcID: e.TRSVCID(), SubNQN: e.SUBNQN(), TrAddr: e.TRADDR(),
 		RDMAQPType: e.RDMAQPType(), RDMAPRType: e.RDMAPRType(), RDMACMS: e.RDMACMS(), RDMAPKey: e.RDMAPKey(),
 	}
+	if d.TrType == TrTypeTCP {
+		// The TSAS is the transport's: SECTYPE for NVMe/TCP.
+		d.TCPSecType = e.TCPSecType()
+	}
+	return d
 }
 
 // Encode zeroes e and writes d into it. The strings are NUL-padded; it
@@ -321,6 +329,10 @@ func (e *DiscoveryLogEntry) SetTRADDR(s string) { putCString(e[512:768], s) }
 
 // RDMAQPType returns the RDMA queue pair service type (RDMAQPType*).
 func (e *DiscoveryLogEntry) RDMAQPType() uint8 { return e[768] }
+
+// TCPSecType returns SECTYPE, the first TSAS byte of an NVMe/TCP entry
+// (NVMe/TCP 1.0 §3.5, Figure 13; the byte RDMAQPType reads on RDMA).
+func (e *DiscoveryLogEntry) TCPSecType() uint8 { return e[768] }
 
 // SetRDMAQPType sets RDMAQPType.
 func (e *DiscoveryLogEntry) SetRDMAQPType(x uint8) { e[768] = x }

@@ -116,8 +116,18 @@ type PowerState [32]byte
 // drivers/nvme/host/core.c and rdma.c): CNTLID equals the Connect result
 // cntlid; for a discovery connect, CNTRLTYPE is 2 or SUBNQN is the
 // discovery NQN; for an I/O controller KAS is non-zero, IOCCSZ >= 4 and
-// IORCSZ >= 1; ICDOFF is 0 and SGLS has keyed SGL support (bit 2).
+// IORCSZ >= 1; ICDOFF is 0 and SGLS has keyed SGL support (bit 2). It is
+// CheckFabricsTransport for NVMe/RDMA.
 func (c *IdentifyController) CheckFabrics(cntlid uint16, discovery bool) error {
+	return c.CheckFabricsTransport(cntlid, discovery, TrTypeRDMA)
+}
+
+// CheckFabricsTransport is CheckFabrics for a controller reached over
+// transport trtype (TrTypeRDMA, TrTypeTCP): keyed SGL support is NVMe/RDMA's
+// requirement only (nvme-rdma); over NVMe/TCP data moves by transport SGL
+// data blocks, which nvmet-tcp does not advertise in SGLS (it reports
+// 0x100001), and nvme-tcp checks only ICDOFF (nvme_tcp_setup_ctrl).
+func (c *IdentifyController) CheckFabricsTransport(cntlid uint16, discovery bool, trtype uint8) error {
 	if got := c.CNTLID(); got != cntlid {
 		return malformed("identify controller", "CNTLID %#x, connect returned %#x", got, cntlid)
 	}
@@ -137,9 +147,9 @@ func (c *IdentifyController) CheckFabrics(cntlid uint16, discovery bool) error {
 		}
 	}
 	if c.ICDOFF() != 0 {
-		return malformed("identify controller", "ICDOFF %d, the RDMA transport needs 0", c.ICDOFF())
+		return malformed("identify controller", "ICDOFF %d, the host needs 0", c.ICDOFF())
 	}
-	if c.SGLS()&SGLSKeyed == 0 {
+	if trtype == TrTypeRDMA && c.SGLS()&SGLSKeyed == 0 {
 		return malformed("identify controller", "SGLS %#x without keyed SGL data block support", c.SGLS())
 	}
 	return nil

@@ -120,6 +120,20 @@ func TestIdentifyControllerCheckFabrics(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	// NVMe/TCP has no keyed SGLs: nvmet-tcp reports SGLS 0x100001 (Linux
+	// 6.1 and 6.12), which the TCP check accepts and the RDMA one refuses.
+	tc := base()
+	tc.SetSGLS(0x100001)
+	if err := tc.CheckFabricsTransport(1, false, TrTypeTCP); err != nil {
+		t.Errorf("nvmet-tcp's SGLS over TCP: %v", err)
+	}
+	if err := tc.CheckFabricsTransport(1, false, TrTypeRDMA); !errors.Is(err, ErrMalformed) {
+		t.Errorf("no keyed SGLs over RDMA: %v", err)
+	}
+	tc.SetICDOFF(1)
+	if err := tc.CheckFabricsTransport(1, false, TrTypeTCP); !errors.Is(err, ErrMalformed) {
+		t.Errorf("ICDOFF 1 over TCP: %v", err)
+	}
 	// Discovery controllers are recognised by type or by NQN and need no KAS.
 	c := base()
 	c.SetKAS(0)

@@ -130,7 +130,7 @@ func TestE2EAutoconnect(t *testing.T) {
 	port := strings.TrimPrefix(tg.addr, "127.0.0.1:")
 	disc := filepath.Join(e.dir, "discovery.conf")
 	cfg := filepath.Join(e.dir, "config.json")
-	if err := os.WriteFile(disc, []byte(fmt.Sprintf("# test\n-t tcp -a 127.0.0.1 -s 8009\n--transport=rdma --traddr=127.0.0.1 --trsvcid=%s --hdr-digest\n", port)), 0o644); err != nil {
+	if err := os.WriteFile(disc, []byte(fmt.Sprintf("# test\n-t fc -a 127.0.0.1 -s 8009\n--transport=rdma --traddr=127.0.0.1 --trsvcid=%s --hdr-digest\n", port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`[{"subsystems":[{"nqn":%q,"ports":[{"transport":"rdma","traddr":"127.0.0.1","trsvcid":%q,"nr_io_queues":2}]}]}]`, tg.NQN, port)), 0o644); err != nil {

@@ -85,11 +85,11 @@ func (s entrySecrets) redacted() []string {
 }
 
 // unsupportedConnectOpts are nvme-cli connect options that nvmeof has no
-// use for on NVMe/RDMA over iWARP (they are dropped with a note): host
-// interface selection, TCP digests and TLS, write and poll queues.
+// use for (they are dropped with a note): host
+// interface selection, TLS, write and poll queues.
 var unsupportedConnectOpts = map[string]bool{
 	"host-traddr": true, "w": true, "host-iface": true, "f": true, "nr-write-queues": true, "W": true,
-	"nr-poll-queues": true, "P": true, "hdr-digest": true, "g": true, "data-digest": true, "G": true,
+	"nr-poll-queues": true, "P": true,
 	"tos": true, "T": true, "duplicate-connect": true, "D": true, "disable-sqflow": true,
 	"persistent": true, "p": true, "tls": true, "concat": true, "fast_io_fail_tmo": true,
 	"fast-io-fail-tmo": true, "F": true,
@@ -120,11 +120,23 @@ func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, n
 		src := fmt.Sprintf("%s:%d", name, ln)
 		args, transport, dropped, sec := filterConnectArgs(fields)
 		for _, d := range dropped {
-			notes = append(notes, fmt.Sprintf("%s: option %s not used by nvmeof (NVMe/RDMA over iWARP); ignored", src, d))
+			notes = append(notes, fmt.Sprintf("%s: option %s not used by nvmeof; ignored", src, d))
 		}
-		if transport != "rdma" {
-			notes = append(notes, fmt.Sprintf("%s: transport %q skipped (nvmeof connects NVMe/RDMA only)", src, transport))
+		if transport != "rdma" && transport != "tcp" {
+			notes = append(notes, fmt.Sprintf("%s: transport %q skipped (nvmeof connects NVMe/RDMA and NVMe/TCP)", src, transport))
 			continue
+		}
+		if transport != "tcp" {
+			// The digests are NVMe/TCP's.
+			kept := args[:0]
+			for _, a := range args {
+				if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); name == "hdr-digest" || name == "data-digest" || a == "-g" || a == "-G" {
+					notes = append(notes, fmt.Sprintf("%s: option %s not used by nvmeof on %s; ignored", src, a, transport))
+					continue
+				}
+				kept = append(kept, a)
+			}
+			args = kept
 		}
 		entries = append(entries, autoconnectEntry{Source: src, Discovery: true, Args: args, Secrets: sec})
 	}
@@ -257,8 +269,8 @@ func parseConfigJSON(name string, r io.Reader) (entries []autoconnectEntry, note
 				if tr == "" {
 					tr = "rdma"
 				}
-				if tr != "rdma" {
-					notes = append(notes, fmt.Sprintf("%s: transport %q skipped (nvmeof connects NVMe/RDMA only)", src, tr))
+				if tr != "rdma" && tr != "tcp" {
+					notes = append(notes, fmt.Sprintf("%s: transport %q skipped (nvmeof connects NVMe/RDMA and NVMe/TCP)", src, tr))
 					continue
 				}
 				if p.TrAddr == "" {
@@ -270,7 +282,7 @@ func parseConfigJSON(name string, r io.Reader) (entries []autoconnectEntry, note
 					notes = append(notes, fmt.Sprintf("%s: subsystem without nqn; skipped", src))
 					continue
 				}
-				args := []string{"--transport=rdma", "--traddr=" + p.TrAddr}
+				args := []string{"--transport=" + tr, "--traddr=" + p.TrAddr}
 				if p.TrSvcID != "" {
 					args = append(args, "--trsvcid="+p.TrSvcID)
 				}
@@ -292,11 +304,17 @@ func parseConfigJSON(name string, r io.Reader) (entries []autoconnectEntry, note
 						args = append(args, "--"+o.flag+"="+strconv.Itoa(*o.v))
 					}
 				}
+				if tr == "tcp" && p.HdrDigest {
+					args = append(args, "--hdr-digest")
+				}
+				if tr == "tcp" && p.DataDigest {
+					args = append(args, "--data-digest")
+				}
 				for _, u := range []struct {
 					set  bool
 					name string
-				}{{p.HostTrAddr != "", "host_traddr"}, {p.HostIface != "", "host_iface"}, {p.HdrDigest, "hdr_digest"},
-					{p.DataDigest, "data_digest"}, {p.TLS, "tls"}, {p.Persistent, "persistent"}} {
+				}{{p.HostTrAddr != "", "host_traddr"}, {p.HostIface != "", "host_iface"}, {p.HdrDigest && tr != "tcp", "hdr_digest"},
+					{p.DataDigest && tr != "tcp", "data_digest"}, {p.TLS, "tls"}, {p.Persistent, "persistent"}} {
 					if u.set {
 						notes = append(notes, fmt.Sprintf("%s: %s not used by nvmeof; ignored", src, u.name))
 					}

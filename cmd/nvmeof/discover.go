@@ -163,6 +163,19 @@ func cmsStr(c uint8) string {
 	return "unrecognized"
 }
 
+// sectypeStr is libnvme's nvmf_sectype_str.
+func sectypeStr(t uint8) string {
+	switch t {
+	case 0:
+		return "none"
+	case 1:
+		return "tls"
+	case 2:
+		return "tls13"
+	}
+	return "unrecognized"
+}
+
 // writeDiscovery prints a discovery log like nvme-cli's stdout output.
 func writeDiscovery(w io.Writer, l *nvmeof.DiscoveryLog) {
 	fmt.Fprintf(w, "\nDiscovery Log Number of Records %d, Generation counter %d\n", len(l.Entries), l.GenCtr)
@@ -187,6 +200,10 @@ func writeDiscovery(w io.Writer, l *nvmeof.DiscoveryLog) {
 			fmt.Fprintf(w, "rdma_cms:    %s\n", cmsStr(e.RDMACMS))
 			fmt.Fprintf(w, "rdma_pkey: 0x%04x\n", e.RDMAPKey)
 		}
+		if e.TrType == nvmeof.TrTypeTCP {
+			// nvme-cli's nvme_show_discovery_log (nvmf_sectype_str).
+			fmt.Fprintf(w, "sectype: %s\n", sectypeStr(e.TCPSecType))
+		}
 	}
 }
 
@@ -205,6 +222,7 @@ type discoveryRecord struct {
 	RDMAQPType string `json:"rdma_qptype,omitempty"`
 	RDMACMS    string `json:"rdma_cms,omitempty"`
 	RDMAPKey   *int   `json:"rdma_pkey,omitempty"`
+	SecType    string `json:"sectype,omitempty"`
 }
 
 // discoveryJSON is nvme-cli's JSON discovery output.
@@ -224,6 +242,9 @@ func toJSON(l *nvmeof.DiscoveryLog) discoveryJSON {
 		if e.TrType == nvmeof.TrTypeRDMA {
 			pkey := int(e.RDMAPKey)
 			r.RDMAPRType, r.RDMAQPType, r.RDMACMS, r.RDMAPKey = prtypeStr(e.RDMAPRType), qptypeStr(e.RDMAQPType), cmsStr(e.RDMACMS), &pkey
+		}
+		if e.TrType == nvmeof.TrTypeTCP {
+			r.SecType = sectypeStr(e.TCPSecType)
 		}
 		d.Records = append(d.Records, r)
 	}
@@ -257,10 +278,17 @@ func runConnectAll(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		for _, e := range r.Log.Entries {
-			if e.SubType != nvmeof.SubTypeNVMe || e.TrType != nvmeof.TrTypeRDMA {
+			tr := transportName(e.TrType)
+			if e.SubType != nvmeof.SubTypeNVMe || tr == "" {
 				continue
 			}
 			eo := o
+			// Each entry with its own transport (TRTYPE 1 rdma, 3 tcp);
+			// digests asked for apply to the NVMe/TCP ones.
+			eo.fabrics.transport = tr
+			if tr != "tcp" {
+				eo.fabrics.hdrDigest, eo.fabrics.dataDigest = false, false
+			}
 			eo.fabrics.traddr, eo.fabrics.trsvcid, eo.fabrics.nqn = e.TrAddr, e.TrSvcID, e.SubNQN
 			eo.mount = "" // one mount point cannot serve several subsystems
 			addr, _ := eo.fabrics.address()

@@ -39,6 +39,8 @@ type fabricsOpts struct {
 	connTimeout  time.Duration
 	ioTimeout    time.Duration
 	busyPoll     time.Duration
+	hdrDigest    bool // NVMe/TCP header digest (-g)
+	dataDigest   bool // NVMe/TCP data digest (-G)
 	maxTransfer  int
 	socketBuffer string
 	// dhchapSecret and dhchapCtrlSecret are the DH-HMAC-CHAP secrets
@@ -49,7 +51,7 @@ type fabricsOpts struct {
 
 // addFabricsFlags defines the flags on fs.
 func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
-	fs.StringVarP(&o.transport, "transport", "t", "rdma", "transport type (rdma)")
+	fs.StringVarP(&o.transport, "transport", "t", "rdma", "transport type: rdma (NVMe/RDMA over iWARP) or tcp (NVMe/TCP)")
 	fs.StringVarP(&o.traddr, "traddr", "a", "", "transport address (IPv4 or IPv6 address, or host name)")
 	fs.StringVarP(&o.trsvcid, "trsvcid", "s", "", "transport service id (port; default 4420)")
 	if connect {
@@ -66,6 +68,8 @@ func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
 	fs.IntVarP(&o.keepAliveTmo, "keep-alive-tmo", "k", 0, "keep alive timeout period in seconds (default 5; discovery 0)")
 	fs.IntVarP(&o.reconnDelay, "reconnect-delay", "c", 0, "reconnect delay in seconds (default 10)")
 	fs.IntVarP(&o.ctrlLossTmo, "ctrl-loss-tmo", "l", 600, "controller loss timeout period in seconds (-1: reconnect forever, 0: never)")
+	fs.BoolVarP(&o.hdrDigest, "hdr-digest", "g", false, "NVMe/TCP: ask for the PDU header digest (CRC32C; ignored on rdma)")
+	fs.BoolVarP(&o.dataDigest, "data-digest", "G", false, "NVMe/TCP: ask for the PDU data digest (CRC32C; ignored on rdma)")
 	fs.StringVar(&o.crc, "crc", "off", "MPA CRC policy: off, offered or required (nvmetd's iWARP engine)")
 	fs.IntVar(&o.maxFPDU, "max-fpdu", 0, "largest FPDU sent, in bytes (default: the TCP MSS, as siw)")
 	fs.DurationVar(&o.connTimeout, "connect-timeout", initiator.DefaultConnectTimeout, "bound on one attempt to open the association")
@@ -78,8 +82,8 @@ func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
 
 // address returns traddr:trsvcid.
 func (o *fabricsOpts) address() (string, error) {
-	if o.transport != "rdma" {
-		return "", fmt.Errorf("transport %q is not supported (only rdma)", o.transport)
+	if _, err := o.trtype(); err != nil {
+		return "", err
 	}
 	if o.traddr == "" {
 		return "", fmt.Errorf("need a transport address (-a)")
@@ -89,6 +93,29 @@ func (o *fabricsOpts) address() (string, error) {
 		port = strconv.Itoa(nvmeof.DefaultPort)
 	}
 	return net.JoinHostPort(strings.Trim(o.traddr, "[]"), port), nil
+}
+
+// trtype is the transport's TRTYPE (-t rdma or tcp, as nvme-cli).
+func (o *fabricsOpts) trtype() (uint8, error) {
+	switch o.transport {
+	case "", "rdma":
+		return nvmeof.TrTypeRDMA, nil
+	case "tcp":
+		return nvmeof.TrTypeTCP, nil
+	}
+	return 0, fmt.Errorf("transport %q is not supported (rdma or tcp)", o.transport)
+}
+
+// transportName is nvme-cli's name of a discovery log entry's TRTYPE
+// that nvmeof connects ("" for the others).
+func transportName(trtype uint8) string {
+	switch trtype {
+	case nvmeof.TrTypeRDMA:
+		return "rdma"
+	case nvmeof.TrTypeTCP:
+		return "tcp"
+	}
+	return ""
 }
 
 // config builds the initiator configuration.
@@ -121,6 +148,9 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 		IOTimeout:       o.ioTimeout,
 		MaxTransferSize: o.maxTransfer,
 	}
+	cfg.TrType, _ = o.trtype()
+	// The digests are NVMe/TCP's; on rdma they are ignored, as nvme-cli does.
+	cfg.TCPTransport.Digests.Header, cfg.TCPTransport.Digests.Data = o.hdrDigest, o.dataDigest
 	if o.dhchapSecret != "" {
 		if cfg.DHCHAPSecret, err = dhchapkey.Load(o.dhchapSecret); err != nil {
 			return cfg, fmt.Errorf("--dhchap-secret: %w", err)

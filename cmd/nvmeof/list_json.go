@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"strconv"
@@ -115,7 +116,7 @@ func nvmeListDetail(all []*ctrlState) []nvmeListHost {
 		ss := nvmeListSubsystem{Subsystem: "nvme-subsys" + strings.TrimPrefix(st.Device, "nvme"), SubsystemNQN: st.SubNQN, Namespaces: []nvmeListNamespace{}}
 		paths := st.Paths
 		if len(paths) == 0 {
-			paths = []pathState{{Address: st.Address, CNTLID: st.CNTLID, State: st.State}}
+			paths = []pathState{{Address: st.Address, Transport: st.Transport, CNTLID: st.CNTLID, State: st.State}}
 		}
 		for _, n := range st.Namespaces {
 			if n.Gone {
@@ -136,7 +137,7 @@ func nvmeListDetail(all []*ctrlState) []nvmeListHost {
 				}
 				ns.Paths = append(ns.Paths, nvmeListPath{Path: fmt.Sprintf("%sc%dn%d", st.Device, pi, n.NSID), ANAState: ana,
 					Controller: fmt.Sprintf("%sc%d", st.Device, pi), Cntlid: strconv.Itoa(int(p.CNTLID)), SerialNumber: st.Serial,
-					ModelNumber: st.Model, Firmware: st.Firmware, Transport: "rdma", Address: fabricsAddress(p.Address)})
+					ModelNumber: st.Model, Firmware: st.Firmware, Transport: cmp.Or(p.Transport, "rdma"), Address: fabricsAddress(p.Address)})
 			}
 			ss.Namespaces = append(ss.Namespaces, ns)
 		}

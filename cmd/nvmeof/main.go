@@ -1,17 +1,18 @@
 // Command nvmeof is nvmetd's NVMe over Fabrics host tool, in the shape of
 // nvme-cli's fabrics commands, for the NVMe/RDMA transport over nvmetd's
-// user-space iWARP engine (no RDMA hardware or kernel module needed):
+// user-space iWARP engine (no RDMA hardware or kernel module needed) and
+// for NVMe/TCP (-t tcp):
 //
-//	nvmeof discover     -t rdma -a ADDR [-s 4420] [-q HOSTNQN] [-I HOSTID] [-o normal|json]
-//	nvmeof connect      -t rdma -a ADDR [-s 4420] -n NQN [-i N] [-Q N] [-k S] [-c S] [-l S]
-//	                    [--crc off|offered|required] [--mount DIR [--fstype ext4] [--mkfs]]
-//	nvmeof connect-all  -t rdma -a ADDR [-s 4420] [connect flags]
+//	nvmeof discover     -t rdma|tcp -a ADDR [-s 4420] [-q HOSTNQN] [-I HOSTID] [-o normal|json]
+//	nvmeof connect      -t rdma|tcp -a ADDR [-s 4420] -n NQN [-i N] [-Q N] [-k S] [-c S] [-l S]
+//	                    [-g] [-G] [--crc off|offered|required] [--mount DIR [--fstype ext4] [--mkfs]]
+//	nvmeof connect-all  -t rdma|tcp -a ADDR [-s 4420] [connect flags]
 //	nvmeof disconnect   -n NQN | -d DEVICE
 //	nvmeof disconnect-all
 //	nvmeof list         [-o normal|json]
 //	nvmeof gen-hostnqn
 //	nvmeof gen-dhchap-key [-s HEX] [-l 32|48|64] [-m 0..3] [-n HOSTNQN]
-//	nvmeof bench        (-d DEVICE | -t rdma -a ADDR -s PORT -n NQN) [--rw randread] [--bs 4k] [--iodepth 32] ...
+//	nvmeof bench        (-d DEVICE | -t rdma|tcp -a ADDR -s PORT -n NQN) [--rw randread] [--bs 4k] [--iodepth 32] ...
 //
 // The connection lives in a process of ours, not in the kernel: connect
 // starts a small daemon per controller (this program, re-executed as

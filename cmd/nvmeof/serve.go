@@ -179,7 +179,7 @@ func (d *daemon) start() error {
 	id := d.ctrl.IdentifyController()
 	nq, qs := d.ctrl.QueueCount()
 	d.st = ctrlState{
-		Device: d.dev, PID: os.Getpid(), Transport: "rdma", Address: d.cfg.Address, SubNQN: d.cfg.SubNQN,
+		Device: d.dev, PID: os.Getpid(), Transport: d.cfg.TransportName(), Address: d.cfg.Address, SubNQN: d.cfg.SubNQN,
 		HostNQN: d.cfg.HostNQN, HostID: nvmeof.FormatUUID(d.cfg.HostID), CNTLID: d.ctrl.CNTLID(),
 		Model: id.MN(), Serial: id.SN(), Firmware: id.FR(), IOQueues: nq, QueueSize: qs,
 		CRC: d.ctrl.CRC(), Since: time.Now(), Log: filepath.Join(stateDir(), d.dev+".log"),
@@ -397,7 +397,7 @@ func (d *daemon) state() *ctrlState {
 		st.Paths = nil
 		for _, p := range d.sub.Paths() {
 			c := p.Controller()
-			ps := pathState{Address: p.Address(), State: c.State().String(), Reconnects: c.Reconnects()}
+			ps := pathState{Address: p.Address(), Transport: p.Transport(), State: c.State().String(), Reconnects: c.Reconnects()}
 			if c.State() == initiator.StateLive {
 				ps.CNTLID = c.CNTLID()
 			}

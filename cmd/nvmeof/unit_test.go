@@ -49,9 +49,48 @@ func TestConnectOptsRoundTrip(t *testing.T) {
 	if cfg, _ := o.fabrics.config(o.fabrics.nqn, nil); !cfg.NoReconnect {
 		t.Fatal("ctrl-loss-tmo 0 should mean no reconnect")
 	}
-	o.fabrics.transport = "tcp"
+	o.fabrics.transport, o.fabrics.hdrDigest = "tcp", true
+	if cfg, err := o.fabrics.config(o.fabrics.nqn, nil); err != nil || cfg.TrType != nvmeof.TrTypeTCP || !cfg.TCPTransport.Digests.Header || cfg.TCPTransport.Digests.Data {
+		t.Fatalf("tcp transport with a header digest: %+v %v", cfg.TCPTransport, err)
+	}
+	if j := o.toJSON(); j.opts().fabrics != o.fabrics {
+		t.Fatal("the digests do not survive the round trip to the daemon")
+	}
+	o.fabrics.transport = "fc"
 	if _, err := o.fabrics.config(o.fabrics.nqn, nil); err == nil {
-		t.Fatal("tcp transport accepted")
+		t.Fatal("fc transport accepted")
+	}
+}
+
+// TestDiscoveryOutputTCP: a TRTYPE 3 entry as nvme-cli 2.3 prints Linux
+// 6.1's nvmet-tcp port (in the lab guest): its SECTYPE after eflags.
+func TestDiscoveryOutputTCP(t *testing.T) {
+	l := &nvmeof.DiscoveryLog{GenCtr: 2, NumRec: 1, Entries: []nvmeof.DiscoveryEntry{{
+		TrType: nvmeof.TrTypeTCP, AdrFam: nvmeof.AdrFamIPv4, SubType: nvmeof.SubTypeNVMe, TReq: nvmeof.TREQNotSpecified,
+		PortID: 1, CntlID: 0xffff, ASQSZ: 32, TrSvcID: "4420", SubNQN: "nqn.2024-01.io.nvmetd-lab:kernel-target", TrAddr: "10.0.2.15"}}}
+	want := `
+Discovery Log Number of Records 1, Generation counter 2
+=====Discovery Log Entry 0======
+trtype:  tcp
+adrfam:  ipv4
+subtype: nvme subsystem
+treq:    not specified
+portid:  1
+trsvcid: 4420
+subnqn:  nqn.2024-01.io.nvmetd-lab:kernel-target
+traddr:  10.0.2.15
+eflags:  none
+sectype: none
+`
+	var b bytes.Buffer
+	writeDiscovery(&b, l)
+	if b.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	writeDiscoveryJSON(&b, l)
+	if !strings.Contains(b.String(), `"sectype": "none"`) || strings.Contains(b.String(), "rdma_") {
+		t.Fatalf("json:\n%s", b.String())
 	}
 }
 

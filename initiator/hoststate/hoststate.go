@@ -93,6 +93,7 @@ type Controller struct {
 // Path is one path (controller) of the device's subsystem.
 type Path struct {
 	Address    string         `json:"address"`
+	Transport  string         `json:"transport,omitempty"` // rdma or tcp (older states: rdma)
 	CNTLID     uint16         `json:"cntlid"`
 	State      string         `json:"state"`
 	Reconnects int            `json:"reconnects"`

@@ -26,14 +26,14 @@ const (
 	cidSlotMask = 1<<cidSlotBits - 1
 )
 
-// Errors of the host side.
+// Errors of the host side (nvmeof's, shared with the other bindings).
 var (
 	// ErrQueueFull means every command slot (or the SQ, by its head
 	// pointer) is taken.
-	ErrQueueFull = errors.New("nvme-rdma: queue full")
+	ErrQueueFull = nvmeof.ErrQueueFull
 	// ErrQueueClosed means the queue's connection has ended; the command
 	// may not have reached the controller.
-	ErrQueueClosed = errors.New("nvme-rdma: queue closed")
+	ErrQueueClosed = nvmeof.ErrQueueClosed
 )
 
 // HostConfig configures one host queue.
@@ -57,38 +57,10 @@ type HostConfig struct {
 	Logger *zap.Logger
 }
 
-// HostRequest is a command submitted on a host queue. Reuse it: it holds
-// the command, its data buffer and its completion, and nothing in it is
-// allocated per submission.
-type HostRequest struct {
-	// SQE is the command; Submit sets its CID and SGL1.
-	SQE nvmeof.SQE
-	// Data is the data buffer, used in place (nil: no data). The
-	// controller writes read data straight into it and RDMA-Reads write
-	// data straight from it.
-	Data []byte
-	// Write says the data goes host-to-controller.
-	Write bool
-	// Done is called once the command has completed, on the queue's engine
-	// goroutine: it must not block.
-	Done func(*HostRequest)
-	// CQE is the completion (valid in Done when Err is nil).
-	CQE nvmeof.CQE
-	// Err is a transport failure (wrapping ErrQueueClosed); the command's
-	// NVMe status is in CQE.
-	Err error
-}
-
-// Status is the command's NVMe status, or an error for a transport failure.
-func (r *HostRequest) Status() error {
-	if r.Err != nil {
-		return r.Err
-	}
-	if st := r.CQE.Status(); st != nvmeof.StatusSuccess {
-		return st
-	}
-	return nil
-}
+// HostRequest is a command submitted on a host queue (nvmeof.HostRequest,
+// shared by the bindings). The controller writes read data straight into
+// its Data and RDMA-Reads write data straight from it.
+type HostRequest = nvmeof.HostRequest
 
 type hostSlot struct {
 	req    *HostRequest
