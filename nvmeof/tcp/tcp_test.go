@@ -149,8 +149,17 @@ func TestLoopbackIO(t *testing.T) {
 // C2HTermReq the specification names (TCP 1.0 §3.6.2.9), stalls with a
 // close within their bounds.
 func TestHostile(t *testing.T) {
-	cfg := Config{ConnectTimeout: 300 * time.Millisecond, PDUTimeout: 300 * time.Millisecond, MaxH2CData: 8192}
+	// The stall cases wait for short timeouts (stall); the protocol cases
+	// have timeouts they never reach (cfg), so that a loaded machine that
+	// delays the raw host cannot make a timeout close the queue before the
+	// C2HTermReq the case looks for.
+	cfg := Config{ConnectTimeout: time.Minute, PDUTimeout: time.Minute, MaxH2CData: 8192}
+	stall := Config{ConnectTimeout: 300 * time.Millisecond, PDUTimeout: 300 * time.Millisecond, MaxH2CData: 8192}
+	var startWith func(t *testing.T, cfg Config, d wire.Digests) (*rawtcp.Host, *memHandler)
 	start := func(t *testing.T, d wire.Digests) (*rawtcp.Host, *memHandler) {
+		return startWith(t, cfg, d)
+	}
+	startWith = func(t *testing.T, cfg Config, d wire.Digests) (*rawtcp.Host, *memHandler) {
 		m := newMemHandler()
 		ln := serve(t, cfg, m)
 		h := dial(t, ln, d)
@@ -178,7 +187,7 @@ func TestHostile(t *testing.T) {
 		}
 	})
 	t.Run("PLEN-short-stall", func(t *testing.T) {
-		h, _ := start(t, wire.Digests{})
+		h, _ := startWith(t, stall, wire.Digests{})
 		b := h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMWrite, 9, 0, 4096, true)[:], make([]byte, 4096))
 		h.Send(b[:len(b)-100]) // the rest never comes
 		h.ExpectClose()
@@ -242,7 +251,7 @@ func TestHostile(t *testing.T) {
 		}
 	})
 	t.Run("R2T-unanswered", func(t *testing.T) {
-		h, _ := start(t, wire.Digests{})
+		h, _ := startWith(t, stall, wire.Digests{})
 		h.Capsule(rawtcp.RWSQE(nvmeof.NVMWrite, 7, 0, 8192, false), nil)
 		if hd, _, _ := h.Recv(); hd.Type != wire.TypeR2T {
 			t.Fatalf("%s, want R2T", hd.Type)
@@ -250,7 +259,7 @@ func TestHostile(t *testing.T) {
 		h.ExpectClose() // no H2CData ever comes
 	})
 	t.Run("stalled-ICReq", func(t *testing.T) {
-		ln := serve(t, cfg, newMemHandler())
+		ln := serve(t, stall, newMemHandler())
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -261,7 +270,7 @@ func TestHostile(t *testing.T) {
 		h.ExpectClose()
 	})
 	t.Run("no-Connect-after-ICResp", func(t *testing.T) {
-		ln := serve(t, cfg, newMemHandler())
+		ln := serve(t, stall, newMemHandler())
 		h := dial(t, ln, wire.Digests{})
 		h.ExpectClose()
 	})
