@@ -9,7 +9,9 @@ package wan
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -21,9 +23,21 @@ import (
 	"github.com/nvmetd/nvmetd/internal/testing/relay"
 	"github.com/nvmetd/nvmetd/internal/testing/verify"
 	"github.com/nvmetd/nvmetd/target"
+	"github.com/nvmetd/nvmetd/test/interop/lab"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain stops the WAN lab's VM (if a test booted one) and then checks
+// that no goroutine leaked.
+func TestMain(m *testing.M) {
+	code := lab.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 const (
 	subNQN  = "nqn.2024-01.io.nvmetd.wan:relay"
