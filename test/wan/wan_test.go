@@ -16,7 +16,7 @@ package wan
 //	WAN_SYSTEMS             system names (default: all of wanSystems that can run)
 //	WAN_LOADS               load names (default: all of wanLoads)
 //	WAN_RUNTIME             seconds per load (default 20)
-//	WAN_RATE                the bottleneck's rate in Mbit/s (default 40: below the emulated CPU's limit, see docs/wan.md)
+//	WAN_RATE                the bottleneck's rate in Mbit/s (default 20: below the emulated CPU's limit, see docs/wan.md)
 //	WAN_OUTAGE              path of the outage runs ("none" to skip; default 20ms)
 //	WAN_OUTPUT              file the table is also written to
 //
@@ -49,7 +49,7 @@ const (
 	targetIP  = "10.99.0.2"
 	// nsMiB is each target's namespace (memory): small enough for the
 	// guest's RAM, large enough that the loads do not sit in one cache.
-	nsMiB = 256
+	nsMiB = 64
 )
 
 // wanPath is one emulated path: RTT split evenly between the directions,
@@ -112,7 +112,9 @@ type wanSystem struct {
 
 var wanSystems = []wanSystem{
 	{"iperf3", "iperf3 single TCP stream (the path's capacity)"},
+	{"iperf3-bbr", "iperf3 single TCP stream with BBR (-C bbr)"},
 	{"nvmetd-iwarp", "nvmetd ⇄ nvmeof (Go host) over iWARP"},
+	{"nvmetd-iwarp-bbr", "nvmetd ⇄ nvmeof over iWARP, BBR on both ends (port tcp_congestion: bbr, nvmeof --tcp-congestion bbr)"},
 	{"nvmetd-tcp-nvmeof", "nvmetd ⇄ nvmeof -t tcp (Go host) over NVMe/TCP"},
 	{"nvmetd-tcp-kernel", "nvmetd ⇄ Linux nvme-tcp"},
 	{"nvmetd-siw-kernel", "nvmetd ⇄ Linux nvme-rdma over siw"},
@@ -263,7 +265,7 @@ func startWANLab(t *testing.T) *wanLab {
 		k = "6.1"
 	}
 	vm := lab.Start(t, lab.Options{Kernel: k, Name: "wan", SIW: []string{"none"}, MemMB: 3072})
-	l := &wanLab{t: t, vm: vm, rate: envFloat(t, "WAN_RATE", 40), runtime: int(envFloat(t, "WAN_RUNTIME", 20))}
+	l := &wanLab{t: t, vm: vm, rate: envFloat(t, "WAN_RATE", 20), runtime: int(envFloat(t, "WAN_RUNTIME", 20))}
 	l.nvmeof = vm.BuildAndPut(t, "./cmd/nvmeof")
 	l.nvmetd = vm.BuildAndPut(t, "./cmd/nvmetd")
 	vm.BuildAndPut(t, "./internal/testing/wanverify")
@@ -291,9 +293,12 @@ $I -n wt link set lo up
 modprobe siw; modprobe nvme-rdma; modprobe nvme-tcp; modprobe nvmet-tcp; modprobe sch_netem
 rdma link del siw_va 2>/dev/null || true
 rdma link add siw_va type siw netdev va
+# Buffers for the largest BDP (net.core's are global; tcp_[rw]mem per
+# namespace).
+echo 67108864 > /proc/sys/net/core/rmem_max
+echo 67108864 > /proc/sys/net/core/wmem_max
 for ns in "" "$I netns exec wt"; do
-  $ns sysctl -qw net.core.rmem_max=67108864 net.core.wmem_max=67108864
-  $ns sysctl -qw net.ipv4.tcp_rmem="4096 131072 33554432" net.ipv4.tcp_wmem="4096 65536 33554432"
+  $ns sh -c 'echo "4096 131072 33554432" > /proc/sys/net/ipv4/tcp_rmem; echo "4096 65536 33554432" > /proc/sys/net/ipv4/tcp_wmem'
 done
 mkdir -p /root/wan`)
 	// nvmetd in wt: iWARP on 4420, NVMe/TCP on 4421, one memory namespace.
@@ -304,6 +309,7 @@ mkdir -p /root/wan`)
 ports:
   - {id: 1, address: %[1]s, service_id: 4420, transport: rdma, subsystems: [%[2]s]}
   - {id: 2, address: %[1]s, service_id: 4421, transport: tcp, subsystems: [%[2]s]}
+  - {id: 3, address: %[1]s, service_id: 4422, transport: rdma, tcp_congestion: bbr, subsystems: [%[2]s]}
 subsystems:
   - nqn: %[2]s
     allow_any_host: true
@@ -315,8 +321,9 @@ subsystems:
 	t.Cleanup(l.nvmetdJob.Kill)
 	l.must(2*time.Minute, "for i in $(seq 600); do /usr/bin/ip netns exec wt ss -ltn | grep -q ':4421 ' && exit 0; sleep 0.2; done; exit 1")
 	// The kernel's nvmet-tcp in wt (its listening socket is created in
-	// the namespace of the process that enables the port).
-	l.must(2*time.Minute, fmt.Sprintf("/usr/bin/ip netns exec wt env TRTYPE=tcp TRADDR=%s TRSVCID=4430 PORTID=7 NQN=%s BACKEND=nullb-mem SIZE_MB=%d nvmet.sh setup",
+	// the namespace of the process that enables the port; ip netns exec
+	// gives it a /sys without configfs, mounted again here).
+	l.must(2*time.Minute, fmt.Sprintf(`/usr/bin/ip netns exec wt sh -c "mount -t configfs none /sys/kernel/config 2>/dev/null; export TRTYPE=tcp TRADDR=%s TRSVCID=4430 PORTID=7 NQN=%s BACKEND=nullb-mem SIZE_MB=%d; nvmet.sh teardown >/dev/null 2>&1; nvmet.sh setup"`,
 		targetIP, kernelNQN, nsMiB))
 	if l.iperfOK {
 		l.must(time.Minute, "/usr/bin/ip netns exec wt env LD_LIBRARY_PATH=/host/bin iperf3 -s -D -p 5201 -I /root/wan/iperf3.pid")
@@ -421,10 +428,13 @@ func (l *wanLab) bench(args string, ld wanLoad, depth int) (row, error) {
 	return r, nil
 }
 
-func (l *wanLab) iperf(write bool) (row, error) {
+func (l *wanLab) iperf(write, bbr bool) (row, error) {
 	rev := " -R"
 	if write {
 		rev = ""
+	}
+	if bbr {
+		rev += " -C bbr"
 	}
 	out, err := l.sh(time.Duration(l.runtime+120)*time.Second, fmt.Sprintf("LD_LIBRARY_PATH=/host/bin iperf3 -c %s -p 5201 -t %d -O 2 -J%s", targetIP, l.runtime, rev))
 	if err != nil {
@@ -449,6 +459,7 @@ func (l *wanLab) kernelConnect(trtype, port, nqn string) (string, error) {
 nvme connect -t %s -a %s -s %s -n %s >/dev/null
 for i in $(seq 300); do
   for b in /sys/block/nvme*; do
+    case ${b##*/} in nvme*c*n*) continue;; esac # a multipath head's hidden path
     [ -e "$b/device/subsysnqn" ] || continue
     if [ "$(cat $b/device/subsysnqn)" = %s ]; then echo /dev/${b##*/}; exit 0; fi
   done
@@ -483,18 +494,21 @@ func (l *wanLab) measure(p wanPath, sys string, loads []wanLoad) []row {
 		return ld.depth
 	}
 	switch sys {
-	case "iperf3":
+	case "iperf3", "iperf3-bbr":
 		if !l.iperfOK {
 			add(wanLoad{name: "read"}, 1, row{}, fmt.Errorf("%s", l.iperfWhy))
 			return rows
 		}
 		for _, w := range []bool{false, true} {
-			r, err := l.iperf(w)
+			r, err := l.iperf(w, sys == "iperf3-bbr")
 			add(wanLoad{name: map[bool]string{false: "read", true: "write"}[w]}, 1, r, err)
 		}
 		return rows
-	case "nvmetd-iwarp", "nvmetd-tcp-nvmeof":
+	case "nvmetd-iwarp", "nvmetd-iwarp-bbr", "nvmetd-tcp-nvmeof":
 		args := "-a " + targetIP + " -s 4420"
+		if sys == "nvmetd-iwarp-bbr" {
+			args = "-a " + targetIP + " -s 4422 --tcp-congestion bbr"
+		}
 		if sys == "nvmetd-tcp-nvmeof" {
 			if !l.nvmeofTCP {
 				return nil // the Go host has no NVMe/TCP in this tree
@@ -565,10 +579,10 @@ func table(rows []row) string {
 			dir = "write"
 		}
 		ip, kt := "–", "–"
-		if r.system != "iperf3" && !strings.HasPrefix(r.load, "randread") {
+		if !strings.HasPrefix(r.system, "iperf3") && !strings.HasPrefix(r.load, "randread") {
 			ip = ratio(r.mbps, find(r.path, "iperf3", dir))
 		}
-		if r.system != "iperf3" && r.system != "kernel-tcp" {
+		if !strings.HasPrefix(r.system, "iperf3") && r.system != "kernel-tcp" {
 			kt = ratio(r.mbps, find(r.path, "kernel-tcp", r.load))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f | %s | %s | %s | %s | %s | |\n", r.path, r.system, r.load, r.depth, r.mbps, ip, kt, lat(r.p50), lat(r.p99), lat(r.p999))
