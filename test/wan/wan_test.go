@@ -251,6 +251,12 @@ func (l *wanLab) putModules() {
 		}
 		l.must(time.Minute, "grep -q '^"+strings.TrimSuffix(name, ".ko")+" ' /proc/modules || insmod /host/bin/wanmod-"+name)
 	}
+	// netem's jitter distribution table (iproute2's, not in the initramfs).
+	const dist = "/usr/lib/x86_64-linux-gnu/tc/normal.dist"
+	if _, err := l.vm.PutAs(dist, "normal.dist"); err != nil {
+		t.Fatalf("netem's distribution table: %v", err)
+	}
+	l.must(time.Minute, "mkdir -p "+filepath.Dir(dist)+" && cp /host/bin/normal.dist "+dist)
 }
 
 func startWANLab(t *testing.T) *wanLab {
@@ -317,7 +323,7 @@ subsystems:
       - {nsid: 1, backend: {kind: memory, size: %[3]dMiB}}
 `, targetIP, wanNQN, nsMiB)
 	l.must(time.Minute, "cat > /root/wan/nvmetd.yaml <<'EOF'\n"+cfg+"EOF")
-	l.nvmetdJob = vm.Background(context.Background(), "exec /usr/bin/ip netns exec wt "+l.nvmetd+" --config /root/wan/nvmetd.yaml")
+	l.nvmetdJob = vm.Background(context.Background(), "exec /usr/bin/ip netns exec wt "+l.nvmetd+" --config /root/wan/nvmetd.yaml >/root/wan/nvmetd.log 2>&1")
 	t.Cleanup(l.nvmetdJob.Kill)
 	l.must(2*time.Minute, "for i in $(seq 600); do /usr/bin/ip netns exec wt ss -ltn | grep -q ':4421 ' && exit 0; sleep 0.2; done; exit 1")
 	// The kernel's nvmet-tcp in wt (its listening socket is created in
@@ -329,6 +335,16 @@ subsystems:
 		l.must(time.Minute, "/usr/bin/ip netns exec wt env LD_LIBRARY_PATH=/host/bin iperf3 -s -D -p 5201 -I /root/wan/iperf3.pid")
 	}
 	return l
+}
+
+// nvmetdAlive reports whether nvmetd still runs.
+func (l *wanLab) nvmetdAlive() bool {
+	select {
+	case <-l.nvmetdJob.Done():
+		return false
+	default:
+		return true
+	}
 }
 
 // shape sets path p on both directions with rate as tbf's rate below
@@ -631,6 +647,10 @@ func TestWAN(t *testing.T) {
 		l.shape(p)
 		for _, s := range systems {
 			rows = append(rows, l.measure(p, s.name, loads)...)
+			if !l.nvmetdAlive() {
+				log, _ := l.sh(time.Minute, "tail -c 6000 /root/wan/nvmetd.log")
+				t.Fatalf("nvmetd exited during %s on %s; its log ends:\n%s", s.name, p.name, log)
+			}
 		}
 	}
 	tab := table(rows)
