@@ -18,7 +18,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/target"
 )

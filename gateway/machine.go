@@ -200,6 +200,14 @@ type Config struct {
 	FailbackDelay time.Duration
 	// Groups maps each ANA group to its preferred owner's name.
 	Groups map[uint32]string
+	// BackendWindow: an owner whose group's I/O fails with path errors
+	// and none completes for this long steps down
+	// ([Machine.BackendObserved]); 0: one lease.
+	BackendWindow time.Duration
+	// BackendBackoff: a group stepped down for its backends is not taken
+	// again here for this long, doubled by each such step-down in a row
+	// (at most 32 times); 0: two leases.
+	BackendBackoff time.Duration
 }
 
 // Validate checks c.
@@ -217,6 +225,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: renew interval %s must be positive and below lease - margin (%s)", c.RenewInterval, c.Lease-c.Margin)
 	case c.FailbackDelay < 0:
 		return errors.New("gateway: failback delay is negative")
+	case c.BackendWindow < 0 || c.BackendBackoff < 0:
+		return errors.New("gateway: backend window or backoff is negative")
 	case len(c.Groups) == 0:
 		return errors.New("gateway: no groups")
 	}
@@ -304,6 +314,8 @@ type group struct {
 	// inaccessible here; renewals go on meanwhile.
 	releasing bool
 	releaseTo string
+	// be: the health of the group's backends (BackendObserved).
+	be backendWatch
 }
 
 // Machine is the group-ownership logic of one gateway: a pure state
@@ -595,7 +607,7 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		// Failback: the preferred owner asks for its group back once it
 		// has been up for FailbackDelay.
 		if g.preferred == m.cfg.Name && m.configOK && o.HandoverRequest != m.cfg.Name &&
-			!now.Before(m.start.Add(m.cfg.FailbackDelay)) {
+			!now.Before(m.start.Add(m.cfg.FailbackDelay)) && !now.Before(g.serveAfter) {
 			g.pending, g.issued, g.requested = true, now, true
 			return []Action{{Kind: ActRequestHandover, Group: g.id}}
 		}
@@ -663,7 +675,9 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 // fences them), so they are replaced first.
 func (m *Machine) acquire(g *group, now time.Time, reopen bool) []Action {
 	g.role, g.pending, g.issued, g.epoch = Acquiring, true, now, g.last.Epoch+1
-	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen}}
+	// A group stepped down for its backends is served again only on new
+	// clients (BackendObserved).
+	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen || g.be.reopen}}
 }
 
 // FenceDone reports the result of ActFence at time now. On failure the
@@ -698,11 +712,13 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	if err != nil {
 		g.noteErr(err)
 		g.role = Standby
+		m.backendAcquireFailed(g)
 		return nil
 	}
 	// The lease runs from no earlier than when the request was sent.
 	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
 	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch}, true
+	g.be.reopen = false // its clients were replaced, if they had to be
 	return m.setANA(m.serveUntil(nil, g), g, true)
 }
 

@@ -39,6 +39,11 @@ type RADOSOptions struct {
 	// its writes, so it must outlive any freeze: the monitor's own default
 	// (mon_osd_blocklist_default_expire) is one hour.
 	BlocklistExpire time.Duration
+	// Member, if set, is what this gateway must not share with any other
+	// member of the group (its name, its controller ID ranges): CheckConfig
+	// compares it with the other members' entries on the config object
+	// (see [MemberConflicts]) and records it there if none conflicts.
+	Member *Member
 }
 
 // DefaultBlocklistExpire is the blocklist expiry of a fence: ten years.
@@ -105,4 +110,101 @@ func ConfigDiff(here, there string) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// Member is what one gateway of a group must hold alone: its name, and the
+// controller IDs (CNTLIDs) it hands out on each subsystem. Two gateways
+// that serve one subsystem with overlapping CNTLID ranges give a host two
+// controllers with the same CNTLID on the same subsystem: Linux keys a
+// subsystem's controllers on it (nvme_validate_cntlid refuses the second
+// path: "Duplicate cntlid"), so a host would lose a path, or worse, mix
+// them up. Each member records this on the group's config object (omap key
+// member.<Name>), and a gateway that conflicts with another member takes
+// no group.
+type Member struct {
+	Name string
+	// Identity says where this gateway runs (its host name and its
+	// ports' listen addresses): a restart of the same gateway has the
+	// same, a second gateway with the same name does not.
+	Identity string
+	// CNTLIDs maps each subsystem NQN to its [cntlid_min, cntlid_max].
+	CNTLIDs map[string][2]uint16
+}
+
+// MemberKeyPrefix prefixes the omap keys of the members' entries on the
+// config object.
+const MemberKeyPrefix = "member."
+
+// Encode is m's entry: one fact a line, sorted.
+func (m Member) Encode() string {
+	lines := []string{"identity " + m.Identity}
+	for nqn, r := range m.CNTLIDs {
+		lines = append(lines, fmt.Sprintf("cntlid %s %d-%d", nqn, r[0], r[1]))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// ParseMember reads an entry that Encode wrote (name is the key's).
+func ParseMember(name, entry string) (Member, error) {
+	m := Member{Name: name, CNTLIDs: map[string][2]uint16{}}
+	for _, l := range strings.Split(entry, "\n") {
+		switch {
+		case l == "":
+		case strings.HasPrefix(l, "identity "):
+			m.Identity = strings.TrimPrefix(l, "identity ")
+		case strings.HasPrefix(l, "cntlid "):
+			var nqn string
+			var lo, hi uint16
+			if _, err := fmt.Sscanf(l, "cntlid %s %d-%d", &nqn, &lo, &hi); err != nil {
+				return m, fmt.Errorf("gateway: member %s: %q: %w", name, l, err)
+			}
+			m.CNTLIDs[nqn] = [2]uint16{lo, hi}
+		default:
+			return m, fmt.Errorf("gateway: member %s: unknown line %q", name, l)
+		}
+	}
+	return m, nil
+}
+
+// MemberConflicts compares me with the other members' entries (omap key
+// without MemberKeyPrefix → entry) and returns one line per conflict: an
+// entry under me's name from another identity (two gateways with one
+// name), or a subsystem both serve with overlapping CNTLID ranges. An
+// entry that cannot be read is a conflict too (nothing is known of it).
+func MemberConflicts(me Member, entries map[string]string) []string {
+	var out []string
+	names := make([]string, 0, len(entries))
+	for n := range entries {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		o, err := ParseMember(name, entries[name])
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		if name == me.Name {
+			if o.Identity != me.Identity {
+				out = append(out, fmt.Sprintf("name %s: already a member of the group from %q (here: %q); gateway names must be unique "+
+					"(if that gateway moved, remove its entry: rados rmomapkey <config object> %s%s)", name, o.Identity, me.Identity, MemberKeyPrefix, name))
+			}
+			continue
+		}
+		nqns := make([]string, 0, len(me.CNTLIDs))
+		for nqn := range me.CNTLIDs {
+			nqns = append(nqns, nqn)
+		}
+		slices.Sort(nqns)
+		for _, nqn := range nqns {
+			r, or := me.CNTLIDs[nqn], o.CNTLIDs[nqn]
+			if _, ok := o.CNTLIDs[nqn]; ok && r[0] <= or[1] && or[0] <= r[1] {
+				out = append(out, fmt.Sprintf("subsystem %s: cntlid %d-%d here overlaps %d-%d of gateway %s: each gateway's "+
+					"cntlid_min..cntlid_max must be disjoint from every other's (a host would see two controllers with one CNTLID)",
+					nqn, r[0], r[1], or[0], or[1], name))
+			}
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -543,8 +544,65 @@ func (r *RADOS) CheckConfig(canonical string) (bool, string, error) {
 		return false, "", fmt.Errorf("read the group configuration in %s: %w", oid, classify(err))
 	}
 	stored := string(vals[keyConfig])
-	if stored == canonical {
+	if stored != canonical {
+		return false, ConfigDiff(canonical, stored) + " (object " + oid + " in pool " + r.o.Pool + ")", nil
+	}
+	if r.o.Member == nil {
 		return true, "", nil
 	}
-	return false, ConfigDiff(canonical, stored) + " (object " + oid + " in pool " + r.o.Pool + ")", nil
+	conflicts, err := r.checkMember(oid)
+	if err != nil {
+		return false, "", err
+	}
+	if len(conflicts) > 0 {
+		return false, strings.Join(conflicts, "; ") + " (object " + oid + " in pool " + r.o.Pool + ")", nil
+	}
+	return true, "", nil
+}
+
+// maxMembers bounds the member entries read from the config object.
+const maxMembers = 1024
+
+// checkMember compares this gateway's member entry with the others on
+// the config object; if none conflicts, it records its own, then reads
+// them again: a member that recorded a conflicting entry at the same time
+// is seen by one of the two reads of each (both then refuse, and this one
+// removes its entry).
+func (r *RADOS) checkMember(oid string) ([]string, error) {
+	me := *r.o.Member
+	key := MemberKeyPrefix + me.Name
+	read := func() (map[string]string, error) {
+		vals, err := r.ioctx.GetOmapValues(oid, "", MemberKeyPrefix, maxMembers)
+		if err != nil {
+			return nil, fmt.Errorf("read the group's members in %s: %w", oid, classify(err))
+		}
+		out := make(map[string]string, len(vals))
+		for k, v := range vals {
+			out[strings.TrimPrefix(k, MemberKeyPrefix)] = string(v)
+		}
+		return out, nil
+	}
+	entries, err := read()
+	if err != nil {
+		return nil, err
+	}
+	if c := MemberConflicts(me, entries); len(c) > 0 {
+		return c, nil
+	}
+	mine := me.Encode()
+	if entries[me.Name] != mine {
+		if err := r.ioctx.SetOmap(oid, map[string][]byte{key: []byte(mine)}); err != nil {
+			return nil, fmt.Errorf("record this gateway's member entry in %s: %w", oid, classify(err))
+		}
+	}
+	if entries, err = read(); err != nil {
+		return nil, err
+	}
+	c := MemberConflicts(me, entries)
+	if len(c) > 0 && entries[me.Name] == mine {
+		if err := r.ioctx.RmOmapKeys(oid, []string{key}); err != nil {
+			c = append(c, fmt.Sprintf("could not remove this gateway's entry %s: %v", key, classify(err)))
+		}
+	}
+	return c, nil
 }

@@ -789,3 +789,54 @@ func TestRemovedObjectFencedByNewGateway(t *testing.T) {
 		t.Fatalf("a's write when b went optimized: %v, want ESHUTDOWN: a was not fenced first", fencedWrite)
 	}
 }
+
+// TestMemberAgreement: on the cluster, each gateway records its member
+// entry (identity, CNTLID ranges) on the group's config object; a gateway
+// whose CNTLID range overlaps another member's on a shared subsystem, or
+// that has another member's name from elsewhere, is refused (the
+// difference names both sides) and leaves no entry; a restart of a member
+// (same identity) and a member with a disjoint range are accepted.
+func TestMemberAgreement(t *testing.T) {
+	f := newFixture(t)
+	const nqn = "nqn.2024-01.io.nvmetd:members"
+	check := func(m gateway.Member) (bool, string) {
+		t.Helper()
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 4 * time.Second, Member: &m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ok, diff, err := cl.CheckConfig("group 1 preferred a\n")
+		if err != nil {
+			t.Fatalf("CheckConfig %s: %v", m.Name, err)
+		}
+		return ok, diff
+	}
+	member := func(name, host string, lo, hi uint16) gateway.Member {
+		return gateway.Member{Name: name, Identity: host + " 127.0.0.1:4420", CNTLIDs: map[string][2]uint16{nqn: {lo, hi}}}
+	}
+	if ok, diff := check(member("a", "host-a", 1, 100)); !ok {
+		t.Fatalf("the first member: %s", diff)
+	}
+	ok, diff := check(member("b", "host-b", 50, 150))
+	if ok || !strings.Contains(diff, "cntlid 50-150 here overlaps 1-100 of gateway a") {
+		t.Fatalf("an overlapping range: %v %q", ok, diff)
+	}
+	t.Logf("refused: %s", diff)
+	ok, diff = check(member("a", "host-c", 201, 300))
+	if ok || !strings.Contains(diff, "name a: already a member of the group from") {
+		t.Fatalf("a second gateway named a: %v %q", ok, diff)
+	}
+	t.Logf("refused: %s", diff)
+	if ok, diff := check(member("a", "host-a", 1, 100)); !ok {
+		t.Fatalf("a restart of a: %s", diff)
+	}
+	if ok, diff := check(member("b", "host-b", 101, 200)); !ok {
+		t.Fatalf("b with a disjoint range (the refused entry was left behind?): %s", diff)
+	}
+	out := admin(t, f.c, "rados", "-p", f.c.Pool, "listomapkeys", gateway.ConfigObjectName(f.group))
+	if keys := strings.Fields(out); !slices.Equal(keys, []string{"config", "member.a", "member.b"}) {
+		t.Fatalf("the config object's members:\n%s", out)
+	}
+}

@@ -178,6 +178,13 @@ func (r *Runner) Run(ctx context.Context, release time.Duration) error {
 				}
 			}()
 		}
+		if ob, ok := r.ap.(BackendObserver); ok {
+			// The group's backends' health: an input of the machine
+			// like any result (Machine.BackendObserved).
+			for id := range r.cfg.Groups {
+				acts = append(acts, r.m.BackendObserved(id, now, ob.BackendHealth(id))...)
+			}
+		}
 		acts = append(acts, r.m.Tick(now)...)
 		for len(acts) > 0 {
 			var err error

@@ -102,7 +102,7 @@
 // # Testing
 //
 // The package's tests run against the real target (package target, through
-// its public API) on loopback; target.TestHooks and internal/rawpeer.Proxy
+// its public API) on loopback; target.TestHooks and internal/testing/rawpeer.Proxy
 // make it misbehave where a test needs a controller that breaks the rules.
 //
 // # References

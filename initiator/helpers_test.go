@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -23,7 +23,7 @@ import (
 // through its public API) on loopback. The cases a correct controller never
 // produces come from the target's TestHooks (NVMe level: a rewritten CID,
 // status or result, a held command, a dropped queue) and from a raw peer
-// between the two (internal/rawpeer.Proxy: wire level).
+// between the two (internal/testing/rawpeer.Proxy: wire level).
 
 const (
 	testSubNQN  = "nqn.2024-01.io.nvmetd.test:sub1"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 )
 
 // nvmetdProc is an nvmetd process of the multipath test: its own

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvmetd/nvmetd/iwarp/wire"
 )
 
 // Read-ahead buffer sizes. A connection starts with a small one and moves
@@ -17,6 +19,27 @@ import (
 // connection (one that never got past its handshake) holds 4 KiB, a busy one
 // the full buffer, and steady state allocates nothing.
 const rxStartBuffer = 4 << 10
+
+// Placement of large payloads (issue 25). The rest of a payload of at least
+// rxDirectMin bytes (the FPDU's whole payload) that has not arrived yet is read straight into
+// its destination, and that read stops at the end of the next FPDU's header
+// (its second iovec is rxTail bytes of the read-ahead buffer: this FPDU's
+// pad and CRC, then at most the longest DDP header), so that the next large
+// payload is placed straight too and a stream of large FPDUs (RDMA Writes
+// and Read Responses of 128 KiB transfers) is never copied: one readv per
+// FPDU, as many as the read-ahead mode needs for FPDUs of this size. After
+// such a payload, a read between FPDUs also takes only rxTail bytes.
+// Smaller payloads go on through the read-ahead buffer, where one read
+// brings many FPDUs and a copy of a few KiB costs less than a system call.
+const (
+	rxDirectMin = 16 << 10
+	rxTail      = 3 + wire.CRCLen + wire.UntaggedHeaderLen
+	// rxLargeCredit: small payloads after a large one that are still read
+	// the exact way, so that a large message's short last FPDU does not
+	// end the mode; a stream of small messages returns to read-ahead after
+	// this many.
+	rxLargeCredit = 2
+)
 
 // rxDriver is the receive loop's state: the read-ahead buffer and the
 // system call plumbing. Only the receive goroutine touches it.
@@ -40,6 +63,11 @@ type rxDriver struct {
 	// boundary after the last read (a tap may start with the next).
 	tap      tapState
 	boundary bool
+	// large: how many more small payloads are read the exact way (set to
+	// rxLargeCredit by a payload of at least rxDirectMin).
+	large int
+	// placeLarge: place is part of a payload of at least rxDirectMin.
+	placeLarge bool
 }
 
 func (r *rxDriver) init(qp *QP) {
@@ -130,10 +158,24 @@ func (qp *QP) rxLoop() {
 	for {
 		var n, direct int
 		var err error
-		if len(r.place) > 0 {
+		switch {
+		case len(r.place) > 0 && (r.placeLarge || r.large > 0):
+			// A large payload, or a small one right after large ones (the
+			// last FPDU of a 128 KiB RDMA Write is its few remaining
+			// bytes): straight, stopping at the next header.
+			n, err = qp.readv(r.place, r.buf[:min(rxTail, len(r.buf))])
+			direct = min(n, len(r.place))
+			if !r.placeLarge {
+				r.large--
+			}
+		case len(r.place) > 0:
 			n, err = qp.readv(r.place, r.buf)
 			direct = min(n, len(r.place))
-		} else {
+		case r.large > 0:
+			// Between large payloads (in a trailer or a header): only as
+			// far as the next header.
+			n, err = qp.readv(r.buf[:min(rxTail, len(r.buf))], nil)
+		default:
 			n, err = qp.readv(r.buf, nil)
 			if n == len(r.buf) && len(r.buf) < r.full {
 				// A busy connection: read more at a time from now on.
@@ -158,6 +200,14 @@ func (qp *QP) rxLoop() {
 			}
 			_, place, perr := qp.e.rxConsume(r.buf[:n-direct])
 			r.place = place
+			// The FPDU's whole payload, not what is left of it: a read
+			// that ended inside a large payload stays in the exact mode.
+			r.placeLarge = len(place) > 0 && len(qp.e.rx.dst) >= rxDirectMin
+			if len(qp.e.rx.dst) >= rxDirectMin {
+				// The last FPDU begun is large (placed straight or, at the
+				// start of a burst, copied): the exact mode from now on.
+				r.large = rxLargeCredit
+			}
 			r.boundary = !qp.e.rx.midFrame()
 			r.wcs = qp.takeOut(r.wcs)
 			qp.syncState()

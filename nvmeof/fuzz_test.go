@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nvmetd/nvmetd/internal/fuzzseed"
+	"github.com/nvmetd/nvmetd/internal/testing/fuzzseed"
 )
 
 // Fuzz targets for the decoders of network bytes not covered next to their

@@ -1,7 +1,9 @@
 package target
 
 import (
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,5 +257,67 @@ func TestANALogInPieces(t *testing.T) {
 	}
 	if _, err := h.getLog(nvmeof.LIDANA, nvmeof.NSIDAll, uint64(size+4096), 4096); err == nil {
 		t.Fatal("an offset past the log's maximum size was served")
+	}
+}
+
+// TestANAChangeDuringLogRead: a second ANA change that comes while the
+// host reads the ANA log (after the page was built, before the command
+// completes) is not lost: the host either has the newest page or gets a
+// new ANA Change notice (NVMe Base 2.0 §5.2: the event kind is unmasked
+// when the log is read without RAE, before the page is built). The
+// interleaving is scripted: the second change runs inside the Get Log
+// Page, right after its page was built.
+func TestANAChangeDuringLogRead(t *testing.T) {
+	cfg := anaConfig(t, "optimized")
+	s := startServer(t, cfg)
+	h := mustConnect(t, portAddr(s, 2), testSubNQN)
+	h.setup(1)
+	if _, err := h.setFeature(nvmeof.FeatAsyncEventConfig, nvmeof.AECANAChange|nvmeof.AECNSAttr); err != nil {
+		t.Fatal(err)
+	}
+	// The first change raises the notice (the kind is masked from now
+	// until the host reads the log).
+	ev := h.aer()
+	cfg.Ports[1].ANAGroups = []ANAGroupConfig{{ID: 1, State: "inaccessible"}}
+	reload(t, s, cfg)
+	waitAEN(t, ev, nvmeof.AENANAChange)
+
+	second := cfg.Clone()
+	second.Ports[1].ANAGroups = []ANAGroupConfig{{ID: 1, State: "optimized"}}
+	second.ApplyDefaults()
+	var fired atomic.Bool
+	hookErr := make(chan error, 1)
+	hook := func(c *controller, lid uint8) {
+		if lid != nvmeof.LIDANA || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		hookErr <- s.reload(second) // the second change, between the build and the completion
+	}
+	s.logPageBuilt.Store(&hook)
+	l := h.anaLog(false)
+	s.logPageBuilt.Store(nil)
+	if err := <-hookErr; err != nil {
+		t.Fatalf("the second change: %v", err)
+	}
+	if st, _ := groupState(l, 1); st != nvmeof.ANAInaccessible {
+		t.Fatalf("the page was built before the second change: group 1 is %v, want inaccessible", st)
+	}
+	// The page the host holds is older than the second change: a new
+	// notice must be waiting for it.
+	pending := false
+	for _, c := range s.allControllers() {
+		if c.port.id != 2 {
+			continue
+		}
+		c.mu.Lock()
+		pending = slices.Contains(c.events, nvmeof.AENANAChange)
+		c.mu.Unlock()
+	}
+	if !pending {
+		t.Fatal("the ANA change that came while the host read the log raised no notice: the host keeps a page that says inaccessible")
+	}
+	waitAEN(t, h.aer(), nvmeof.AENANAChange) // completes at once: the notice is queued
+	if st, _ := groupState(h.anaLog(false), 1); st != nvmeof.ANAOptimized {
+		t.Fatalf("after the notice: group 1 is %v, want optimized", st)
 	}
 }

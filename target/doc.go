@@ -34,8 +34,9 @@
 //   - Asynchronous events: Namespace Attribute Changed (with the Changed
 //     Namespace List) on I/O controllers, Discovery Log Changed on discovery
 //     controllers; up to four AERs held, never timed out; an event kind stays
-//     masked until the host reads its log page; ANA Change notices on I/O
-//     controllers.
+//     masked until the host reads its log page (without RAE: unmasked
+//     before the page is built, so that a change while the host reads
+//     raises a new event); ANA Change notices on I/O controllers.
 //   - ANA (asymmetric namespace access, ana.go): every namespace is in an
 //     ANA group; each port gives each group a state (PortConfig.ANAGroups,
 //     optimized unless listed), reported in the ANA log page (with or

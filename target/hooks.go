@@ -12,7 +12,7 @@ import (
 // answers a correct controller never gives: a wrong command identifier, a
 // controller that never becomes ready, one that falls silent, a queue that
 // drops under a command, a status it would not return. Wire-level faults
-// (bad RDMA Writes, Terminates) are the raw peer's (internal/rawpeer).
+// (bad RDMA Writes, Terminates) are the raw peer's (internal/testing/rawpeer).
 //
 // Unset, they cost one pointer test per command. Never set them in a
 // production target.

@@ -330,6 +330,7 @@ func (ns *namespace) dsm(sqe *nvmeof.SQE, data []byte) nvmeof.Status {
 // package documents it, and counts it.
 func (ns *namespace) ioFailed(s *server, op backend.Op, err error) nvmeof.Status {
 	ns.errors.Add(1)
+	ns.notePathError(err)
 	st := backendStatus(op, err)
 	if errors.Is(err, backend.ErrUnavailable) && s != nil && s.adm != nil {
 		// The storage is unreachable (a Ceph cluster lost): hosts get a

@@ -25,13 +25,22 @@ func (c *controller) getLogPage(q *queue, r request) {
 		q.respond(r, nvmeof.StatusInvalidField|nvmeof.StatusDNR)
 		return
 	}
+	// An event kind is unmasked (the host read its log page without
+	// Retain Asynchronous Event: NVMe Base 2.0 §5.2, §5.16.1.12 for the
+	// ANA log) before its page is built, never after: a change that comes
+	// between the two then raises a new event (the page may already show
+	// it: the host reads once more), where unmasking after the build
+	// would drop that change's event, and the host would keep the older
+	// page until some later change. Every change publishes its state
+	// before it raises its event, so a change whose event found the kind
+	// still masked is in the page.
 	var page []byte
 	st := nvmeof.StatusSuccess
 	lid := cmd.LID()
 	switch {
 	case c.sub.disc && lid == nvmeof.LIDDiscovery:
-		page = c.s.discoveryLog(c, q)
 		c.unmask(nvmeof.AECDiscoveryChange, cmd.RAE())
+		page = c.s.discoveryLog(c, q)
 	case c.sub.disc:
 		st = nvmeof.StatusInvalidField | nvmeof.StatusDNR
 	case lid == nvmeof.LIDErrorInfo:
@@ -47,9 +56,9 @@ func (c *controller) getLogPage(q *queue, r request) {
 		log.SetFRS(1, c.sub.cfg.Load().FirmwareRevision)
 		page = log[:]
 	case lid == nvmeof.LIDChangedNSList:
+		c.unmask(nvmeof.AECNSAttr, cmd.RAE())
 		page = make([]byte, nvmeof.ChangedNSListSize)
 		c.takeChangedNS(page)
-		c.unmask(nvmeof.AECNSAttr, cmd.RAE())
 	case lid == nvmeof.LIDCommandEffects:
 		if cmd.CSI() != nvmeof.CSINVM {
 			st = nvmeof.StatusInvalidLogPage // nvmet: no DNR
@@ -59,7 +68,11 @@ func (c *controller) getLogPage(q *queue, r request) {
 		commandEffects(&log)
 		page = log[:]
 	case lid == nvmeof.LIDANA && !c.sub.disc:
+		c.unmask(nvmeof.AECANAChange, cmd.RAE())
 		page = c.anaLog(cmd.LSP()&nvmeof.ANALSPRGO != 0)
+		if h := c.s.logPageBuilt.Load(); h != nil {
+			(*h)(c, lid)
+		}
 		// The host sizes the log by its maximum (header, NANAGRPID
 		// descriptors and MNAN NSIDs) and libnvme reads it in 4 KiB
 		// pieces at increasing offsets (nvme ana-log): every offset
@@ -67,7 +80,6 @@ func (c *controller) getLogPage(q *queue, r request) {
 		if max := c.anaLogMaxSize(); len(page) < max {
 			page = append(page, make([]byte, max-len(page))...)
 		}
-		c.unmask(nvmeof.AECANAChange, cmd.RAE())
 	default:
 		st = nvmeof.StatusInvalidField | nvmeof.StatusDNR
 	}

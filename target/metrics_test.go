@@ -14,7 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nvmetd/nvmetd/internal/lathist"
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )

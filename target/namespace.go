@@ -86,6 +86,9 @@ type nsCounters struct {
 	readBytes, writeBytes          atomic.Uint64
 	errors, mediaErrors            atomic.Uint64
 	busySeconds                    atomic.Uint64
+	// pathErrors, blocklisted, lastPathError: BackendHealth.
+	pathErrors, blocklisted atomic.Uint64
+	lastPathError           atomic.Pointer[string]
 }
 
 const refClosing = int64(1) << 62

@@ -55,6 +55,10 @@ type server struct {
 	// anaChange is the ANA change count (CHGCNT of the ANA log), bumped on
 	// every ANA state change.
 	anaChange atomic.Uint64
+	// logPageBuilt, if set (by this package's tests only, before Start),
+	// is called on the admin queue's goroutine right after a Get Log
+	// Page built its page: a test scripts what happens in between.
+	logPageBuilt atomic.Pointer[func(c *controller, lid uint8)]
 
 	// genctr is the discovery log generation counter, bumped on every
 	// change a discovery log may show.

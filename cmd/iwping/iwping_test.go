@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/iwarp"
 )
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nvmetd/nvmetd/initiator/nvmecli"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -198,9 +199,9 @@ func runIDCtrl(args []string, stdout, stderr io.Writer) int {
 	case "binary":
 		_, _ = stdout.Write(c[:])
 	case "json":
-		fmt.Fprintln(stdout, idCtrlJSON(c).String())
+		fmt.Fprintln(stdout, nvmecli.IDCtrlJSON(c).String())
 	default:
-		printIDCtrl(stdout, c, o.human)
+		nvmecli.PrintIDCtrl(stdout, c, o.human)
 	}
 	return exitOK
 }
@@ -233,9 +234,9 @@ func runIDNS(args []string, stdout, stderr io.Writer) int {
 	case "binary":
 		_, _ = stdout.Write(n[:])
 	case "json":
-		fmt.Fprintln(stdout, idNSJSON(n).String())
+		fmt.Fprintln(stdout, nvmecli.IDNSJSON(n).String())
 	default:
-		printIDNS(stdout, n, nsid, o.human)
+		nvmecli.PrintIDNS(stdout, n, nsid, o.human)
 	}
 	return exitOK
 }
@@ -261,9 +262,9 @@ func runSMARTLog(args []string, stdout, stderr io.Writer) int {
 	case "binary":
 		_, _ = stdout.Write(l[:])
 	case "json":
-		fmt.Fprintln(stdout, smartJSON(l, o.human).String())
+		fmt.Fprintln(stdout, nvmecli.SMARTJSON(l, o.human).String())
 	default:
-		printSMART(stdout, l, o.device, nsid, o.human)
+		nvmecli.PrintSMART(stdout, l, o.device, nsid, o.human)
 	}
 	return exitOK
 }
@@ -302,9 +303,9 @@ func runErrorLog(args []string, stdout, stderr io.Writer) int {
 	case "binary":
 		_, _ = stdout.Write(b)
 	case "json":
-		fmt.Fprintln(stdout, errorLogJSON(b).String())
+		fmt.Fprintln(stdout, nvmecli.ErrorLogJSON(b).String())
 	default:
-		printErrorLog(stdout, b, o.device)
+		nvmecli.PrintErrorLog(stdout, b, o.device)
 	}
 	return exitOK
 }
@@ -328,9 +329,9 @@ func runFWLog(args []string, stdout, stderr io.Writer) int {
 	case "binary":
 		_, _ = stdout.Write(l[:])
 	case "json":
-		fmt.Fprintln(stdout, fwLogJSON(l, o.device).String())
+		fmt.Fprintln(stdout, nvmecli.FWLogJSON(l, o.device).String())
 	default:
-		printFWLog(stdout, l, o.device)
+		nvmecli.PrintFWLog(stdout, l, o.device)
 	}
 	return exitOK
 }
@@ -366,9 +367,9 @@ func runEffectsLog(args []string, stdout, stderr io.Writer) int {
 	case "binary":
 		_, _ = stdout.Write(l[:])
 	case "json":
-		fmt.Fprintln(stdout, effectsJSON(l, uint8(csi)))
+		fmt.Fprintln(stdout, nvmecli.EffectsJSON(l, uint8(csi)))
 	default:
-		printEffects(stdout, l, uint8(csi), o.human)
+		nvmecli.PrintEffects(stdout, l, uint8(csi), o.human)
 	}
 	return exitOK
 }
@@ -412,9 +413,9 @@ func runANALog(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "ana-log", err)
 	}
 	if o.output == "json" {
-		fmt.Fprintln(stdout, anaJSON(l, o.device).String())
+		fmt.Fprintln(stdout, nvmecli.ANAJSON(l, o.device).String())
 	} else {
-		printANA(stdout, l, o.device)
+		nvmecli.PrintANA(stdout, l, o.device)
 	}
 	return exitOK
 }
@@ -440,7 +441,7 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 	}
 	// -o json: one object for the command, as nvme-cli 2.x prints it
 	// (json_show_init ... json_show_finish around every command).
-	root := &jobj{}
+	root := nvmecli.NewObject()
 	one := func(fid uint8, all bool) int {
 		n := dataLen
 		if n == 0 {
@@ -461,9 +462,9 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 		case "binary":
 			_, _ = stdout.Write(data)
 		case "json":
-			featureJSON(root, fid, sel, res, data)
+			nvmecli.FeatureJSON(root, fid, sel, res, data)
 		default:
-			printFeature(stdout, fid, sel, res, data, o.human)
+			nvmecli.PrintFeature(stdout, fid, sel, res, data, o.human)
 		}
 		return exitOK
 	}
@@ -478,7 +479,7 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 			one(uint8(f), true)
 		}
 	}
-	if o.output == "json" && len(root.keys) > 0 {
+	if o.output == "json" && root.Len() > 0 {
 		fmt.Fprintln(stdout, root.String())
 	}
 	return code
@@ -538,7 +539,7 @@ func runGetLog(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintf(stdout, "Device:%s log-id:%d namespace-id:%#x\n", o.device, lid, nsid)
-	hexDump(stdout, b)
+	nvmecli.HexDump(stdout, b)
 	return exitOK
 }
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 

@@ -14,7 +14,7 @@ import (
 )
 
 // Disconnect bounds. The daemon's own teardown is bounded step by step
-// (each tool toolTimeout, the FUSE unmount fuseUnmountRetry+2*fuseServeEnd,
+// (each tool toolTimeout, the FUSE unmount fusedev.UnmountRetry+2*fusedev.ServeEnd,
 // the flush and close 30 s); the client waits disconnectAnswer for its
 // answer and exitWait for it to exit. With --force a daemon still there is
 // killed and what it leaves is cleaned here, so disconnect --force always

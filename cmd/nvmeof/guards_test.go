@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvmetd/nvmetd/initiator/fusedev"
 )
 
 // The host tool's guards (issue 11): no mistake of an admin loses data or
@@ -104,7 +106,7 @@ func TestE2ERemovedNamespaceDisconnect(t *testing.T) {
 // TestE2EForeignMountNamespaceDisconnect: another mount namespace holding a
 // copy of the FUSE mount made disconnect wait forever (Server.Unmount
 // waits for the FUSE server, which the other copy keeps alive). Now the
-// FUSE teardown gives up on the unmount after fuseUnmountRetry, detaches
+// FUSE teardown gives up on the unmount after fusedev.UnmountRetry, detaches
 // it and aborts the connection, and disconnect finishes within its bound.
 func TestE2EForeignMountNamespaceDisconnect(t *testing.T) {
 	e := newEnv(t)
@@ -140,10 +142,10 @@ func TestE2EForeignMountNamespaceDisconnect(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	// The stated bound of the FUSE teardown (fuseUnmountRetry, then the
-	// lazy unmount and fuseServeEnd twice at most) plus the flush and
+	// The stated bound of the FUSE teardown (fusedev.UnmountRetry, then the
+	// lazy unmount and fusedev.ServeEnd twice at most) plus the flush and
 	// close (30 s): disconnect must be done well within disconnectAnswer.
-	bound := fuseUnmountRetry + 2*fuseServeEnd + 30*time.Second
+	bound := fusedev.UnmountRetry + 2*fusedev.ServeEnd + 30*time.Second
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() {

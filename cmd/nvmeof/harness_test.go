@@ -18,7 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind.

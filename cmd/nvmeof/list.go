@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nvmetd/nvmetd/initiator/bench"
 )
 
 func runList(args []string, stdout, stderr io.Writer) int {
@@ -58,7 +60,7 @@ func runList(args []string, stdout, stderr io.Writer) int {
 			if mnt != "" {
 				mnt += " (" + n.FSType + ")"
 			}
-			fmt.Fprintf(tw, "%sn%d\t%d\t%s\t%d B\t%s\t%s\t%s\n", st.Device, n.NSID, n.NSID, humanSize(n.Size), n.BlockSize,
+			fmt.Fprintf(tw, "%sn%d\t%d\t%s\t%d B\t%s\t%s\t%s\n", st.Device, n.NSID, n.NSID, bench.HumanSize(n.Size), n.BlockSize,
 				n.File, dash(n.Loop), dash(mnt))
 		}
 	}
@@ -118,17 +120,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func humanSize(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	f := float64(n)
-	i := 0
-	for f >= 1024 && i < len(units)-1 {
-		f /= 1024
-		i++
-	}
-	s := fmt.Sprintf("%.2f", f)
-	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	return s + " " + units[i]
 }

@@ -16,8 +16,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/initiator/bench"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 )
 
 // family finds a metric of a gathered family by its label values.
@@ -187,7 +188,7 @@ func TestMetricsDuringBench(t *testing.T) {
 
 	// A verified write bench: writes, then the read-back that checks them.
 	w0, wb0, r0 := cmds("write"), bytes("write"), cmds("read")
-	res, err := runBenchmark(ctx, ns, benchParams{RW: "randwrite", BS: 8192, IODepth: 16, Runtime: 300 * time.Millisecond, Size: 8 << 20, Verify: true}, nil)
+	res, err := bench.Run(ctx, ns, bench.Params{RW: "randwrite", BS: 8192, IODepth: 16, Runtime: 300 * time.Millisecond, Size: 8 << 20, Verify: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestMetricsDuringBench(t *testing.T) {
 	h0 := family(t, reg, "nvmetd_subsystem_command_latency_seconds", with("op", "read")).Histogram
 	hh0, hr0 := hostHist(), hostReads()
 	r0, rb0 := cmds("read"), bytes("read")
-	res, err = runBenchmark(ctx, ns, benchParams{RW: "randread", BS: 4096, IODepth: 8, Runtime: 300 * time.Millisecond, Size: 8 << 20}, nil)
+	res, err = bench.Run(ctx, ns, bench.Params{RW: "randread", BS: 4096, IODepth: 8, Runtime: 300 * time.Millisecond, Size: 8 << 20}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/nvmetd/nvmetd/initiator/fusedev"
 )
 
 // Native multipath through the CLI (issue 13): a second port of a
@@ -242,11 +244,11 @@ func TestE2EMultipathBenchFailover(t *testing.T) {
 func TestFUSEDescriptorCloseOnExec(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
-	srv, _, err := mountFUSE(dir, "cloexec-test", true, nil)
+	srv, _, err := fusedev.Mount(dir, "cloexec-test", true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unmountFUSE(srv, dir, zap.NewNop())
+	defer fusedev.Unmount(srv, dir, zap.NewNop())
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)

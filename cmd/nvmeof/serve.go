@@ -23,6 +23,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/initiator/bench"
+	"github.com/nvmetd/nvmetd/initiator/fusedev"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
@@ -42,7 +44,7 @@ type daemon struct {
 	// metrics serves --metrics-listen (nil: off).
 	metrics *metricserve.Server
 	srv     *fuse.Server
-	root    *devRoot
+	root    *fusedev.Root
 	ln      net.Listener
 
 	mu       sync.Mutex
@@ -68,9 +70,9 @@ type daemon struct {
 
 // ctlRequest is a request on the control socket (one JSON line).
 type ctlRequest struct {
-	Op    string       `json:"op"` // "status", "disconnect", "bench", "add-path"
-	Force bool         `json:"force,omitempty"`
-	Bench *benchParams `json:"bench,omitempty"`
+	Op    string        `json:"op"` // "status", "disconnect", "bench", "add-path"
+	Force bool          `json:"force,omitempty"`
+	Bench *bench.Params `json:"bench,omitempty"`
 	// Path is the connect options of add-path.
 	Path *connectOptsJSON `json:"path,omitempty"`
 }
@@ -78,11 +80,11 @@ type ctlRequest struct {
 // ctlResponse is one JSON line of an answer; bench sends progress lines
 // before the last one.
 type ctlResponse struct {
-	OK       bool         `json:"ok"`
-	Error    string       `json:"error,omitempty"`
-	State    *ctrlState   `json:"state,omitempty"`
-	Progress string       `json:"progress,omitempty"`
-	Result   *benchResult `json:"result,omitempty"`
+	OK       bool          `json:"ok"`
+	Error    string        `json:"error,omitempty"`
+	State    *ctrlState    `json:"state,omitempty"`
+	Progress string        `json:"progress,omitempty"`
+	Result   *bench.Result `json:"result,omitempty"`
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -186,7 +188,7 @@ func (d *daemon) start() error {
 	if err := os.MkdirAll(devDir, 0o755); err != nil {
 		return err
 	}
-	d.srv, d.root, err = mountFUSE(devDir, d.dev, d.opts.fuseDirectIO, d.sub.Namespaces())
+	d.srv, d.root, err = fusedev.Mount(devDir, d.dev, d.opts.fuseDirectIO, d.sub.Namespaces())
 	if err != nil {
 		return fmt.Errorf("FUSE mount on %s: %w", devDir, err)
 	}
@@ -288,7 +290,7 @@ func (d *daemon) refreshNamespaces() {
 		seen[ns.NSID()] = true
 		ids := ns.Identifiers()
 		n := nsState{NSID: ns.NSID(), Size: ns.Size(), BlockSize: ns.BlockSize(),
-			File: filepath.Join(instanceDir(d.dev), "dev", nsName(ns.NSID()))}
+			File: filepath.Join(instanceDir(d.dev), "dev", fusedev.Name(ns.NSID()))}
 		if ids.HasUUID {
 			n.UUID = nvmeof.FormatUUID(ids.UUID)
 		}
@@ -297,8 +299,8 @@ func (d *daemon) refreshNamespaces() {
 		}
 		if o, ok := old[ns.NSID()]; ok {
 			n.Loop, n.Mount, n.FSType = o.Loop, o.Mount, o.FSType
-		} else if d.root != nil && d.root.GetChild(nsName(ns.NSID())) == nil {
-			d.root.addNamespace(ns)
+		} else if d.root != nil && d.root.GetChild(fusedev.Name(ns.NSID())) == nil {
+			d.root.AddNamespace(ns)
 		}
 		d.st.Namespaces = append(d.st.Namespaces, n)
 	}
@@ -307,7 +309,7 @@ func (d *daemon) refreshNamespaces() {
 			continue
 		}
 		if d.root != nil && !o.Gone {
-			d.root.removeNamespace(nsid)
+			d.root.RemoveNamespace(nsid)
 		}
 		// The target removed it, but its loop device and mount are still
 		// here: keep them on record so that disconnect takes them down.
@@ -480,7 +482,7 @@ func (d *daemon) handle(c net.Conn) {
 			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("no namespace %d", req.Bench.NSID)})
 			return
 		}
-		if why := d.inUse(req.Bench.NSID); why != "" && !req.Bench.Force && req.Bench.writes() {
+		if why := d.inUse(req.Bench.NSID); why != "" && !req.Bench.Force && req.Bench.Writes() {
 			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("%sn%d is in use (%s): a load that writes destroys its filesystem; "+
 				"run a read-only load (--rw read or randread), unmount or disconnect it first, or give --force", d.dev, req.Bench.NSID, why)})
 			return
@@ -488,7 +490,7 @@ func (d *daemon) handle(c net.Conn) {
 		if b := req.Bench; b.Verify || b.PrefillOnly || (b.RW != "read" && b.RW != "randread") {
 			d.otherWrites.Store(true)
 		}
-		res, err := runBenchmark(context.Background(), ns, *req.Bench, func(s string) {
+		res, err := bench.Run(context.Background(), ns, *req.Bench, func(s string) {
 			_ = enc.Encode(ctlResponse{OK: true, Progress: s})
 		})
 		if err != nil {
@@ -601,7 +603,7 @@ func (d *daemon) stop(force bool) ([]string, error) {
 		d.metrics = nil
 	}
 	if d.srv != nil {
-		unmountFUSE(d.srv, filepath.Join(instanceDir(d.dev), "dev"), d.log)
+		fusedev.Unmount(d.srv, filepath.Join(instanceDir(d.dev), "dev"), d.log)
 	}
 	var errs []error
 	if d.sub != nil {
@@ -613,7 +615,7 @@ func (d *daemon) stop(force bool) ([]string, error) {
 			// flush. Written: the Flush waits a short while for a path.
 			ctx := ctx
 			if !d.usablePath(ns.NSID()) {
-				if !d.otherWrites.Load() && (d.root == nil || !d.root.written(ns.NSID())) {
+				if !d.otherWrites.Load() && (d.root == nil || !d.root.Written(ns.NSID())) {
 					d.log.Info("no flush: no usable path and nothing written through this host", zap.Uint32("nsid", ns.NSID()))
 					continue
 				}
@@ -659,7 +661,7 @@ func (d *daemon) anyWritten() bool {
 		return true
 	}
 	for _, ns := range d.sub.Namespaces() {
-		if d.root != nil && d.root.written(ns.NSID()) {
+		if d.root != nil && d.root.Written(ns.NSID()) {
 			return true
 		}
 	}
@@ -825,7 +827,7 @@ func (d *daemon) inUse(nsid uint32) string {
 		}
 	}
 	if d.root != nil {
-		open := d.root.openCount(nsid)
+		open := d.root.OpenCount(nsid)
 		if n != nil && n.Loop != "" {
 			open-- // the loop device's own handle
 		}

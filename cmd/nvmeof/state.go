@@ -1,25 +1,11 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
-	"syscall"
-	"time"
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 )
 
-// The runtime directory holds one directory per controller, named like the
-// Linux character device (nvme0, nvme1, ...):
-//
-//	RUNDIR/nvme0/state.json  what list shows (written by the daemon)
-//	RUNDIR/nvme0/ctl.sock    the daemon's control socket
-//	RUNDIR/nvme0/dev/        the FUSE mount: one file per namespace (n1, n2, ...)
-//	RUNDIR/nvme0.log         the daemon's log (kept after disconnect)
+// The connection daemon's state store is initiator/hoststate; the names
+// below are the command's (its flag, and the store of that directory).
 
 // stateDirFlag overrides the runtime directory (--state-dir).
 var stateDirFlag string
@@ -29,219 +15,26 @@ func stateDir() string {
 	if stateDirFlag != "" {
 		return stateDirFlag
 	}
-	if d := os.Getenv("NVMEOF_STATE_DIR"); d != "" {
-		return d
-	}
-	if os.Geteuid() != 0 {
-		if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-			return filepath.Join(d, "nvmeof")
-		}
-	}
-	return "/run/nvmeof"
+	return hoststate.DefaultDir()
 }
 
-// nsState is one namespace of a controller as list shows it.
-type nsState struct {
-	NSID      uint32 `json:"nsid"`
-	Size      int64  `json:"size"`
-	BlockSize int    `json:"block_size"`
-	UUID      string `json:"uuid,omitempty"`
-	NGUID     string `json:"nguid,omitempty"`
-	File      string `json:"device_file"`
-	Loop      string `json:"loop,omitempty"`
-	Mount     string `json:"mount,omitempty"`
-	FSType    string `json:"fstype,omitempty"`
-	// Gone marks a namespace the target removed whose loop device or
-	// mount is still here (disconnect takes them down).
-	Gone bool `json:"removed,omitempty"`
-}
+// store is the state store of the runtime directory.
+func store() hoststate.Store { return hoststate.Store{Dir: stateDir()} }
 
-// ctrlState is a controller as list shows it.
-type ctrlState struct {
-	Device     string    `json:"device"`
-	PID        int       `json:"pid"`
-	State      string    `json:"state"`
-	Transport  string    `json:"transport"`
-	Address    string    `json:"address"`
-	SubNQN     string    `json:"subsysnqn"`
-	HostNQN    string    `json:"hostnqn"`
-	HostID     string    `json:"hostid"`
-	CNTLID     uint16    `json:"cntlid"`
-	Model      string    `json:"model,omitempty"`
-	Serial     string    `json:"serial,omitempty"`
-	Firmware   string    `json:"firmware,omitempty"`
-	IOQueues   int       `json:"io_queues"`
-	QueueSize  int       `json:"queue_size"`
-	CRC        bool      `json:"mpa_crc"`
-	Reconnects int       `json:"reconnects"`
-	LastError  string    `json:"last_error,omitempty"`
-	Since      time.Time `json:"since"`
-	Log        string    `json:"log"`
-	Namespaces []nsState `json:"namespaces"`
-	// IOPolicy and Paths: the subsystem's multipath view (nvme
-	// list-subsys). The fields above are those of the first path.
-	IOPolicy string      `json:"iopolicy,omitempty"`
-	Paths    []pathState `json:"paths,omitempty"`
-}
+type (
+	ctrlState    = hoststate.Controller
+	nsState      = hoststate.Namespace
+	pathState    = hoststate.Path
+	anaNSState   = hoststate.ANANamespace
+	anaGroupInfo = hoststate.ANAGroup
+)
 
-// pathState is one path (controller) of the device's subsystem.
-type pathState struct {
-	Address    string         `json:"address"`
-	CNTLID     uint16         `json:"cntlid"`
-	State      string         `json:"state"`
-	Reconnects int            `json:"reconnects"`
-	ANA        []anaNSState   `json:"ana,omitempty"`
-	Groups     []anaGroupInfo `json:"ana_groups,omitempty"`
-}
-
-// anaNSState is a namespace's ANA state through one path.
-type anaNSState struct {
-	NSID  uint32 `json:"nsid"`
-	State string `json:"state"`
-}
-
-// anaGroupInfo is one ANA group of a path's ANA log.
-type anaGroupInfo struct {
-	ID    uint32   `json:"anagrpid"`
-	State string   `json:"state"`
-	NSIDs []uint32 `json:"nsids,omitempty"`
-}
-
-func instanceDir(dev string) string { return filepath.Join(stateDir(), dev) }
-
-// claimInstance creates the lowest free nvmeN directory.
-func claimInstance() (string, error) {
-	dir := stateDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	for i := 0; i < 10000; i++ {
-		dev := "nvme" + strconv.Itoa(i)
-		err := os.Mkdir(filepath.Join(dir, dev), 0o755)
-		if err == nil {
-			return dev, nil
-		}
-		if !errors.Is(err, os.ErrExist) {
-			return "", err
-		}
-		// A directory left by a daemon that died: reuse it if its
-		// process is gone.
-		if st, err := readState(dev); err == nil && !processAlive(st.PID) && st.PID != 0 {
-			if removeInstance(dev) == nil && os.Mkdir(filepath.Join(dir, dev), 0o755) == nil {
-				return dev, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no free controller instance in %s", dir)
-}
-
-// removeInstance removes a controller's directory (not its log).
-func removeInstance(dev string) error {
-	d := instanceDir(dev)
-	_ = os.Remove(filepath.Join(d, "dev")) // an unmounted FUSE mount point
-	return os.RemoveAll(d)
-}
-
-// writeState replaces the state file atomically. Each write has its own
-// temporary file, so two writers never rename each other's file away.
-func writeState(st *ctrlState) error {
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	d := instanceDir(st.Device)
-	f, err := os.CreateTemp(d, ".state.json.*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(d, "state.json"))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
-}
-
-func readState(dev string) (*ctrlState, error) {
-	b, err := os.ReadFile(filepath.Join(instanceDir(dev), "state.json"))
-	if err != nil {
-		return nil, err
-	}
-	st := new(ctrlState)
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("%s: %w", dev, err)
-	}
-	return st, nil
-}
-
-// instances lists the controller directories, in device order.
-func instances() []string {
-	ents, _ := os.ReadDir(stateDir())
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "nvme") {
-			if _, err := strconv.Atoi(e.Name()[4:]); err == nil {
-				out = append(out, e.Name())
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, _ := strconv.Atoi(out[i][4:])
-		b, _ := strconv.Atoi(out[j][4:])
-		return a < b
-	})
-	return out
-}
-
-// processAlive reports whether pid runs.
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return false
-	}
-	return p.Signal(syscall.Signal(0)) == nil
-}
-
-// connectedTo returns the device of a live controller of nqn at addr
-// (its first path or another one).
-func connectedTo(nqn, addr string) string {
-	for _, dev := range instances() {
-		st, err := readState(dev)
-		if err != nil || st.SubNQN != nqn || !processAlive(st.PID) {
-			continue
-		}
-		if st.Address == addr {
-			return dev
-		}
-		for _, p := range st.Paths {
-			if p.Address == addr {
-				return dev
-			}
-		}
-	}
-	return ""
-}
-
-// subsystemDevice returns the device of a live daemon connected to
-// subsystem nqn (through any port), or "".
-func subsystemDevice(nqn string) string {
-	for _, dev := range instances() {
-		st, err := readState(dev)
-		if err == nil && st.SubNQN == nqn && processAlive(st.PID) {
-			return dev
-		}
-	}
-	return ""
-}
+func instanceDir(dev string) string            { return store().InstanceDir(dev) }
+func claimInstance() (string, error)           { return store().Claim() }
+func removeInstance(dev string) error          { return store().Remove(dev) }
+func writeState(st *ctrlState) error           { return store().Write(st) }
+func readState(dev string) (*ctrlState, error) { return store().Read(dev) }
+func instances() []string                      { return store().Instances() }
+func processAlive(pid int) bool                { return hoststate.ProcessAlive(pid) }
+func connectedTo(nqn, addr string) string      { return store().ConnectedTo(nqn, addr) }
+func subsystemDevice(nqn string) string        { return store().SubsystemDevice(nqn) }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,47 +12,15 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nvmetd/nvmetd/target/configfile"
 )
 
-// maxConfigFile bounds the configuration file: a larger one (or
-// /dev/zero) is refused before it is read whole.
-const maxConfigFile = 1 << 20
+// maxConfigFile bounds the configuration file (target/configfile reads it).
+const maxConfigFile = configfile.MaxSize
 
-// readConfigFile reads the configuration file: a regular file (or a
-// symbolic link to one) of at most maxConfigFile bytes.
-func readConfigFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		what := "a directory"
-		switch t := fi.Mode().Type(); {
-		case t&os.ModeCharDevice != 0:
-			what = "a character device"
-		case t&os.ModeDevice != 0:
-			what = "a block device"
-		case t&os.ModeNamedPipe != 0:
-			what = "a named pipe"
-		case t&os.ModeSocket != 0:
-			what = "a socket"
-		}
-		return nil, fmt.Errorf("%s is %s, not a regular file", path, what)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxConfigFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxConfigFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes; a configuration file is far smaller", path, maxConfigFile)
-	}
-	return b, nil
-}
+// readConfigFile reads the configuration file (configfile.Read).
+func readConfigFile(path string) ([]byte, error) { return configfile.Read(path) }
 
 // yamlLine matches the line number in a YAML parser error.
 var yamlLine = regexp.MustCompile(`yaml: line (\d+): `)

@@ -24,7 +24,7 @@ import (
 //
 //	GET /v1/status                   daemonStatus as JSON
 //	GET /v1/status?health_report=1   the same with health reports of block namespaces
-//	GET, POST /v1/trace              wire traces (trace.go)
+//	GET, POST /v1/trace              wire traces (target/traceapi)
 const statusPath = "/v1/status"
 
 // daemonStatus is the daemon's answer to `nvmetd status`.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 

@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -191,6 +195,30 @@ func canonicalGroupConfig(g *gatewayConfig, cfg *target.Config) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
+// gatewayMember is what this gateway must hold alone in its group
+// (gateway.Member): its name, where it runs (host name and its ports'
+// listen addresses) and each subsystem's CNTLID range as the target hands
+// them out (cntlid_min..cntlid_max; 0 is the default bound).
+func gatewayMember(g *gatewayConfig, cfg *target.Config) gateway.Member {
+	host, _ := os.Hostname()
+	id := []string{host}
+	for _, p := range cfg.Ports {
+		id = append(id, net.JoinHostPort(p.Address, strconv.Itoa(int(p.ServiceID))))
+	}
+	m := gateway.Member{Name: g.Name, Identity: strings.Join(id, " "), CNTLIDs: map[string][2]uint16{}}
+	for _, s := range cfg.Subsystems {
+		lo, hi := s.CNTLIDMin, s.CNTLIDMax
+		if lo == 0 {
+			lo = nvmeof.CNTLIDMin
+		}
+		if hi == 0 || hi > nvmeof.CNTLIDMax {
+			hi = nvmeof.CNTLIDMax
+		}
+		m.CNTLIDs[s.NQN] = [2]uint16{lo, hi}
+	}
+	return m
+}
+
 // gatewayState is the daemon's gateway: the runner and the groups it owns.
 type gatewayState struct {
 	cfg    *gatewayConfig
@@ -343,6 +371,21 @@ func (a daemonApplier) ServeUntil(group uint32, until time.Time) {
 	}
 }
 
+// BackendHealth is the outcome of the I/O of the group's namespaces in
+// the target (target.Target.BackendHealth): the runner samples it, and the
+// machine steps a group down whose backends no longer serve it
+// (gateway.Machine.BackendObserved).
+func (a daemonApplier) BackendHealth(group uint32) gateway.BackendHealth {
+	t, ok := a.d.t.(interface {
+		BackendHealth(uint32) target.BackendHealth
+	})
+	if !ok {
+		return gateway.BackendHealth{}
+	}
+	h := t.BackendHealth(group)
+	return gateway.BackendHealth{Transferred: h.Transferred, PathErrors: h.PathErrors, Blocklisted: h.Blocklisted, LastError: h.LastError}
+}
+
 // WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the
 // group's open rbd namespaces: after a fence, before the gateway serves.
 func (a daemonApplier) WaitForLatestOSDMap(group uint32) error {
@@ -433,9 +476,11 @@ func (d *daemon) startGateway(cfg *loadedConfig) error {
 	}
 	// Each cluster operation gives up well before the lease can end.
 	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
+	member := gatewayMember(g, cfg.Target)
 	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
 		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
-		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire})
+		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire,
+		Member: &member})
 	if err != nil {
 		return err
 	}

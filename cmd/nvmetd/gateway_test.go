@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/nvmetd/nvmetd/gateway"
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/target"
 )
 

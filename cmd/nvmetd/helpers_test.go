@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 )
 
 // isolate gives a test its own environment: no NVMETD_* or systemd

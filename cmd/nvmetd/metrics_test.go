@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 )
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key.

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/nvmetd/nvmetd/target"
+
+	"github.com/nvmetd/nvmetd/target/configfile"
 )
 
 // commentLines returns the comment lines of a YAML document (those whose
@@ -48,7 +50,7 @@ func TestPersistKeepsComments(t *testing.T) {
 	want := commentLines(string(shipped))
 
 	// 1. Saving the running configuration unchanged changes nothing.
-	if _, err := persistConfig(file, sha256.Sum256(shipped), false, lc.Target, ""); err != nil {
+	if _, err := configfile.Save(file, sha256.Sum256(shipped), false, lc.Target, ""); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(file)
@@ -64,7 +66,7 @@ func TestPersistKeepsComments(t *testing.T) {
 	c := lc.Target.Clone()
 	sc := &c.Subsystems[0]
 	sc.Namespaces = append(sc.Namespaces, target.NamespaceConfig{NSID: 9, Backend: target.BackendConfig{Kind: "memory", Size: "1MiB"}})
-	if _, err := persistConfig(file, sha256.Sum256(got), false, c, ""); err != nil {
+	if _, err := configfile.Save(file, sha256.Sum256(got), false, c, ""); err != nil {
 		t.Fatal(err)
 	}
 	got2, _ := os.ReadFile(file)
@@ -86,12 +88,12 @@ func TestPersistKeepsComments(t *testing.T) {
 	// old value must not survive as a kept line).
 	c3 := lc2.Target.Clone()
 	c3.Subsystems[0].Model = "nvmetd-x"
-	if _, err := persistConfig(file, sha256.Sum256(got2), false, c3, ""); err != nil {
+	if _, err := configfile.Save(file, sha256.Sum256(got2), false, c3, ""); err != nil {
 		t.Fatal(err)
 	}
 	got3, _ := os.ReadFile(file)
 	c3.Subsystems[0].Model = ""
-	if _, err := persistConfig(file, sha256.Sum256(got3), false, c3, ""); err != nil {
+	if _, err := configfile.Save(file, sha256.Sum256(got3), false, c3, ""); err != nil {
 		t.Fatal(err)
 	}
 	lc4, err := load(t, "--config", file)

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/target"
 )
 
-// The fake target traces into a file it is handed (trace.go's tracer).
+// The fake target traces into a file it is handed (traceapi.Tracer).
 func (f *fakeTarget) StartTrace(spec target.TraceSpec, w io.WriteCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

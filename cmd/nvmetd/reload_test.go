@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 )
 
 // TestFailedReloadIsLoud: an admin rotates a key with an edit the daemon

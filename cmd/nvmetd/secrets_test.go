@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
+
+	"github.com/nvmetd/nvmetd/target/configfile"
 )
 
 // readAsNobody reads path as the unprivileged user nobody and returns what
@@ -88,7 +90,7 @@ subsystems:
 
 	// A persisted change writes the file 0600.
 	doc, _ := os.ReadFile(file)
-	if _, err := persistConfig(file, sha256.Sum256(doc), false, lc.Target, ""); err != nil {
+	if _, err := configfile.Save(file, sha256.Sum256(doc), false, lc.Target, ""); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
@@ -109,7 +111,7 @@ subsystems:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := persistConfig(plain, sha256.Sum256(pdoc), false, plc.Target, ""); err != nil {
+	if _, err := configfile.Save(plain, sha256.Sum256(pdoc), false, plc.Target, ""); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(plain); fi.Mode().Perm() != 0o644 {

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -17,114 +15,27 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nvmetd/nvmetd/target"
+	"github.com/nvmetd/nvmetd/target/traceapi"
 )
 
-// The control socket's trace operation (the one op this file adds to it):
-//
-//	GET  /v1/trace                        the running (or last) trace's status
-//	POST /v1/trace {"action":"start", "file":"/abs.pcap", "spec":{...}}
-//	POST /v1/trace {"action":"stop"}
-const tracePath = "/v1/trace"
-
-// traceRequest is the body of POST /v1/trace.
-type traceRequest struct {
-	Action string           `json:"action"` // start or stop
-	File   string           `json:"file,omitempty"`
-	Spec   target.TraceSpec `json:"spec"`
-}
-
-// tracer is what the daemon needs of a target for traces (*target.Target).
-type tracer interface {
-	StartTrace(spec target.TraceSpec, w io.WriteCloser) error
-	StopTrace() (target.TraceStatus, error)
-	TraceStatus() (target.TraceStatus, bool)
-}
-
-// traceRoutes adds the trace operation to the control socket's mux.
+// traceRoutes adds the trace service (target/traceapi) to the control
+// socket's mux, on the daemon's target.
 func (d *daemon) traceRoutes(mux *http.ServeMux) {
-	reply := func(w http.ResponseWriter, code int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(v)
-	}
-	fail := func(w http.ResponseWriter, code int, err error) {
-		reply(w, code, map[string]string{"error": err.Error()})
-	}
-	get := func() (tracer, error) {
+	traceapi.Routes(mux, func() (traceapi.Tracer, error) {
 		if d.t == nil {
 			return nil, errors.New("the target is not created yet")
 		}
-		tr, ok := d.t.(tracer)
+		tr, ok := d.t.(traceapi.Tracer)
 		if !ok {
 			return nil, errors.New("this target cannot trace")
 		}
 		return tr, nil
-	}
-	mux.HandleFunc("GET "+tracePath, func(w http.ResponseWriter, r *http.Request) {
-		tr, err := get()
+	}, func(path string) (io.WriteCloser, error) {
+		f, err := createPrivate(path) // never through a link, nor into another user's file
 		if err != nil {
-			fail(w, http.StatusServiceUnavailable, err)
-			return
+			return nil, err
 		}
-		st, ok := tr.TraceStatus()
-		if !ok {
-			fail(w, http.StatusNotFound, target.ErrNoTrace)
-			return
-		}
-		reply(w, http.StatusOK, st)
-	})
-	mux.HandleFunc("POST "+tracePath, func(w http.ResponseWriter, r *http.Request) {
-		tr, err := get()
-		if err != nil {
-			fail(w, http.StatusServiceUnavailable, err)
-			return
-		}
-		var req traceRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			fail(w, http.StatusBadRequest, fmt.Errorf("bad request: %w", err))
-			return
-		}
-		switch req.Action {
-		case "start":
-			if !filepath.IsAbs(req.File) {
-				fail(w, http.StatusBadRequest, fmt.Errorf("file %q is not an absolute path", req.File))
-				return
-			}
-			// The daemon runs as root: never write through a link or
-			// into a file another user made (createPrivate).
-			f, err := createPrivate(req.File)
-			if err != nil {
-				fail(w, http.StatusBadRequest, err)
-				return
-			}
-			if err := tr.StartTrace(req.Spec, f); err != nil {
-				code := http.StatusBadRequest
-				if errors.Is(err, target.ErrTraceRunning) {
-					code = http.StatusConflict
-				}
-				fail(w, code, err)
-				return
-			}
-			st, _ := tr.TraceStatus()
-			reply(w, http.StatusOK, st)
-		case "stop":
-			st, err := tr.StopTrace()
-			if err != nil {
-				code := http.StatusInternalServerError
-				if errors.Is(err, target.ErrNoTrace) {
-					code = http.StatusNotFound
-				}
-				fail(w, code, err)
-				return
-			}
-			reply(w, http.StatusOK, st)
-		default:
-			fail(w, http.StatusBadRequest, fmt.Errorf("action %q is not start or stop", req.Action))
-		}
+		return f, nil
 	})
 }
 
@@ -180,7 +91,7 @@ flags:
 		fmt.Fprintf(stderr, "nvmetd trace: --output %q is not normal or json\n", *output)
 		return exitUsage
 	}
-	var req *traceRequest
+	var req *traceapi.Request
 	switch action {
 	case "start":
 		spec := target.TraceSpec{Host: *host, Address: *addr, Duration: *duration, QID: -1}
@@ -226,9 +137,9 @@ flags:
 			fmt.Fprintf(stderr, "nvmetd trace: %v\n", err)
 			return exitUsage
 		}
-		req = &traceRequest{Action: "start", File: abs, Spec: spec}
+		req = &traceapi.Request{Action: "start", File: abs, Spec: spec}
 	case "stop":
-		req = &traceRequest{Action: "stop"}
+		req = &traceapi.Request{Action: "stop"}
 	case "status":
 	default:
 		fmt.Fprintf(stderr, "nvmetd trace: %q is not start, stop or status\n", action)
@@ -241,7 +152,7 @@ flags:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	st, err := traceCall(ctx, path, req)
+	st, err := traceapi.Call(ctx, path, req)
 	if err != nil {
 		fmt.Fprintf(stderr, "nvmetd trace: %v\n", err)
 		return exitFailure
@@ -258,47 +169,6 @@ flags:
 	}
 	fmt.Fprintf(stdout, "trace %s: %d queues, %d packets, %d bytes, since %s\n", state, st.Queues, st.Packets, st.Bytes, st.Started.Format(time.RFC3339))
 	return exitOK
-}
-
-// traceCall sends a trace request (nil: status) to the daemon.
-func traceCall(ctx context.Context, socket string, req *traceRequest) (*target.TraceStatus, error) {
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}}}
-	defer client.CloseIdleConnections()
-	method, body := http.MethodGet, io.Reader(nil)
-	if req != nil {
-		b, err := json.Marshal(req)
-		if err != nil {
-			return nil, err
-		}
-		method, body = http.MethodPost, bytes.NewReader(b)
-	}
-	hr, err := http.NewRequestWithContext(ctx, method, "http://nvmetd"+tracePath, body)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(hr)
-	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", socket, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return nil, errors.New(e.Error)
-		}
-		return nil, fmt.Errorf("control socket %s: %s", socket, resp.Status)
-	}
-	var st target.TraceStatus
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("control socket %s: bad answer: %w", socket, err)
-	}
-	return &st, nil
 }
 
 // parseByteSize parses "64MiB", "1GiB", "4096".

@@ -148,17 +148,6 @@ func TestImportDirection(t *testing.T) {
 			}
 		}
 	}
-	// Test support (internal/testing/...) is imported by tests only.
-	for _, p := range pkgs {
-		if p.Standard || !strings.HasPrefix(p.ImportPath, module) || under(p.ImportPath, "internal/testing") {
-			continue
-		}
-		for _, imp := range p.Imports {
-			if under(imp, "internal/testing") {
-				t.Errorf("%s imports %s: test support is for tests only", p.ImportPath, imp)
-			}
-		}
-	}
 	// Only the target (its collector) and the commands (and their serving
 	// helper) speak Prometheus: the layers below export plain stats
 	// structs.
@@ -179,5 +168,45 @@ func TestImportDirection(t *testing.T) {
 	}
 	if i := slices.IndexFunc(append(tp.TestImports, tp.XTestImports...), func(s string) bool { return under(s, "initiator") }); i >= 0 {
 		t.Errorf("target's tests import the initiator: the initiator's tests import the target, keep one direction")
+	}
+}
+
+// testSupport says whether a package of the module is test support: the
+// tree internal/testing/..., the suites and their helpers under test/...,
+// and backend/backendtest, the backend conformance kit that is public on
+// purpose (implementations outside this module run it, as testing/fstest).
+func testSupport(path string) bool {
+	for _, dir := range []string{"internal/testing", "test", "backend/backendtest"} {
+		if path == module+dir || strings.HasPrefix(path, module+dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTestSupportApart: what only tests use lives in its own tree, apart
+// from what the product runs. No package of the product imports test
+// support (in its non-test files), and no package of the product is test
+// support in disguise: a non-test file that imports "testing" is a test
+// helper, and belongs under internal/testing/ (or test/).
+func TestTestSupportApart(t *testing.T) {
+	pkgs := list(t, "./...")
+	var product int
+	for _, p := range pkgs {
+		if p.Standard || !strings.HasPrefix(p.ImportPath, module) || testSupport(p.ImportPath) {
+			continue
+		}
+		product++
+		for _, imp := range p.Imports {
+			if testSupport(imp) {
+				t.Errorf("%s imports %s: test support is for tests only", p.ImportPath, imp)
+			}
+			if imp == "testing" {
+				t.Errorf("%s imports testing outside its tests: a test helper in a package of the product (move it under internal/testing/)", p.ImportPath)
+			}
+		}
+	}
+	if product == 0 || pkgs[module+"internal/testing/rawtcp"] == nil {
+		t.Fatal("the package graph lists no product package or no test support: the check saw nothing")
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/nvmetd/nvmetd/internal/fuzzseed"
+	"github.com/nvmetd/nvmetd/internal/testing/fuzzseed"
 
 	"github.com/nvmetd/nvmetd/nvmeof"
 )

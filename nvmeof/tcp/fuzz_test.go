@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/testing/rawtcp"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
@@ -15,13 +16,13 @@ import (
 // loopback connection, after a valid ICReq and Connect: whatever they are,
 // the queue answers, terminates or closes, and never panics or hangs.
 func FuzzQueuePDUs(f *testing.F) {
-	h := &host{d: wire.Digests{Header: true, Data: true}}
+	h := rawtcp.New(f, nil, wire.Digests{Header: true, Data: true})
 	var dh [wire.DataHLen]byte
 	wire.PutDataHeader(dh[:], wire.Header{}, 7, 0, 0, 512)
-	f.Add(h.appendPDU(nil, wire.TypeCapsuleCmd, 0, rwSQE(nvmeof.NVMRead, 5, 0, 4096, false)[:], nil))
-	f.Add(h.appendPDU(nil, wire.TypeCapsuleCmd, 0, rwSQE(nvmeof.NVMWrite, 6, 0, 512, true)[:], make([]byte, 512)))
-	f.Add(append(h.appendPDU(nil, wire.TypeCapsuleCmd, 0, rwSQE(nvmeof.NVMWrite, 7, 0, 512, false)[:], nil),
-		h.appendPDU(nil, wire.TypeH2CData, wire.FlagLastPDU, dh[wire.CommonHeaderSize:], make([]byte, 512))...))
+	f.Add(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMRead, 5, 0, 4096, false)[:], nil))
+	f.Add(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMWrite, 6, 0, 512, true)[:], make([]byte, 512)))
+	f.Add(append(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMWrite, 7, 0, 512, false)[:], nil),
+		h.AppendPDU(nil, wire.TypeH2CData, wire.FlagLastPDU, dh[wire.CommonHeaderSize:], make([]byte, 512))...))
 	f.Add(wire.AppendTermReq(nil, wire.TypeH2CTermReq, wire.FESInvalidHeaderField, 0, nil))
 	f.Add([]byte{4, 3, 72, 0, 255, 255, 255, 255})
 	m := newMemHandler()
@@ -33,7 +34,7 @@ func FuzzQueuePDUs(f *testing.F) {
 	binary.LittleEndian.PutUint16(sqe[44:], 31)
 	sqe.SGL1().SetIdentifier(nvmeof.SGLIDInCapsule)
 	sqe.SGL1().SetInCapsule(0, nvmeof.ConnectDataSize)
-	connect := h.appendPDU(nil, wire.TypeCapsuleCmd, 0, sqe[:], make([]byte, nvmeof.ConnectDataSize))
+	connect := h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, sqe[:], make([]byte, nvmeof.ConnectDataSize))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
@@ -41,14 +42,14 @@ func FuzzQueuePDUs(f *testing.F) {
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(fuzzDeadline))
-		msg := append(append(append([]byte(nil), wire.NewICReq(0, h.d, 0)[:]...), connect...), b...)
+		msg := append(append(append([]byte(nil), wire.NewICReq(0, h.Digests, 0)[:]...), connect...), b...)
 		if _, err := c.Write(msg); err != nil {
 			return
 		}
 		_ = c.(*net.TCPConn).CloseWrite()
 		// The queue ends (our FIN, a TermReq, or the PDU timeout of a
 		// PDU cut short) well within the deadline.
-		if _, err := io.Copy(io.Discard, c); err != nil && !isReset(err) {
+		if _, err := io.Copy(io.Discard, c); err != nil && !rawtcp.IsReset(err) {
 			t.Fatalf("the queue did not end: %v (input %x)", err, b)
 		}
 	})

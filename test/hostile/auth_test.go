@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
 )

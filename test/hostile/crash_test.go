@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 

@@ -1,6 +1,6 @@
 // Package hostile is the hostile-peer suite: the real nvmetd daemon runs as
 // a subprocess (built with go build in TestMain), and raw peers
-// (internal/rawpeer) attack it over real TCP sockets on loopback. A crash
+// (internal/testing/rawpeer) attack it over real TCP sockets on loopback. A crash
 // is a dead process (exit status and "panic"/"fatal error" on its stderr);
 // memory is the process's RSS (/proc/PID/status VmRSS and VmHWM) and its
 // file descriptors /proc/PID/fd. Every case states its bound (a timeout in
@@ -39,8 +39,8 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 )
 
 // rssCap is where TestFlood stops a cycle to protect the machine (the

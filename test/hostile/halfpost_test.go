@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"

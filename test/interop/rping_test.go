@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/testnode"
+	"github.com/nvmetd/nvmetd/internal/testing/testnode"
 	"github.com/nvmetd/nvmetd/test/interop/lab"
 )
 

@@ -5,7 +5,7 @@ import (
 	"flag"
 	"testing"
 
-	"github.com/nvmetd/nvmetd/internal/fuzzseed"
+	"github.com/nvmetd/nvmetd/internal/testing/fuzzseed"
 )
 
 var update = flag.Bool("update", false, "rewrite the fuzz seed corpora")

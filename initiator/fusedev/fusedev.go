@@ -1,4 +1,10 @@
-package main
+// Package fusedev is the host tool's block device: a FUSE directory with
+// one regular file per namespace (n1, n2, ...), the size of the
+// namespace, whose reads and writes are NVMe Reads and Writes and whose
+// fsync is an NVMe Flush, through an initiator.Head (all its paths). A
+// loop device over such a file is the namespace as a block device; the
+// connection daemon (cmd/nvmeof) mounts it under its instance directory.
+package fusedev
 
 import (
 	"context"
@@ -20,11 +26,6 @@ import (
 	"github.com/nvmetd/nvmetd/initiator"
 )
 
-// The FUSE side: a directory with one regular file per namespace (n1,
-// n2, ...), the size of the namespace, whose reads and writes are NVMe
-// Reads and Writes and whose fsync is an NVMe Flush. A loop device over
-// such a file is the namespace as a block device.
-
 // Access (issue 22.1): the directory is mounted allow_other (a loop
 // device, udev's probes and the tools run as root must open the files),
 // so it is also mounted default_permissions: the kernel checks every open
@@ -33,18 +34,18 @@ import (
 // only check if the mount option were lost): the owner or root, nobody
 // else. The mount is nosuid,nodev,noexec: device files, not programs.
 
-// devRoot is the FUSE root directory.
-type devRoot struct {
+// Root is the FUSE root directory: the device directory.
+type Root struct {
 	fs.Inode
 	directIO bool
 	// uid and gid own the namespace files (the daemon's user).
 	uid, gid uint32
 }
 
-var _ = (fs.NodeOnAdder)((*devRoot)(nil))
+var _ = (fs.NodeOnAdder)((*Root)(nil))
 
 // OnAdd is called once the root is mounted.
-func (r *devRoot) OnAdd(ctx context.Context) {}
+func (r *Root) OnAdd(ctx context.Context) {}
 
 // nsFile is the file of one namespace.
 type nsFile struct {
@@ -74,19 +75,20 @@ var (
 	_ = (fs.NodeReleaser)((*nsFile)(nil))
 )
 
-func nsName(nsid uint32) string { return "n" + strconv.FormatUint(uint64(nsid), 10) }
+// Name is the file name of namespace nsid in the directory.
+func Name(nsid uint32) string { return "n" + strconv.FormatUint(uint64(nsid), 10) }
 
-// addNamespace puts a namespace's file in the directory.
-func (r *devRoot) addNamespace(ns *initiator.Head) {
+// AddNamespace puts a namespace's file in the directory.
+func (r *Root) AddNamespace(ns *initiator.Head) {
 	f := &nsFile{ns: ns, directIO: r.directIO, uid: r.uid, gid: r.gid}
 	ch := r.NewPersistentInode(context.Background(), f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(ns.NSID()) + 1})
-	r.AddChild(nsName(ns.NSID()), ch, true)
+	r.AddChild(Name(ns.NSID()), ch, true)
 }
 
-// removeNamespace takes a namespace's file out of the directory.
-func (r *devRoot) removeNamespace(nsid uint32) {
-	r.RmChild(nsName(nsid))
-	_ = r.NotifyEntry(nsName(nsid))
+// RemoveNamespace takes a namespace's file out of the directory.
+func (r *Root) RemoveNamespace(nsid uint32) {
+	r.RmChild(Name(nsid))
+	_ = r.NotifyEntry(Name(nsid))
 }
 
 // Open opens the device file; with directIO the kernel keeps no page cache
@@ -112,9 +114,9 @@ func (f *nsFile) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	return 0
 }
 
-// openCount returns how many handles of namespace nsid's file are open.
-func (r *devRoot) openCount(nsid uint32) int {
-	ch := r.GetChild(nsName(nsid))
+// OpenCount returns how many handles of namespace nsid's file are open.
+func (r *Root) OpenCount(nsid uint32) int {
+	ch := r.GetChild(Name(nsid))
 	if ch == nil {
 		return 0
 	}
@@ -124,9 +126,9 @@ func (r *devRoot) openCount(nsid uint32) int {
 	return 0
 }
 
-// written reports whether namespace nsid's file was ever written.
-func (r *devRoot) written(nsid uint32) bool {
-	if ch := r.GetChild(nsName(nsid)); ch != nil {
+// Written reports whether namespace nsid's file was ever written.
+func (r *Root) Written(nsid uint32) bool {
+	if ch := r.GetChild(Name(nsid)); ch != nil {
 		if f, ok := ch.Operations().(*nsFile); ok {
 			return f.wrote.Load()
 		}
@@ -256,10 +258,10 @@ func (f *nsFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) sysc
 // cached here; durability is Fsync's).
 func (f *nsFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
 
-// mountFUSE mounts the device directory on dir. mount(2) is used directly
+// Mount mounts the device directory on dir. mount(2) is used directly
 // (there may be no fusermount), which needs root.
-func mountFUSE(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Server, *devRoot, error) {
-	root := &devRoot{directIO: directIO, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())}
+func Mount(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Server, *Root, error) {
+	root := &Root{directIO: directIO, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())}
 	one := time.Second
 	srv, err := fs.Mount(dir, root, &fs.Options{
 		EntryTimeout: &one,
@@ -288,7 +290,7 @@ func mountFUSE(dir, name string, directIO bool, nss []*initiator.Head) (*fuse.Se
 	}
 	closeOnExecFUSE()
 	for _, ns := range nss {
-		root.addNamespace(ns)
+		root.AddNamespace(ns)
 	}
 	return srv, root, nil
 }
@@ -321,21 +323,21 @@ func closeOnExecFUSE() {
 // completes asynchronously, after its last opener has closed it), and how
 // long the FUSE server may take to see the connection end.
 const (
-	fuseUnmountRetry = 15 * time.Second
-	fuseServeEnd     = 10 * time.Second
+	UnmountRetry = 15 * time.Second
+	ServeEnd     = 10 * time.Second
 )
 
-// unmountFUSE unmounts the device directory dir served by srv and waits
+// Unmount unmounts the device directory dir served by srv and waits
 // for srv to end, never forever. losetup --detach only marks a busy loop
 // device for autoclear: it keeps the namespace file open until its last
 // opener (a udev probe, a late writeback) lets go, and until then umount
-// fails with EBUSY. The unmount is retried for fuseUnmountRetry (the whole
+// fails with EBUSY. The unmount is retried for UnmountRetry (the whole
 // of srv.Unmount, which also waits for the server's loops), then done
-// lazily (MNT_DETACH); if the server has still not ended fuseServeEnd
+// lazily (MNT_DETACH); if the server has still not ended ServeEnd
 // later, the FUSE connection is aborted through fusectl
 // (/sys/fs/fuse/connections/N/abort), which fails whatever still holds the
 // file with ENOTCONN rather than leaving this process unable to exit.
-func unmountFUSE(srv *fuse.Server, dir string, log *zap.Logger) {
+func Unmount(srv *fuse.Server, dir string, log *zap.Logger) {
 	// The connection's number in fusectl is the minor of the mount's
 	// device; read it while dir is still mounted.
 	var st unix.Stat_t
@@ -370,7 +372,7 @@ func unmountFUSE(srv *fuse.Server, dir string, log *zap.Logger) {
 			log.Info("FUSE unmounted after retries", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
 		}
 		return
-	case <-time.After(fuseUnmountRetry):
+	case <-time.After(UnmountRetry):
 		close(stop)
 	}
 	log.Warn("FUSE unmount did not complete: detaching it lazily", zap.String("dir", dir))
@@ -382,7 +384,7 @@ func unmountFUSE(srv *fuse.Server, dir string, log *zap.Logger) {
 	select {
 	case <-ended:
 		return
-	case <-time.After(fuseServeEnd):
+	case <-time.After(ServeEnd):
 	}
 	log.Warn("FUSE connection still in use (another mount namespace may hold the mount): aborting it", zap.Int("fusectl_connection", conn))
 	if conn >= 0 {
@@ -392,7 +394,7 @@ func unmountFUSE(srv *fuse.Server, dir string, log *zap.Logger) {
 	}
 	select {
 	case <-ended:
-	case <-time.After(fuseServeEnd):
+	case <-time.After(ServeEnd):
 		log.Error("FUSE server did not end; exiting anyway")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package nvmecli
 
 // libnvme 1.3's nvme_status_to_string(status, false) (src/nvme/util.c), as
 // nvme-cli 2.3's error-log prints a status: the text by status code type
@@ -125,9 +125,9 @@ var pathStatusNames = map[uint8]string{
 	0x71: "Command Aborted By Host: The command was aborted as a result of host action",
 }
 
-// statusString is nvme_status_to_string(status, false) of an NVMe status
+// StatusString is nvme_status_to_string(status, false) of an NVMe status
 // (the CQE status field without the phase tag: SC bits 7:0, SCT 10:8).
-func statusString(status uint16) string {
+func StatusString(status uint16) string {
 	sc, sct := uint8(status), status>>8&7
 	var names map[uint8]string
 	switch sct {

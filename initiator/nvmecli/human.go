@@ -1,4 +1,4 @@
-package main
+package nvmecli
 
 import (
 	"fmt"
@@ -162,14 +162,16 @@ func tempLine(w io.Writer, k uint16, what string) {
 // showIDCtrlHuman prints the -H decoding that nvme-cli 2.3 prints after
 // the id-ctrl field name (nvme_show_id_ctrl_<name>), nothing for a field
 // without one.
-func showIDCtrlHuman(w io.Writer, name string, b []byte) {
-	u8 := func(o int) uint32 { return uint32(b[o]) }
-	u16 := func(o int) uint32 { return uint32(le16(b, o)) }
-	u32 := func(o int) uint32 { return le32(b, o) }
+func showIDCtrlHuman(w io.Writer, f *field, b []byte) {
+	name := f.name
+	fv := uint32(0)
+	if f.kind <= u64 {
+		fv = uint32(f.uint(b))
+	}
 	bits := func(v uint32, hi, lo uint) uint32 { return v >> lo & (1<<(hi-lo+1) - 1) }
 	switch name {
 	case "cmic":
-		v := u8(76)
+		v := fv
 		if r := bits(v, 7, 4); r != 0 {
 			hl(w, "  [7:4] : ", r, "Reserved")
 		}
@@ -178,7 +180,7 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 		hl(w, "  [1:1] : ", bits(v, 1, 1), "%s Controller", pickU(bits(v, 1, 1), "Multi", "Single"))
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "%s Port", pickU(bits(v, 0, 0), "Multi", "Single"))
 	case "oaes":
-		v := u32(92)
+		v := fv
 		hl(w, "  [31:31] : ", bits(v, 31, 31), "Discovery Log Change Notice %sSupported", notU(bits(v, 31, 31)))
 		if r := bits(v, 30, 28); r != 0 {
 			hl(w, "  [30:28] : ", r, "Reserved")
@@ -201,7 +203,7 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 			hl(w, "  [7:0] : ", r, "Reserved")
 		}
 	case "ctratt":
-		v := u32(96)
+		v := fv
 		if r := v >> 20; r != 0 {
 			hl(w, " [31:20] : ", r, "Reserved")
 		}
@@ -220,30 +222,30 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 			hl(w, fmt.Sprintf("  [%d:%d] : ", f.bit, f.bit), b, "%s %sSupported", f.text, notU(b))
 		}
 	case "cntrltype":
-		v := u8(111)
+		v := fv
 		hl(w, "  [7:2] : ", bits(v, 7, 2), "Reserved")
 		hl(w, "  [1:0] : ", v, "%s", [...]string{"Controller type not reported", "I/O Controller", "Discovery Controller", "Administrative Controller"}[v&3])
 		return // nvme-cli prints no blank line after this one
 	case "nvmsr":
-		v := u8(253)
+		v := fv
 		if r := v >> 2 & 0xfc; r != 0 {
 			hl(w, " [7:2] : ", r, "Reserved")
 		}
 		hl(w, "  [1:1] : ", bits(v, 1, 1), "NVM subsystem %spart of an Enclosure", notU(bits(v, 1, 1)))
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "NVM subsystem %spart of an Storage Device", notU(bits(v, 0, 0)))
 	case "vwci":
-		v := u8(254)
+		v := fv
 		hl(w, "  [7:7] : ", bits(v, 7, 7), "VPD Write Cycles Remaining field is %svalid.", notU(bits(v, 7, 7)))
 		hl(w, "  [6:0] : ", v&0xfe, "VPD Write Cycles Remaining ")
 	case "mec":
-		v := u8(255)
+		v := fv
 		if r := v >> 2 & 0xfc; r != 0 {
 			hl(w, " [7:2] : ", r, "Reserved")
 		}
 		hl(w, "  [1:1] : ", bits(v, 1, 1), "NVM subsystem %scontains a Management Endpoint on a PCIe port", notU(bits(v, 1, 1)))
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "NVM subsystem %scontains a Management Endpoint on an SMBus/I2C port", notU(bits(v, 0, 0)))
 	case "oacs":
-		v := u16(256)
+		v := fv
 		if r := bits(v, 15, 11); r != 0 {
 			hl(w, " [15:11] : ", r, "Reserved")
 		}
@@ -258,7 +260,7 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 			hl(w, fmt.Sprintf("  [%d:%d] : ", f.bit, f.bit), b, "%s %sSupported", f.text, notU(b))
 		}
 	case "frmw":
-		v := u8(260)
+		v := fv
 		if r := bits(v, 7, 6); r != 0 {
 			hl(w, "  [7:6] : ", r, "Reserved")
 		}
@@ -267,7 +269,7 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 		hl(w, "  [3:1] : ", bits(v, 3, 1), "Number of Firmware Slots")
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "Firmware Slot 1 Read%s", pickU(bits(v, 0, 0), "-Only", "/Write"))
 	case "lpa":
-		v := u8(261)
+		v := fv
 		if r := bits(v, 7, 7); r != 0 {
 			hl(w, "  [7:7] : ", r, "Reserved")
 		}
@@ -279,36 +281,36 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 		hl(w, "  [1:1] : ", bits(v, 1, 1), "Command Effects Log Page %sSupported", notU(bits(v, 1, 1)))
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "SMART/Health Log Page per NS %sSupported", notU(bits(v, 0, 0)))
 	case "elpe":
-		fmt.Fprintf(w, "  [7:0] : %d (0's based)\tError Log Page Entries (ELPE)\n", b[262])
+		fmt.Fprintf(w, "  [7:0] : %d (0's based)\tError Log Page Entries (ELPE)\n", fv)
 	case "npss":
-		fmt.Fprintf(w, "  [7:0] : %d (0's based)\tNumber of Power States Support (NPSS)\n", b[263])
+		fmt.Fprintf(w, "  [7:0] : %d (0's based)\tNumber of Power States Support (NPSS)\n", fv)
 	case "avscc", "icsvscc":
-		v, what := u8(264), "Admin"
+		v, what := fv, "Admin"
 		if name == "icsvscc" {
-			v, what = u8(530), "NVM"
+			what = "NVM"
 		}
 		if r := v >> 1; r != 0 {
 			hl(w, "  [7:1] : ", r, "Reserved")
 		}
 		hl(w, "  [0:0] : ", v&1, "%s Vendor Specific Commands uses %s Format", what, pickU(v&1, "NVMe", "Vendor Specific"))
 	case "apsta":
-		v := u8(265)
+		v := fv
 		if r := v >> 1; r != 0 {
 			hl(w, "  [7:1] : ", r, "Reserved")
 		}
 		hl(w, "  [0:0] : ", v&1, "Autonomous Power State Transitions %sSupported", notU(v&1))
 	case "wctemp":
-		tempLine(w, le16(b, 266), "Warning Composite Temperature Threshold (WCTEMP)")
+		tempLine(w, uint16(fv), "Warning Composite Temperature Threshold (WCTEMP)")
 		return
 	case "cctemp":
-		tempLine(w, le16(b, 268), "Critical Composite Temperature Threshold (CCTEMP)")
+		tempLine(w, uint16(fv), "Critical Composite Temperature Threshold (CCTEMP)")
 		return
 	case "tnvmcap":
-		fmt.Fprintf(w, "[127:0] : %s\n\tTotal NVM Capacity (TNVMCAP)\n", u128(b[280:296]))
+		fmt.Fprintf(w, "[127:0] : %s\n\tTotal NVM Capacity (TNVMCAP)\n", u128(f.raw(b)))
 	case "unvmcap":
-		fmt.Fprintf(w, "[127:0] : %s\n\tUnallocated NVM Capacity (UNVMCAP)\n", u128(b[296:312]))
+		fmt.Fprintf(w, "[127:0] : %s\n\tUnallocated NVM Capacity (UNVMCAP)\n", u128(f.raw(b)))
 	case "rpmbs":
-		v := u32(312)
+		v := fv
 		hl(w, " [31:24]: ", bits(v, 31, 24), "Access Size")
 		hl(w, " [23:16]: ", bits(v, 23, 16), "Total Size")
 		if r := bits(v, 15, 6); r != 0 {
@@ -317,19 +319,19 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 		hl(w, "  [5:3] : ", bits(v, 5, 3), "Authentication Method")
 		hl(w, "  [2:0] : ", bits(v, 2, 0), "Number of RPMB Units")
 	case "hctma":
-		v := u16(322)
+		v := fv
 		if r := v >> 1; r != 0 {
 			hl(w, " [15:1] : ", r, "Reserved")
 		}
 		hl(w, "  [0:0] : ", v&1, "Host Controlled Thermal Management %sSupported", notU(v&1))
 	case "mntmt":
-		tempLine(w, le16(b, 324), "Minimum Thermal Management Temperature (MNTMT)")
+		tempLine(w, uint16(fv), "Minimum Thermal Management Temperature (MNTMT)")
 		return
 	case "mxtmt":
-		tempLine(w, le16(b, 326), "Maximum Thermal Management Temperature (MXTMT)")
+		tempLine(w, uint16(fv), "Maximum Thermal Management Temperature (MXTMT)")
 		return
 	case "sanicap":
-		v := u32(328)
+		v := fv
 		nodmmas := bits(v, 31, 30)
 		hl(w, "  [31:30] : ", nodmmas, "%s", [...]string{
 			"Additional media modification after sanitize operation completes successfully is not defined",
@@ -344,7 +346,7 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 		hl(w, "    [1:1] : ", bits(v, 1, 1), "Block Erase Sanitize Operation %sSupported", notU(bits(v, 1, 1)))
 		hl(w, "    [0:0] : ", bits(v, 0, 0), "Crypto Erase Sanitize Operation %sSupported", notU(bits(v, 0, 0)))
 	case "anacap":
-		v := u8(343)
+		v := fv
 		hl(w, "  [7:7] : ", bits(v, 7, 7), "Non-zero group ID %sSupported", notU(bits(v, 7, 7)))
 		hl(w, "  [6:6] : ", bits(v, 6, 6), "Group ID does %schange", pickU(bits(v, 6, 6), "not ", ""))
 		if r := bits(v, 5, 5); r != 0 {
@@ -358,14 +360,14 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 			hl(w, fmt.Sprintf("  [%d:%d] : ", f.bit, f.bit), b, "%s %sSupported", f.text, notU(b))
 		}
 	case "sqes", "cqes":
-		v, q := u8(512), "SQ"
+		v, q := fv, "SQ"
 		if name == "cqes" {
-			v, q = u8(513), "CQ"
+			q = "CQ"
 		}
 		hl(w, "  [7:4] : ", v>>4, "Max %s Entry Size (%d)", q, 1<<(v>>4))
 		hl(w, "  [3:0] : ", v&0xf, "Min %s Entry Size (%d)", q, 1<<(v&0xf))
 	case "oncs":
-		v := u16(520)
+		v := fv
 		if r := bits(v, 15, 9); r != 0 {
 			hl(w, " [15:9] : ", r, "Reserved")
 		}
@@ -378,13 +380,13 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 			hl(w, fmt.Sprintf("  [%d:%d] : ", f.bit, f.bit), b, "%s %sSupported", f.text, notU(b))
 		}
 	case "fuses":
-		v := u16(522)
+		v := fv
 		if r := bits(v, 7, 1); r != 0 { // nvme-cli masks 0xFE
 			hl(w, " [15:1] : ", r, "Reserved")
 		}
 		hl(w, "  [0:0] : ", v&1, "Fused Compare and Write %sSupported", notU(v&1))
 	case "fna":
-		v := u8(524)
+		v := fv
 		if r := v >> 4; r != 0 {
 			hl(w, "  [7:4] : ", r, "Reserved")
 		}
@@ -393,7 +395,7 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 		hl(w, "  [1:1] : ", bits(v, 1, 1), "Crypto Erase Applies to %s Namespace(s)", pickU(bits(v, 1, 1), "All", "Single"))
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "Format Applies to %s Namespace(s)", pickU(bits(v, 0, 0), "All", "Single"))
 	case "vwc":
-		v := u8(525)
+		v := fv
 		if r := v >> 3; r != 0 {
 			hl(w, "  [7:3] : ", r, "Reserved")
 		}
@@ -402,7 +404,7 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 			"The Flush command does not support NSID set to FFFFFFFFh", "The Flush command supports NSID set to FFFFFFFFh"}[flush])
 		hl(w, "  [0:0] : ", v&1, "Volatile Write Cache %sPresent", notU(v&1))
 	case "nwpc":
-		v := u8(531)
+		v := fv
 		if r := v >> 3; r != 0 {
 			hl(w, "  [7:3] : ", r, "Reserved")
 		}
@@ -410,14 +412,14 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 		hl(w, "  [1:1] : ", bits(v, 1, 1), "Write Protect Until Power Supply %sSupported", notU(bits(v, 1, 1)))
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "No Write Protect and Write Protect Namespace %sSupported", notU(bits(v, 0, 0)))
 	case "ocfs":
-		v := u16(534)
+		v := fv
 		if r := v >> 2; r != 0 {
 			hl(w, "  [15:2] : ", r, "Reserved")
 		}
 		hl(w, "  [1:1] : ", bits(v, 1, 1), "Controller Copy Format 1h %sSupported", notU(bits(v, 1, 1)))
 		hl(w, "  [0:0] : ", bits(v, 0, 0), "Controller Copy Format 0h %sSupported", notU(bits(v, 0, 0)))
 	case "sgls":
-		v := u32(536)
+		v := fv
 		sglsp := v & 3
 		if r := v >> 22; r != 0 {
 			hl(w, " [31:22]: ", r, "Reserved")
@@ -450,13 +452,13 @@ func showIDCtrlHuman(w io.Writer, name string, b []byte) {
 			hl(w, " [1:0]  : ", sglsp, "Scatter-Gather Lists Not Supported")
 		}
 	case "fcatt":
-		v := u8(1802)
+		v := fv
 		if r := v >> 1; r != 0 {
 			hl(w, "  [7:1] : ", r, "Reserved")
 		}
 		hl(w, "  [0:0] : ", v&1, "%s Controller Model", pickU(v&1, "Static", "Dynamic"))
 	case "ofcs":
-		v := u16(1804)
+		v := fv
 		if r := v >> 1; r != 0 {
 			hl(w, "  [15:1] : ", r, "Reserved")
 		}

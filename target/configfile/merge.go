@@ -1,4 +1,4 @@
-package main
+package configfile
 
 import (
 	"fmt"
@@ -65,7 +65,7 @@ func mergeList[T any](oldSeq *yaml.Node, old, run, min []T, key func(*T) string,
 		}
 		switch {
 		case j < 0:
-			out.Content = append(out.Content, toNode(reflect.ValueOf(min[i]), true))
+			out.Content = append(out.Content, Node(reflect.ValueOf(min[i]), true))
 		case reflect.DeepEqual(old[j], run[i]):
 			out.Content = append(out.Content, oldSeq.Content[j])
 		case nested != nil:
@@ -75,7 +75,7 @@ func mergeList[T any](oldSeq *yaml.Node, old, run, min []T, key func(*T) string,
 			}
 			fallthrough
 		default:
-			n := toNode(reflect.ValueOf(min[i]), true)
+			n := Node(reflect.ValueOf(min[i]), true)
 			keepComments(oldSeq.Content[j], n)
 			out.Content = append(out.Content, n)
 		}

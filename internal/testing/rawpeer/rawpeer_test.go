@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmetd/nvmetd/internal/rawpeer"
+	"github.com/nvmetd/nvmetd/internal/testing/rawpeer"
 	"github.com/nvmetd/nvmetd/iwarp"
 	"github.com/nvmetd/nvmetd/iwarp/wire"
 )

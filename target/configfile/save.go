@@ -1,4 +1,4 @@
-package main
+package configfile
 
 import (
 	"bytes"
@@ -15,12 +15,12 @@ import (
 	"github.com/nvmetd/nvmetd/target"
 )
 
-// errConfigChanged is returned by persistConfig when the configuration file
+// ErrChanged is returned by Save when the configuration file
 // is not what the daemon last read or wrote: someone edited it since, and
 // writing would lose that edit.
-var errConfigChanged = errors.New("the configuration file changed on disk since nvmetd read it (reload it with SIGHUP first, or save with force)")
+var ErrChanged = errors.New("the configuration file changed on disk since nvmetd read it (reload it with SIGHUP first, or save with force)")
 
-// persistConfig writes the running configuration back into the
+// Save writes the running configuration back into the
 // configuration file, atomically (a temporary file in the same directory,
 // fsync, rename, fsync of the directory; nvmetcli save does the same): the
 // ports, subsystems and hosts are replaced by cfg's (settings at their
@@ -30,14 +30,14 @@ var errConfigChanged = errors.New("the configuration file changed on disk since 
 // the replaced lists) stays as it was. Unless force, the file must still
 // have the content whose SHA-256 is want. It returns the new content's
 // SHA-256.
-func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, logLevel string) ([32]byte, error) {
+func Save(file string, want [32]byte, force bool, cfg *target.Config, logLevel string) ([32]byte, error) {
 	var sum [32]byte
-	doc, err := readConfigFile(file)
+	doc, err := Read(file)
 	if err != nil {
 		return sum, fmt.Errorf("config file %s: %w", file, err)
 	}
 	if !force && sha256.Sum256(doc) != want {
-		return sum, fmt.Errorf("config file %s: %w", file, errConfigChanged)
+		return sum, fmt.Errorf("config file %s: %w", file, ErrChanged)
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(doc, &root); err != nil {
@@ -58,7 +58,7 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 		reflect.DeepEqual(old.Subsystems, run.Subsystems) && reflect.DeepEqual(old.Hosts, run.Hosts) {
 		// Nothing to save: the file is left as it is, byte for byte,
 		// but for its mode when it holds a literal secret.
-		if hasLiteralSecrets(out) {
+		if HasLiteralSecrets(out) {
 			if err := privateMode(file); err != nil {
 				return sum, fmt.Errorf("config file %s: %w", file, err)
 			}
@@ -72,7 +72,7 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 			dm = &yaml.Node{Kind: yaml.MappingNode}
 			setKey(m, "daemon", dm)
 		}
-		setKey(dm, "log_level", scalar("!!str", logLevel))
+		setKey(dm, "log_level", Scalar("!!str", logLevel))
 	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
@@ -86,7 +86,7 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 	// A file that holds a literal secret is written 0600 whatever its
 	// mode was (an admin's 0644 conffile would hand the key to every
 	// local user).
-	if err := writeFileAtomic(file, b.Bytes(), hasLiteralSecrets(out)); err != nil {
+	if err := writeFileAtomic(file, b.Bytes(), HasLiteralSecrets(out)); err != nil {
 		return sum, fmt.Errorf("config file %s: %w", file, err)
 	}
 	return sha256.Sum256(b.Bytes()), nil
@@ -94,7 +94,7 @@ func persistConfig(file string, want [32]byte, force bool, cfg *target.Config, l
 
 // listNode is a configuration list as YAML: block style, [] when empty.
 func listNode(v reflect.Value) *yaml.Node {
-	n := toNode(v, true)
+	n := Node(v, true)
 	if len(n.Content) == 0 {
 		n.Style = yaml.FlowStyle
 	}
@@ -121,7 +121,7 @@ func setKey(m *yaml.Node, key string, v *yaml.Node) {
 			return
 		}
 	}
-	m.Content = append(m.Content, scalar("!!str", key), v)
+	m.Content = append(m.Content, Scalar("!!str", key), v)
 }
 
 // writeFileAtomic replaces path with data: a temporary file beside it with
