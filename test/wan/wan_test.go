@@ -323,7 +323,11 @@ subsystems:
       - {nsid: 1, backend: {kind: memory, size: %[3]dMiB}}
 `, targetIP, wanNQN, nsMiB)
 	l.must(time.Minute, "cat > /root/wan/nvmetd.yaml <<'EOF'\n"+cfg+"EOF")
-	l.nvmetdJob = vm.Background(context.Background(), "exec /usr/bin/ip netns exec wt "+l.nvmetd+" --config /root/wan/nvmetd.yaml >/root/wan/nvmetd.log 2>&1")
+	// A background job without a deadline is killed after the harness's
+	// DefaultExecTimeout (5 min): nvmetd lives as long as the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Hour)
+	t.Cleanup(cancel)
+	l.nvmetdJob = vm.Background(ctx, "exec /usr/bin/ip netns exec wt "+l.nvmetd+" --config /root/wan/nvmetd.yaml >/root/wan/nvmetd.log 2>&1")
 	t.Cleanup(l.nvmetdJob.Kill)
 	l.must(2*time.Minute, "for i in $(seq 600); do /usr/bin/ip netns exec wt ss -ltn | grep -q ':4421 ' && exit 0; sleep 0.2; done; exit 1")
 	// The kernel's nvmet-tcp in wt (its listening socket is created in
@@ -632,6 +636,24 @@ func loadavg() string {
 	return strings.TrimSpace(string(b))
 }
 
+// printTable prints the table of rows (also when the matrix stopped
+// early) and writes it to WAN_OUTPUT.
+func (l *wanLab) printTable(paths []wanPath, rows []row) {
+	t := l.t
+	tab := table(rows)
+	hdr := fmt.Sprintf("WAN matrix: Linux %s guest under TCG, bottleneck %.0f Mbit/s (tbf), %d s per load; host load average at the end: %s\n\n",
+		l.vm.Release(), l.rate, l.runtime, loadavg())
+	for _, p := range paths {
+		hdr += fmt.Sprintf("- path %s: %s (each direction: delay RTT/2, the loss, reordering and duplication)\n", p.name, p)
+	}
+	fmt.Println(hdr + "\n" + tab)
+	if f := os.Getenv("WAN_OUTPUT"); f != "" {
+		if err := os.WriteFile(f, []byte(hdr+"\n"+tab), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // TestWAN runs the matrix and prints the table (make wan).
 func TestWAN(t *testing.T) {
 	l := startWANLab(t)
@@ -643,6 +665,7 @@ func TestWAN(t *testing.T) {
 		t.Logf("iperf3: %s", l.iperfWhy)
 	}
 	var rows []row
+	defer func() { l.printTable(paths, rows) }()
 	for _, p := range paths {
 		l.shape(p)
 		for _, s := range systems {
@@ -651,18 +674,6 @@ func TestWAN(t *testing.T) {
 				log, _ := l.sh(time.Minute, "tail -c 6000 /root/wan/nvmetd.log")
 				t.Fatalf("nvmetd exited during %s on %s; its log ends:\n%s", s.name, p.name, log)
 			}
-		}
-	}
-	tab := table(rows)
-	hdr := fmt.Sprintf("WAN matrix: Linux %s guest under TCG, bottleneck %.0f Mbit/s (tbf), %d s per load; host load average at the end: %s\n\n",
-		l.vm.Release(), l.rate, l.runtime, loadavg())
-	for _, p := range paths {
-		hdr += fmt.Sprintf("- path %s: %s (each direction: delay RTT/2, the loss, reordering and duplication)\n", p.name, p)
-	}
-	fmt.Println(hdr + "\n" + tab)
-	if f := os.Getenv("WAN_OUTPUT"); f != "" {
-		if err := os.WriteFile(f, []byte(hdr+"\n"+tab), 0o644); err != nil {
-			t.Error(err)
 		}
 	}
 	for _, r := range rows {
@@ -678,7 +689,9 @@ func TestWAN(t *testing.T) {
 // both directions is lost; the hosts' routes stay (flagged linkdown).
 func (l *wanLab) outage(name, args string) {
 	t := l.t
-	job := l.vm.Background(context.Background(), "wanverify -duration 90s "+args+" 2>/root/wan/"+name+".progress")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	job := l.vm.Background(ctx, "wanverify -duration 90s "+args+" 2>/root/wan/"+name+".progress")
 	defer job.Kill()
 	time.Sleep(20 * time.Second)
 	l.must(time.Minute, "/usr/bin/ip -n wt link set vb down")
