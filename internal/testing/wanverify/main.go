@@ -26,6 +26,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/testing/verify"
+	"golang.org/x/sys/unix"
 )
 
 // Result is what wanverify prints at the end.
@@ -60,14 +61,19 @@ func main() {
 
 	var d verify.Device
 	var c *initiator.Controller
+	var blk *os.File
 	res := Result{}
 	switch {
 	case *dev != "":
-		f, err := os.OpenFile(*dev, os.O_RDWR, 0)
+		// O_SYNC: a write returns once it is on the device (the
+		// controller acknowledged it), not in the page cache; the sweep
+		// drops the device's cache first (BLKFLSBUF) and reads the device.
+		f, err := os.OpenFile(*dev, os.O_RDWR|os.O_SYNC, 0)
 		if err != nil {
 			fatal(err)
 		}
 		defer f.Close()
+		blk = f
 		if d, err = verify.File(f); err != nil {
 			fatal(err)
 		}
@@ -139,6 +145,11 @@ func main() {
 	res.StallStart = longestAt.Sub(start).Seconds()
 	if c != nil {
 		res.Reconnects = c.Reconnects()
+	}
+	if blk != nil {
+		if err := unix.IoctlSetInt(int(blk.Fd()), unix.BLKFLSBUF, 0); err != nil {
+			fatal(fmt.Errorf("BLKFLSBUF %s: %w", *dev, err))
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	r := w.Sweep(ctx, d)
