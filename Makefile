@@ -34,7 +34,7 @@ comma        := ,
 # Packages tested with -tags rbd (those with rbd files, and the cluster helper).
 RBD_PKGS     := ./backend/ ./gateway/ ./test/ceph/...
 
-.PHONY: help build build-rbd rbd-tags deps alloc test test-rbd test-rbd-run bench-rbd vet fmt-check fuzz-smoke bench interop lab install deb deb-test clean
+.PHONY: help build build-rbd rbd-tags deps alloc test test-rbd test-rbd-run bench-rbd vet fmt-check fuzz-smoke bench interop wan lab install deb deb-test clean
 
 help:
 	@echo 'make build       all ./cmd/... binaries into bin/ (static, CGO_ENABLED=0)'
@@ -47,6 +47,7 @@ help:
 	@echo 'make fuzz-smoke  every Fuzz target for FUZZTIME ($(FUZZTIME)) each'
 	@echo 'make bench       benchmarks of BENCH_PKGS, COUNT times, into BENCHOUT ($(BENCHOUT)); compare with benchstat'
 	@echo 'make interop     the interop tests against the Linux kernels (6.1, 6.12) in the lab VM (test/lab)'
+	@echo 'make wan         the WAN lab in the lab VM: emulated paths (netem, tbf), the matrix and its table, the 30 s outage (test/wan; docs/wan.md)'
 	@echo 'make lab         set up the lab VM, both kernels (test/lab/setup.sh; root)'
 	@echo 'make install     deploy/install.sh (root)'
 	@echo 'make deb         the Debian packages into dist/: nvmetd, and nvmetd-rbd if librbd-dev/librados-dev are installed (deploy/deb/build.sh)'
@@ -172,6 +173,15 @@ bench:
 # Both lab kernels, one after the other (NVMETD_LAB_KERNEL=6.12 for one).
 interop:
 	$(GO) test ./test/interop/... -v -count=1 -timeout $(TEST_TIMEOUT)
+
+# The WAN lab (docs/wan.md): in one lab VM (NVMETD_LAB_KERNEL, default
+# 6.1), the matrix of paths × systems × loads and its table, then the 30 s
+# outage with nvmeof and the Linux host. WAN_PATHS, WAN_SYSTEMS,
+# WAN_LOADS, WAN_RUNTIME, WAN_RATE, WAN_OUTAGE and WAN_OUTPUT narrow or
+# change it (test/wan/wan_test.go). Hours under TCG for the full matrix.
+WAN_TIMEOUT ?= 6h
+wan:
+	NVMETD_WAN=1 $(GO) test ./test/wan/ -run 'TestWAN' -v -count=1 -timeout $(WAN_TIMEOUT)
 
 lab:
 	$(SUDO) test/lab/setup.sh

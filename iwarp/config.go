@@ -107,6 +107,9 @@ type Config struct {
 	// SO_SNDBUF and SO_RCVBUF (SPDK sets 2 MiB); 0 keeps the kernel's
 	// default and its automatic tuning.
 	SocketSendBuffer, SocketReceiveBuffer int
+	// TCP sets the connection's congestion control and TCP_NOTSENT_LOWAT
+	// (sockopt.go); the zero value keeps the kernel's defaults.
+	TCP TCPOptions
 	// Admission, when set, caps the connections a Listener holds and closes
 	// those that the ULP does not admit (QP.Admit) in time; one Admission
 	// may serve several listeners. Nil: no caps (Dial ignores it).
@@ -172,5 +175,5 @@ func (c *Config) Validate() error {
 	case d.SocketSendBuffer < 0 || d.SocketSendBuffer > maxSocketBuffer || d.SocketReceiveBuffer < 0 || d.SocketReceiveBuffer > maxSocketBuffer:
 		return fmt.Errorf("iwarp: config socket buffers %d/%d: want 0..%d", d.SocketSendBuffer, d.SocketReceiveBuffer, maxSocketBuffer)
 	}
-	return nil
+	return d.TCP.Validate()
 }

@@ -438,6 +438,9 @@ func (qp *QP) start(conn *net.TCPConn, cfg *Config, neg negotiated, responder bo
 	if err != nil {
 		return err
 	}
+	if err := cfg.TCP.Apply(conn); err != nil {
+		return err
+	}
 	qp.mu.Lock()
 	if qp.started || qp.e.state != QPStateIdle {
 		qp.mu.Unlock()

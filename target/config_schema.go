@@ -108,6 +108,10 @@ type PortConfig struct {
 	// Several ports (or several nvmetd processes) serving one subsystem
 	// are the paths a multipath host chooses between by these states.
 	ANAGroups []ANAGroupConfig `mapstructure:"ana_groups"`
+	// TCPCongestion overrides transport.tcp_congestion for the connections
+	// of this port (iWARP ports): e.g. bbr on a port that faces a WAN,
+	// the kernel's default on the one that faces the rack.
+	TCPCongestion string `mapstructure:"tcp_congestion"`
 }
 
 // ANAGroupConfig is the state of one ANA group on a port.
@@ -303,6 +307,15 @@ type TransportConfig struct {
 	// kernel's default with its automatic tuning.
 	SocketSendBuffer    string `mapstructure:"socket_send_buffer"`
 	SocketReceiveBuffer string `mapstructure:"socket_receive_buffer"`
+	// TCPCongestion is each connection's congestion control
+	// (TCP_CONGESTION: "cubic", "bbr" where the kernel has it); empty
+	// keeps the kernel's net.ipv4.tcp_congestion_control. A port's
+	// tcp_congestion overrides it. docs/wan.md has the measurements.
+	TCPCongestion string `mapstructure:"tcp_congestion"`
+	// TCPNotSentLowat is each connection's TCP_NOTSENT_LOWAT ("128KiB"):
+	// at most this much unsent data queued in the socket; empty or 0
+	// keeps the kernel's (no watermark).
+	TCPNotSentLowat string `mapstructure:"tcp_notsent_lowat"`
 }
 
 // LimitsConfig caps the resources a peer can make the target hold. A
@@ -674,6 +687,17 @@ func (t *TransportConfig) RDMA() (rdma.TransportConfig, error) {
 			return cfg, &FieldError{Field: b.field, Reason: fmt.Sprintf("%q is not a size from 0 to 1GiB", b.val), Err: err}
 		}
 		*b.dst = int(n)
+	}
+	cfg.TCP.Congestion = t.TCPCongestion
+	if t.TCPNotSentLowat != "" {
+		n, err := backend.ParseSize(t.TCPNotSentLowat)
+		if err != nil || n < 0 || n > 1<<30 {
+			return cfg, &FieldError{Field: "tcp_notsent_lowat", Reason: fmt.Sprintf("%q is not a size from 0 to 1GiB", t.TCPNotSentLowat), Err: err}
+		}
+		cfg.TCP.NotSentLowat = int(n)
+	}
+	if err := cfg.TCP.Probe(); err != nil {
+		return cfg, &FieldError{Field: "tcp_congestion", Reason: err.Error(), Err: err}
 	}
 	return cfg, nil
 }

@@ -249,6 +249,12 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, er
 		return listenConfig{}, err
 	}
 	tc.Admission = s.adm
+	if pc.TCPCongestion != "" {
+		tc.TCP.Congestion = pc.TCPCongestion
+		if err := tc.TCP.Probe(); err != nil {
+			return listenConfig{}, &FieldError{Field: fmt.Sprintf("ports[%d].tcp_congestion", pc.ID), Reason: err.Error(), Err: err}
+		}
+	}
 	return listenConfig{rdma: rdma.ControllerConfig{
 		Transport:       tc,
 		InlineDataSize:  pc.InlineDataSize,

@@ -75,14 +75,15 @@ type connectOptsJSON struct {
 	MetricsListen                  string
 	IOPolicy                       string
 	FastIOFailTmo                  int
-	HdrDigest, DataDigest          bool `json:",omitempty"`
+	HdrDigest, DataDigest          bool   `json:",omitempty"`
+	TCPCongestion, TCPNotSentLowat string `json:",omitempty"`
 }
 
 func (o *connectOpts) toJSON() connectOptsJSON {
 	f := &o.fabrics
 	return connectOptsJSON{f.transport, f.traddr, f.trsvcid, f.nqn, f.hostnqn, f.hostid, f.nrIOQueues, f.queueSize,
 		f.keepAliveTmo, f.reconnDelay, f.ctrlLossTmo, f.crc, f.maxFPDU, f.connTimeout, f.ioTimeout, f.busyPoll, f.maxTransfer, f.socketBuffer,
-		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.force, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen, o.iopolicy, o.fastIOFailTmo, f.hdrDigest, f.dataDigest}
+		o.mount, o.loop, o.mountNSID, o.fstype, o.mkfs, o.force, o.mountOpts, o.loopDirectIO, o.fuseDirectIO, f.dhchapSecret, f.dhchapCtrlSecret, o.metricsListen, o.iopolicy, o.fastIOFailTmo, f.hdrDigest, f.dataDigest, f.tcpCongestion, f.tcpNotSentLowat}
 }
 
 func (j connectOptsJSON) opts() connectOpts {
@@ -91,7 +92,8 @@ func (j connectOptsJSON) opts() connectOpts {
 			hostid: j.HostID, nrIOQueues: j.NrIOQueues, queueSize: j.QueueSize, keepAliveTmo: j.KeepAliveTmo,
 			reconnDelay: j.ReconnectDelay, ctrlLossTmo: j.CtrlLossTmo, crc: j.CRC, maxFPDU: j.MaxFPDU, connTimeout: j.ConnectTimeout,
 			ioTimeout: j.IOTimeout, busyPoll: j.BusyPoll, maxTransfer: j.MaxTransfer, socketBuffer: j.SocketBuffer,
-			dhchapSecret: j.DHCHAPSecret, dhchapCtrlSecret: j.DHCHAPCtrlSecret, hdrDigest: j.HdrDigest, dataDigest: j.DataDigest},
+			dhchapSecret: j.DHCHAPSecret, dhchapCtrlSecret: j.DHCHAPCtrlSecret, hdrDigest: j.HdrDigest, dataDigest: j.DataDigest,
+			tcpCongestion: j.TCPCongestion, tcpNotSentLowat: j.TCPNotSentLowat},
 		mount: j.Mount, loop: j.Loop, mountNSID: j.MountNSID, fstype: j.FSType, mkfs: j.MKFS, force: j.Force, mountOpts: j.MountOpts,
 		loopDirectIO: j.LoopDirectIO, fuseDirectIO: j.FUSEDirectIO, metricsListen: j.MetricsListen, iopolicy: j.IOPolicy, fastIOFailTmo: j.FastIOFailTmo,
 	}

@@ -43,6 +43,9 @@ type fabricsOpts struct {
 	dataDigest   bool // NVMe/TCP data digest (-G)
 	maxTransfer  int
 	socketBuffer string
+	// tcpCongestion and tcpNotSentLowat are each queue's TCP_CONGESTION and
+	// TCP_NOTSENT_LOWAT (docs/wan.md).
+	tcpCongestion, tcpNotSentLowat string
 	// dhchapSecret and dhchapCtrlSecret are the DH-HMAC-CHAP secrets
 	// (literal DHHC-1 or file:PATH).
 	dhchapSecret, dhchapCtrlSecret string
@@ -76,6 +79,8 @@ func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
 	fs.DurationVar(&o.ioTimeout, "io-timeout", 0, "I/O command timeout before error recovery (default 30s)")
 	fs.DurationVar(&o.busyPoll, "busy-poll", 0, "spin this long on each queue's socket before sleeping (lower latency for a busy core; 0: off; at most 1s)")
 	fs.StringVar(&o.socketBuffer, "socket-buffer", "", "SO_SNDBUF and SO_RCVBUF of each queue's socket (bytes, k/m; SPDK sets 2m; default: the kernel's, auto-tuned)")
+	fs.StringVar(&o.tcpCongestion, "tcp-congestion", "", "congestion control of each queue's TCP connection (cubic, bbr where the kernel has it; default: the kernel's, net.ipv4.tcp_congestion_control)")
+	fs.StringVar(&o.tcpNotSentLowat, "tcp-notsent-lowat", "", "TCP_NOTSENT_LOWAT of each queue's socket (bytes, k/m; default: none, the kernel's)")
 	fs.IntVar(&o.maxTransfer, "max-transfer", 0, "largest data transfer of one command in bytes (default 1 MiB, lowered by MDTS)")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "log protocol events to stderr")
 }
@@ -137,12 +142,23 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 			return initiator.Config{}, fmt.Errorf("--socket-buffer %q: want a size up to 1g", o.socketBuffer)
 		}
 	}
+	tcpOpts := rdma.TCPOptions{Congestion: o.tcpCongestion}
+	if o.tcpNotSentLowat != "" {
+		n, err := parseSize(o.tcpNotSentLowat)
+		if err != nil || n < 0 || n > 1<<30 {
+			return initiator.Config{}, fmt.Errorf("--tcp-notsent-lowat %q: want a size up to 1g", o.tcpNotSentLowat)
+		}
+		tcpOpts.NotSentLowat = int(n)
+	}
+	if err := tcpOpts.Probe(); err != nil {
+		return initiator.Config{}, fmt.Errorf("--tcp-congestion/--tcp-notsent-lowat: %w", err)
+	}
 	cfg := initiator.Config{
 		Address:         addr,
 		SubNQN:          subnqn,
 		NrIOQueues:      o.nrIOQueues,
 		QueueSize:       o.queueSize,
-		Transport:       rdma.TransportConfig{CRC: crc, MaxFPDU: o.maxFPDU, BusyPoll: o.busyPoll, SocketSendBuffer: int(sockBuf), SocketReceiveBuffer: int(sockBuf)},
+		Transport:       rdma.TransportConfig{CRC: crc, MaxFPDU: o.maxFPDU, BusyPoll: o.busyPoll, SocketSendBuffer: int(sockBuf), SocketReceiveBuffer: int(sockBuf), TCP: tcpOpts},
 		Logger:          log,
 		ConnectTimeout:  o.connTimeout,
 		IOTimeout:       o.ioTimeout,

@@ -76,11 +76,18 @@ type TransportConfig struct {
 	// SocketSendBuffer and SocketReceiveBuffer set each connection's TCP
 	// socket buffers (SO_SNDBUF, SO_RCVBUF; 0: the kernel's autotuning).
 	SocketSendBuffer, SocketReceiveBuffer int
+	// TCP is each connection's congestion control and TCP_NOTSENT_LOWAT
+	// (iwarp.TCPOptions; zero: the kernel's defaults).
+	TCP TCPOptions
 	// Admission, on a controller's listener, caps the connections it holds
 	// and closes those not admitted in time; one Admission may serve
 	// several listeners. Nil: no caps. Hosts ignore it.
 	Admission *Admission
 }
+
+// TCPOptions are a connection's congestion control and TCP_NOTSENT_LOWAT
+// (iwarp.TCPOptions).
+type TCPOptions = iwarp.TCPOptions
 
 // engine is the iWARP configuration for c, with log as its logger.
 func (c *TransportConfig) engine(log *zap.Logger) iwarp.Config {
@@ -95,6 +102,7 @@ func (c *TransportConfig) engine(log *zap.Logger) iwarp.Config {
 
 		SocketSendBuffer:    c.SocketSendBuffer,
 		SocketReceiveBuffer: c.SocketReceiveBuffer,
+		TCP:                 c.TCP,
 	}
 	if c.Admission != nil {
 		e.Admission = c.Admission.a
