@@ -602,6 +602,18 @@ func TestFenceBlocklistExpiry(t *testing.T) {
 			t.Errorf("%s blocklisted until %s only: a fence must last about %s (after %s)", a, exp, gateway.DefaultBlocklistExpire, min)
 		}
 	}
+	// An OSD refuses a blocklisted client's operations once it has the OSD
+	// map with the entry; the victim's operations carry its older epoch
+	// and do not make the OSD wait for it, so a read of the victim right
+	// after the fence may still be served (it was: 1 CI run). The fence
+	// makes the fencer's client wait for the latest map (Fence); an
+	// operation of the fencer's on the same object then brings the OSD
+	// to that map before it handles anything after it (the OSD-map
+	// barrier of docs/rbd.md), and only then is the victim's refusal
+	// certain.
+	if _, err := fencer.Read(1); err != nil {
+		t.Fatalf("the fencer's read after the fence: %v", err)
+	}
 	if _, err := victim.Read(1); !errors.Is(err, gateway.ErrFenced) {
 		t.Errorf("the fenced client's read: %v, want ErrFenced", err)
 	}
