@@ -50,6 +50,17 @@ type gwProc struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    string
+	// netns, if set, is the network namespace (ip netns name) the
+	// process runs in, and listen the address its port listens on there
+	// (default 127.0.0.1).
+	netns, listen string
+}
+
+func (p *gwProc) listenAddr() string {
+	if p.listen == "" {
+		return "127.0.0.1"
+	}
+	return p.listen
 }
 
 func (p *gwProc) config(c *cephtest.Cluster, image, group string, cmin int) string {
@@ -87,7 +98,13 @@ func (p *gwProc) start() {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	p.cmd = exec.Command(p.bin, "--config", filepath.Join(p.dir, "nvmetd.yaml"))
+	if p.netns != "" {
+		// nsenter execs the gateway: the process is the gateway itself
+		// (signals reach it).
+		p.cmd = exec.Command("nsenter", "--net=/run/netns/"+p.netns, "--", p.bin, "--config", filepath.Join(p.dir, "nvmetd.yaml"))
+	} else {
+		p.cmd = exec.Command(p.bin, "--config", filepath.Join(p.dir, "nvmetd.yaml"))
+	}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
@@ -101,7 +118,7 @@ func (p *gwProc) start() {
 	}()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		c, err := net.DialTimeout("tcp4", "127.0.0.1:"+strconv.Itoa(p.port), time.Second)
+		c, err := net.DialTimeout("tcp4", net.JoinHostPort(p.listenAddr(), strconv.Itoa(p.port)), time.Second)
 		if err == nil {
 			c.Close()
 			return
@@ -136,10 +153,20 @@ func (p *gwProc) stop(sig syscall.Signal) {
 // waitLog waits until the process's log file matches re.
 func (p *gwProc) waitLog(re string) {
 	p.t.Helper()
+	p.waitLogFrom(re, 0)
+}
+
+// waitLogFrom waits until the process's log file from byte from on
+// (logSize's mark) matches re.
+func (p *gwProc) waitLogFrom(re string, from int64) {
+	p.t.Helper()
 	rx := regexp.MustCompile(re)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		b, _ := os.ReadFile(p.log)
+		if int64(len(b)) >= from {
+			b = b[from:]
+		}
 		if rx.Match(b) {
 			return
 		}

@@ -28,6 +28,10 @@ var labOpts = lab.Options{Forwards: []int{7000}}
 
 func TestMain(m *testing.M) {
 	code := lab.Main(m)
+	if err := closePartNet(); err != nil {
+		fmt.Fprintf(os.Stderr, "interop: %v\n", err)
+		code = 1
+	}
 	removeHostBuilds()
 	os.Exit(code)
 }
@@ -62,6 +66,9 @@ var suite = []struct {
 	{"LinuxHostMultipath", testLinuxHostMultipath},
 	// The Ceph RBD gateway group (issue 16): needs the test cluster.
 	{"LinuxHostGateway", testLinuxHostGateway},
+	// The gateway group with real partitions (issue 21): each gateway in
+	// a network namespace, a cluster of the test's own.
+	{"LinuxHostGatewayPartition", testLinuxHostGatewayPartition},
 	{"AdminCommands", testAdminCommandsAgainstNvmeCLI},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.

@@ -1,0 +1,462 @@
+package interop_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/internal/testing/gwnet"
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+)
+
+// The gateway group against the Linux host with real partitions (issue
+// 21): two nvmetd-rbd gateways, each in a network namespace of its own
+// (internal/testing/gwnet: veth pairs, a Ceph cluster of the test's own on
+// 10.77.S.1, a partition is nftables rules inside a gateway's namespace),
+// serve one subsystem with two namespaces in two ANA groups: nsid 1 (ANA
+// group 1, preferred gw-a) and nsid 2 (ANA group 2, preferred gw-b), one
+// RBD image each. The guest reaches this machine's loopback only (slirp:
+// 10.0.2.2:P is 127.0.0.1:P), so each gateway's port is forwarded there
+// from the test process (gwnet.Forward: a plain byte-stream relay, which
+// MPA allows; a partition stays real, since the cut is between the
+// gateway's namespace and the cluster, not on the host's path). The guest's
+// stock Linux host connects to both gateways (native multipath: one disk
+// per namespace) and runs the verified workload (vwriter, O_DIRECT,
+// versioned blocks) on each namespace at once:
+//
+//  1. the owner of group 1 (gw-a) is cut from Ceph, not from the host,
+//     with writes in flight: it steps down, gw-b fences it and takes
+//     group 1 (it holds both), the host's I/O of nsid 1 moves to gw-b;
+//  2. after three leases the partition heals: gw-a finds its clients of
+//     group 1 fenced and, as group 1's preferred owner, takes it back by
+//     a fenced failback (it fences gw-b's client of group 1): no write
+//     completes through gw-a between the heal and its acquisition, and
+//     the failback happens under load on both groups: gw-b, the holder of
+//     group 2, is not fenced on it (it keeps group 2, whose I/O never
+//     fails).
+//
+// At the end each vwriter sweeps its whole disk: 0 regressed blocks. The
+// stalls (vwriter's gaps) are logged against lease + fence + 2 × KATO.
+// The test network and its cluster (one OSD: the scenario cuts the owner
+// from every daemon) are made once for both kernels (partNet) and removed
+// by TestMain.
+
+const gatewayPartNQN = "nqn.2024-01.io.nvmetd.interop:gateway-part"
+
+// partNet is the test network of the partition tests, made on first use
+// and removed by TestMain (closePartNet).
+var partNet struct {
+	once sync.Once
+	net  *gwnet.Network
+	err  error
+	skip string
+}
+
+func partNetwork(t *testing.T) *gwnet.Network {
+	t.Helper()
+	partNet.once.Do(func() {
+		if partNet.skip = gwnet.Unavailable(); partNet.skip != "" {
+			return
+		}
+		partNet.net, partNet.err = gwnet.Start([]string{"NVMETD_CEPH_OSDS=1"})
+	})
+	if partNet.skip != "" {
+		t.Skip(partNet.skip)
+	}
+	if partNet.err != nil {
+		t.Fatalf("the partition tests' network and cluster: %v", partNet.err)
+	}
+	return partNet.net
+}
+
+// closePartNet removes the partition tests' network and cluster, if made.
+func closePartNet() error {
+	if partNet.net == nil {
+		return nil
+	}
+	return partNet.net.Close()
+}
+
+// partConfig is a gateway's configuration: two ANA groups, one namespace
+// each.
+func (p *gwProc) partConfig(c *cephtest.Cluster, images [2]string, group string, cmin int) string {
+	return fmt.Sprintf(`daemon: {control_socket: %[1]s, log_level: info, log_format: console}
+gateway:
+  name: %[2]s
+  group: %[3]s
+  cluster: {ceph_conf: %[4]s, client_id: %[5]s, keyring: %[6]s, pool: %[7]s}
+  lease: 5s
+  renew_interval: 1s
+  step_down_margin: 2s
+  failback_delay: 3s
+  ana_groups: [{id: 1, preferred: gw-a}, {id: 2, preferred: gw-b}]
+ports:
+  - {id: 1, address: %[8]s, service_id: %[9]d, subsystems: [%[10]s]}
+subsystems:
+  - nqn: %[10]s
+    allow_any_host: true
+    model: nvmetd gateway interop
+    cntlid_min: %[11]d
+    cntlid_max: %[12]d
+    namespaces:
+      - nsid: 1
+        ana_group: 1
+        backend: {kind: rbd, pool: %[7]s, image: %[13]s, ceph_conf: %[4]s, client_id: %[5]s, keyring: %[6]s, op_timeout: 5s}
+      - nsid: 2
+        ana_group: 2
+        backend: {kind: rbd, pool: %[7]s, image: %[14]s, ceph_conf: %[4]s, client_id: %[5]s, keyring: %[6]s, op_timeout: 5s}
+`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.listenAddr(), p.port, gatewayPartNQN,
+		cmin, cmin+999, images[0], images[1])
+}
+
+// nsBytes polls the gateways' status (control sockets) every 20 ms and
+// keeps, per gateway and namespace, the bytes its successful reads and
+// writes moved (target.IOCounters: a failed command moves none), to
+// count what completed through a gateway in an interval.
+type nsBytes struct {
+	done, exited chan struct{}
+	mu           sync.Mutex
+	samples      []nsSample
+}
+
+type nsSample struct {
+	at time.Time
+	by [2]map[uint32]int64 // gateway → nsid → bytes (nil: no answer)
+}
+
+func startNSBytes(dirs ...string) *nsBytes {
+	s := &nsBytes{done: make(chan struct{}), exited: make(chan struct{})}
+	var clients []*http.Client
+	for _, d := range dirs {
+		sock := filepath.Join(d, "ctl.sock")
+		clients = append(clients, &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}})
+	}
+	get := func(c *http.Client) map[uint32]int64 {
+		resp, err := c.Get("http://nvmetd/v1/status")
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var st struct {
+			Target struct {
+				Subsystems []struct {
+					Namespaces []struct {
+						NSID uint32 `json:"nsid"`
+						IO   struct {
+							R uint64 `json:"read_bytes"`
+							W uint64 `json:"write_bytes"`
+						} `json:"io"`
+					} `json:"namespaces"`
+				} `json:"subsystems"`
+			} `json:"target"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&st) != nil {
+			return nil
+		}
+		m := map[uint32]int64{}
+		for _, sub := range st.Target.Subsystems {
+			for _, ns := range sub.Namespaces {
+				m[ns.NSID] += int64(ns.IO.R + ns.IO.W)
+			}
+		}
+		return m
+	}
+	go func() {
+		defer close(s.exited)
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-tk.C:
+			}
+			x := nsSample{at: time.Now()}
+			for i, c := range clients {
+				x.by[i] = get(c)
+			}
+			s.mu.Lock()
+			s.samples = append(s.samples, x)
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+func (s *nsBytes) stop() {
+	close(s.done)
+	<-s.exited
+}
+
+// at returns gateway gw's bytes of nsid at the last answer at or before
+// t, or at the first after t if after is set (-1: none).
+func (s *nsBytes) at(gw int, nsid uint32, t time.Time, after bool) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := int64(-1)
+	for _, x := range s.samples {
+		if x.by[gw] == nil {
+			continue
+		}
+		if after && !x.at.Before(t) {
+			return x.by[gw][nsid]
+		}
+		if !after && x.at.After(t) {
+			break
+		}
+		v = x.by[gw][nsid]
+	}
+	return v
+}
+
+// waitMoved waits until gateway gw moved n more bytes of nsid than when
+// called.
+func (s *nsBytes) waitMoved(t *testing.T, gw int, nsid uint32, n int64, what string) {
+	t.Helper()
+	base := s.at(gw, nsid, time.Now(), false)
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if v := s.at(gw, nsid, time.Now(), false); v >= 0 && v >= max(base, 0)+n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gw-%c did not move %d more bytes of namespace %d %s", 'a'+gw, n, nsid, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
+	start := time.Now()
+	nw := partNetwork(t)
+	c := nw.Cluster
+	images := [2]string{c.CreateImage(t, 32<<20), c.CreateImage(t, 32<<20)}
+	bin := buildGatewayBinary(t)
+	vm := startHealthyVM(t, k)
+	var rb [4]byte
+	rand.Read(rb[:])
+	group := "p" + hex.EncodeToString(rb[:])
+	dir := t.TempDir()
+	var procs [2]*gwProc
+	var nss [2]*gwnet.Netns
+	for i, name := range []string{"gw-a", "gw-b"} {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		nss[i] = nw.NewNetns(t, i)
+		p := &gwProc{t: t, name: name, bin: bin, dir: d, port: freeTCPPort(t), log: filepath.Join(d, "nvmetd.log"),
+			netns: nss[i].Name, listen: nss[i].Addr}
+		procs[i] = p
+		if err := os.WriteFile(filepath.Join(d, "nvmetd.yaml"), []byte(p.partConfig(c, images, group, 1+1000*i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The guest's 10.0.2.2:port is this machine's 127.0.0.1:port.
+		gwnet.Forward(t, fmt.Sprintf("127.0.0.1:%d", p.port), net.JoinHostPort(p.listen, fmt.Sprint(p.port)))
+	}
+	a, b := procs[0], procs[1]
+	defer func() {
+		// Heal before the processes stop, should the test end early.
+		for _, n := range nss {
+			if n.IsCut() {
+				n.Heal()
+			}
+		}
+		for _, p := range procs {
+			p.stop(syscall.SIGTERM)
+			if t.Failed() {
+				out, _ := os.ReadFile(p.log)
+				if len(out) > 6000 {
+					out = out[len(out)-6000:]
+				}
+				t.Logf("%s:\n%s", p.name, out)
+			}
+		}
+	}()
+	a.start()
+	b.start()
+	a.waitLog(`group 1: set-ana optimized`)
+	b.waitLog(`group 2: set-ana optimized`)
+	t.Logf("network 10.77.%d.0/24, cluster at %s, gw-a at %s (%s), gw-b at %s (%s); set up in %.1fs",
+		nw.Subnet, nw.CephAddr(), a.listen, a.netns, b.listen, b.netns, time.Since(start).Seconds())
+
+	addr := vm.HostAddr()
+	defer vm.Exec(context.Background(), "touch /root/gp1.stop /root/gp2.stop; for i in $(seq 1 600); do [ -s /root/gp1.rc ] && [ -s /root/gp2.rc ] && break; sleep 0.1; done; nvme disconnect -n "+gatewayPartNQN+" >/dev/null 2>&1; true")
+	mark0 := kmsgMark(t, vm)
+	step(t, vm, time.Minute, "rm -f /root/gp1.* /root/gp2.*")
+	for _, p := range procs {
+		step(t, vm, time.Minute, fmt.Sprintf("nvme connect -t rdma -a %s -s %d -n %s -i 2 -c 1 -l 600", addr, p.port, gatewayPartNQN))
+	}
+	ctrls := step(t, vm, time.Minute, fmt.Sprintf(`for i in $(seq 1 100); do n=0; for c in /sys/class/nvme/nvme*; do `+
+		`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && n=$((n+1)); done; [ $n = 2 ] && break; sleep 0.1; done; `+
+		`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && echo $(basename $c) $(cat $c/address) $(cat $c/cntlid); done`, gatewayPartNQN, gatewayPartNQN))
+	ctrlOf := map[int]string{}
+	for _, l := range strings.Split(strings.TrimSpace(ctrls), "\n") {
+		f := strings.Fields(l)
+		for _, p := range procs {
+			if len(f) >= 2 && strings.Contains(f[1], fmt.Sprintf("trsvcid=%d", p.port)) {
+				ctrlOf[p.port] = f[0]
+			}
+		}
+	}
+	if len(ctrlOf) != 2 {
+		t.Fatalf("want one live controller per gateway, got:\n%s", ctrls)
+	}
+	// anaState waits until gateway p's path of nsid reports want.
+	anaState := func(p *gwProc, nsid int, want string) {
+		t.Helper()
+		step(t, vm, 2*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do s=; for d in /sys/class/nvme/%s/nvme*c*n*; do [ "$(cat $d/nsid 2>/dev/null)" = %d ] && s=$(cat $d/ana_state); done; `+
+			`[ "$s" = %s ] && echo $s && exit 0; sleep 0.1; done; echo $s; exit 1`, ctrlOf[p.port], nsid, want))
+	}
+	anaState(a, 1, "optimized")
+	anaState(b, 1, "inaccessible")
+	anaState(b, 2, "optimized")
+	anaState(a, 2, "inaccessible")
+	devOf := func(nsid int) string {
+		return strings.TrimSpace(step(t, vm, time.Minute, fmt.Sprintf(
+			`for i in $(seq 1 100); do for b in /sys/block/nvme*n*; do `+
+				`[ "$(cat $b/device/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $b/nsid 2>/dev/null)" = %d ] && [ -b /dev/$(basename $b) ] && [ "$(cat $b/size)" -gt 0 ] && basename $b && exit 0; done; sleep 0.1; done; exit 1`, gatewayPartNQN, nsid)))
+	}
+	dev1, dev2 := devOf(1), devOf(2)
+	step(t, vm, time.Minute, "nvme list-subsys /dev/"+dev1)
+
+	moved := startNSBytes(a.dir, b.dir)
+	defer moved.stop()
+	vw1 := startLinuxWriter(t, vm, dev1, "gp1")
+	vw2 := startLinuxWriter(t, vm, dev2, "gp2")
+	vw1.waitWrites(200, "through gw-a before the cut")
+	vw2.waitWrites(200, "through gw-b before the cut")
+	moved.waitMoved(t, 0, 1, 200*4096, "before the cut")
+	events := map[string]time.Time{}
+
+	// 1. gw-a, group 1's owner, cut from the cluster (not from the host)
+	// with writes in flight.
+	amark, bmark := a.logSize(), b.logSize()
+	cutAt := time.Now()
+	events["cut gw-a from Ceph"] = cutAt
+	nss[0].Cut(nw.CephAddr())
+	t.Logf("gw-a cut from the cluster (%s, in namespace %s) at %s", nw.CephAddr(), nss[0].Name, cutAt.Format("15:04:05.000"))
+	a.waitLogFrom(`stepped down from group[^\n]*"group": 1`, amark)
+	b.waitLogFrom(`(?s)fencing the previous holder.*group 1: set-ana optimized`, bmark)
+	anaState(b, 1, "optimized")
+	moved.waitMoved(t, 1, 1, 200*4096, "after gw-b took group 1")
+	vw1.waitWrites(200, "through gw-b while gw-a is cut")
+	blog := b.logSince(bmark)
+	iFence, iOpt := strings.Index(blog, "fencing the previous holder"), strings.Index(blog, "group 1: set-ana optimized")
+	if iFence < 0 || iFence > iOpt {
+		t.Fatalf("gw-b's log: fence at %d, optimized at %d: the fence must come first:\n%s", iFence, iOpt, blog)
+	}
+	var fence time.Duration
+	if fenceAt, ok := gwLogTime(blog, `fencing the previous holder`); ok {
+		if optAt, ok := gwLogTime(blog, `group 1: set-ana optimized`); ok {
+			fence = optAt.Sub(fenceAt)
+			t.Logf("gw-b fenced gw-a at +%v and went optimized for group 1 at +%v after the cut",
+				fenceAt.Sub(cutAt).Round(time.Millisecond), optAt.Sub(cutAt).Round(time.Millisecond))
+		}
+	}
+	t.Logf("gw-a while cut:\n%s", grepLog(a.logSince(amark), "step|set-ana|unavailable|renew|fenced"))
+
+	// The partition lasts three leases in all (the scenario's length, not
+	// a bound) while the host writes through gw-b.
+	if d := time.Until(cutAt.Add(3 * gatewayLease)); d > 0 {
+		time.Sleep(d)
+	}
+
+	// 2. Heal: gw-a takes group 1 back by a fenced failback, under load
+	// on both groups.
+	amark, bmark = a.logSize(), b.logSize()
+	healAt := time.Now()
+	events["heal gw-a's cut"] = healAt
+	dropped := nss[0].Heal()
+	t.Logf("partition healed at %s, %v after the cut (the drop rules: %s)", healAt.Format("15:04:05.000"), healAt.Sub(cutAt).Round(time.Millisecond), dropped)
+	a.waitLogFrom(`(?s)group 1: acquire[^\n]*: done.*group 1: set-ana optimized`, amark)
+	alog := a.logSince(amark)
+	t.Logf("gw-a after the heal:\n%s", grepLog(alog, "fenc|step|set-ana|reopen|acquire"))
+	if !strings.Contains(alog, "fencing the previous holder") {
+		t.Errorf("gw-a took group 1 back without fencing gw-b's client of the group")
+	}
+	backAt, ok := gwLogTime(alog, `group 1: acquire[^:]*: done`)
+	if !ok {
+		t.Fatalf("gw-a's log has no time stamp of its acquisition of group 1:\n%s", alog)
+	}
+	events["gw-a takes group 1 back"] = backAt
+	anaState(a, 1, "optimized")
+	anaState(b, 1, "inaccessible")
+	moved.waitMoved(t, 0, 1, 200*4096, "after gw-a took group 1 back")
+	// Zero completions through the old owner between the heal and its
+	// fenced failback (samples of its counters: the last one before the
+	// heal, the first after its acquisition's time stamp, which its log
+	// writes after the acquisition is done; the namespace's I/O before it
+	// had to wait for the acquisition).
+	if v0, v1 := moved.at(0, 1, healAt, false), moved.at(0, 1, backAt, false); v0 < 0 || v1 < 0 {
+		t.Errorf("no status sample of gw-a around the heal (%d, %d)", v0, v1)
+	} else if v1 != v0 {
+		t.Errorf("FINDING: %d bytes of namespace 1 moved through gw-a between the heal and its acquisition of group 1: two writers", v1-v0)
+	} else {
+		t.Logf("no I/O of namespace 1 completed through gw-a between the heal (%s) and its acquisition of group 1 (%s)",
+			healAt.Format("15:04:05.000"), backAt.Format("15:04:05.000"))
+	}
+	vw1.waitWrites(200, "through gw-a after the failback")
+	// Group 2 goes on through gw-b, which was not fenced on it.
+	moved.waitMoved(t, 1, 2, 200*4096, "after group 1's failback")
+	vw2.waitWrites(200, "through gw-b after group 1's failback")
+	blog = b.logSince(bmark)
+	if strings.Contains(blog, "fenced by another") || regexp.MustCompile(`stepped down from group[^\n]*"group": 2`).MatchString(blog) {
+		t.Errorf("FINDING: gw-b lost group 2 during group 1's failback:\n%s", grepLog(blog, "fenc|step|set-ana|release"))
+	}
+	anaState(b, 2, "optimized")
+	select {
+	case <-b.exited:
+		t.Errorf("FINDING: gw-b exited during group 1's failback")
+	default:
+	}
+	t.Logf("gw-b during group 1's failback:\n%s", grepLog(blog, "fenc|step|set-ana|release"))
+
+	dmesg := ""
+	for i, vw := range []*linuxWriter{vw1, vw2} {
+		sum, off := vw.stop()
+		if dmesg == "" {
+			dmesg = dmesgSince(t, vm, mark0)
+		}
+		t.Logf("namespace %d:", i+1)
+		checkLinuxSweep(t, sum, dmesg)
+		logLinuxStalls(t, sum, off, events, gatewayLease+fence+2*linuxKATO,
+			fmt.Sprintf("lease %v + fence %v (gw-b's fence to optimized) + 2 × KATO %v", gatewayLease, fence.Round(time.Millisecond), linuxKATO))
+	}
+	var nvmeLines []string
+	for _, l := range strings.Split(dmesg, "\n") {
+		if strings.Contains(l, "nvme") {
+			nvmeLines = append(nvmeLines, l)
+		}
+	}
+	t.Logf("kernel log (nvme):\n%s", strings.Join(nvmeLines, "\n"))
+	step(t, vm, time.Minute, "nvme disconnect -n "+gatewayPartNQN)
+	t.Logf("LinuxHostGatewayPartition on Linux %s took %.1fs", k, time.Since(start).Seconds())
+}
+
+// grepLog returns the lines of log that match re.
+func grepLog(log, re string) string {
+	rx := regexp.MustCompile(re)
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if rx.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
