@@ -3,19 +3,15 @@
 package gateway_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	mrand "math/rand/v2"
 	"os"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/nvmetd/nvmetd/internal/testing/gwnet"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
 )
 
@@ -48,31 +44,23 @@ import (
 // Nothing else of the machine is touched: the names and addresses are
 // the test's own, and removing a namespace removes its veth pair.
 
-// testNet is the package's test network and cluster.
+// testNet is the package's test network and cluster
+// (internal/testing/gwnet, shared with the Linux host's tests in
+// test/interop).
 var testNet struct {
-	once    sync.Once
-	err     error
-	skip    string
-	id      string // random, in every name
-	subnet  int    // S of 10.77.S.0/24
-	netns   string // the namespace of the cluster interface's peer
-	cluster *cephtest.Cluster
-	stop    func() error
+	once sync.Once
+	err  error
+	skip string
+	net  *gwnet.Network
 }
 
 // TestMain removes the test network and stops its cluster after the
 // tests (only if a test made them).
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if testNet.stop != nil {
-		if err := testNet.stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "gateway tests: stop the test network's cluster: %v\n", err)
-			code = 1
-		}
-	}
-	if testNet.netns != "" {
-		if out, err := exec.Command("ip", "netns", "del", testNet.netns).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "gateway tests: ip netns del %s: %v %s\n", testNet.netns, err, out)
+	if testNet.net != nil {
+		if err := testNet.net.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "gateway tests: %v\n", err)
 			code = 1
 		}
 	}
@@ -84,59 +72,10 @@ func TestMain(m *testing.M) {
 func netCluster(t *testing.T) *cephtest.Cluster {
 	t.Helper()
 	testNet.once.Do(func() {
-		if os.Geteuid() != 0 {
-			testNet.skip = "needs root: the gateways run in network namespaces of their own (ip netns, veth pairs, nftables)"
+		if testNet.skip = gwnet.Unavailable(); testNet.skip != "" {
 			return
 		}
-		for _, tool := range []string{"ip", "nsenter", "nft"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				testNet.skip = fmt.Sprintf("needs %s (test/deps.sh installs it) to run the gateways in network namespaces and partition them", tool)
-				return
-			}
-		}
-		var rb [3]byte
-		rand.Read(rb[:])
-		testNet.id = hex.EncodeToString(rb[:])
-		out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
-		if err != nil {
-			testNet.err = fmt.Errorf("ip addr show: %w", err)
-			return
-		}
-		for _, off := range mrand.Perm(150) {
-			s := 100 + off
-			if !strings.Contains(string(out), fmt.Sprintf(" inet 10.77.%d.", s)) {
-				testNet.subnet = s
-				break
-			}
-		}
-		if testNet.subnet == 0 {
-			testNet.err = fmt.Errorf("no free subnet in 10.77.100-249.0/24")
-			return
-		}
-		// The cluster's interface: the root end of a veth pair whose
-		// other end is in a namespace of its own (up, so that the root
-		// end has a carrier); no packet crosses it. (A dummy
-		// interface would do, where the kernel has the module.)
-		ns := "nvt" + testNet.id + "-ceph"
-		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-			testNet.err = fmt.Errorf("ip netns add %s: %v: %s", ns, err, out)
-			return
-		}
-		testNet.netns = ns
-		dev := "nvt" + testNet.id + "c"
-		for _, args := range [][]string{
-			{"link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", ns},
-			{"-n", ns, "link", "set", "eth0", "up"},
-			{"addr", "add", cephAddr() + "/32", "dev", dev},
-			{"link", "set", dev, "up"},
-		} {
-			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-				testNet.err = fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-				return
-			}
-		}
-		testNet.cluster, testNet.stop, testNet.err = cephtest.StartPrivate([]string{
-			"NVMETD_CEPH_ADDR=" + cephAddr(), "NVMETD_CEPH_OSDS=3"})
+		testNet.net, testNet.err = gwnet.Start([]string{"NVMETD_CEPH_OSDS=3"})
 	})
 	if testNet.skip != "" {
 		t.Skip(testNet.skip)
@@ -144,15 +83,15 @@ func netCluster(t *testing.T) *cephtest.Cluster {
 	if testNet.err != nil {
 		t.Fatalf("the gateway tests' network and cluster: %v", testNet.err)
 	}
-	return testNet.cluster
+	return testNet.net.Cluster
 }
 
 // cephAddr is the cluster's address on the test network.
-func cephAddr() string { return fmt.Sprintf("10.77.%d.1", testNet.subnet) }
+func cephAddr() string { return testNet.net.CephAddr() }
 
 // gwNetns is a gateway's network namespace.
 type gwNetns struct {
-	t    *testing.T
+	*gwnet.Netns
 	name string // ip netns name
 	host string // the root end's address: the host's, as the gateway sees it
 	addr string // the gateway's address
@@ -163,87 +102,20 @@ type gwNetns struct {
 // before starting them).
 func newGwNetns(t *testing.T, i int) *gwNetns {
 	t.Helper()
-	var rb [2]byte
-	rand.Read(rb[:])
-	n := &gwNetns{
-		t:    t,
-		name: fmt.Sprintf("nvt%s-%s-%d", testNet.id, hex.EncodeToString(rb[:]), i),
-		host: fmt.Sprintf("10.77.%d.%d", testNet.subnet, 16+4*i+1),
-		addr: fmt.Sprintf("10.77.%d.%d", testNet.subnet, 16+4*i+2),
-	}
-	root := fmt.Sprintf("nvt%s%s", testNet.id, hex.EncodeToString(rb[:]))
-	if len(root) > 15 {
-		t.Fatalf("interface name %s too long", root)
-	}
-	sh(t, "ip", "netns", "add", n.name)
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v %s", n.name, err, out)
-		}
-	})
-	sh(t, "ip", "link", "add", root, "type", "veth", "peer", "name", "eth0", "netns", n.name)
-	sh(t, "ip", "addr", "add", n.host+"/30", "dev", root)
-	sh(t, "ip", "link", "set", root, "up")
-	sh(t, "ip", "-n", n.name, "addr", "add", n.addr+"/30", "dev", "eth0")
-	sh(t, "ip", "-n", n.name, "link", "set", "lo", "up")
-	sh(t, "ip", "-n", n.name, "link", "set", "eth0", "up")
-	sh(t, "ip", "-n", n.name, "route", "add", "default", "via", n.host)
-	// The partition's table: two base chains, empty until a cut.
-	n.nft("add table inet part")
-	n.nft("add chain inet part in { type filter hook input priority 0; policy accept; }")
-	n.nft("add chain inet part out { type filter hook output priority 0; policy accept; }")
-	return n
-}
-
-func sh(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// nft runs an nft command inside the namespace.
-func (n *gwNetns) nft(cmd string) string {
-	n.t.Helper()
-	return sh(n.t, "ip", "netns", "exec", n.name, "nft", cmd)
+	n := testNet.net.NewNetns(t, i)
+	return &gwNetns{Netns: n, name: n.Name, host: n.Host, addr: n.Addr}
 }
 
 // cut drops, inside the namespace, every packet to or from addr (and, if
 // ports is not empty, only those to or from one of those TCP ports of
 // addr).
-func (n *gwNetns) cut(addr string, ports ...int) {
-	n.t.Helper()
-	var out, in string
-	if len(ports) == 0 {
-		out, in = "ip daddr "+addr, "ip saddr "+addr
-	} else {
-		ps := make([]string, len(ports))
-		for i, p := range ports {
-			ps[i] = strconv.Itoa(p)
-		}
-		set := "{ " + strings.Join(ps, ", ") + " }"
-		out, in = "ip daddr "+addr+" tcp dport "+set, "ip saddr "+addr+" tcp sport "+set
-	}
-	n.nft("add rule inet part out " + out + " counter drop")
-	n.nft("add rule inet part in " + in + " counter drop")
-}
+func (n *gwNetns) cut(addr string, ports ...int) { n.Cut(addr, ports...) }
 
 // heal deletes every cut and returns what the rules dropped.
-func (n *gwNetns) heal() string {
-	n.t.Helper()
-	rules := n.nft("list table inet part")
-	n.nft("flush chain inet part out")
-	n.nft("flush chain inet part in")
-	return strings.Join(regexp.MustCompile(`counter packets \d+ bytes \d+`).FindAllString(rules, -1), ", ")
-}
+func (n *gwNetns) heal() string { return n.Heal() }
 
-// cut returns whether a cut is in place.
-func (n *gwNetns) isCut() bool {
-	out, err := exec.Command("ip", "netns", "exec", n.name, "nft", "list", "table", "inet", "part").Output()
-	return err == nil && strings.Contains(string(out), "drop")
-}
+// isCut returns whether a cut is in place.
+func (n *gwNetns) isCut() bool { return n.IsCut() }
 
 // startGatewayPairNet is startGatewayPair with each gateway in a network
 // namespace of its own, on the test network's cluster (3 OSDs).

@@ -70,7 +70,9 @@ func partNetwork(t *testing.T) *gwnet.Network {
 		if partNet.skip = gwnet.Unavailable(); partNet.skip != "" {
 			return
 		}
+		t0 := time.Now()
 		partNet.net, partNet.err = gwnet.Start([]string{"NVMETD_CEPH_OSDS=1"})
+		t.Logf("the partition tests' network and cluster (one OSD, made once for every kernel) took %.1fs", time.Since(t0).Seconds())
 	})
 	if partNet.skip != "" {
 		t.Skip(partNet.skip)
