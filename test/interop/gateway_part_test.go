@@ -9,14 +9,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/gateway"
 	"github.com/nvmetd/nvmetd/internal/testing/gwnet"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
 )
@@ -429,6 +432,115 @@ func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
 	}
 	t.Logf("gw-b during group 1's failback:\n%s", grepLog(blog, "fenc|step|set-ana|release"))
 
+	// 3. A backend-only blocklist: an operator blocklists gw-a's image
+	// client of group 1 alone (the addresses its holder record names;
+	// its client of the group objects is untouched, so its renewals go
+	// on) while the host writes through it. gw-a must see its backend
+	// fenced and release the group, gw-b fence it and take the group, and
+	// gw-a, the preferred owner, take it back after its backoff on a new
+	// RADOS client; nothing completes through gw-a between its step-down
+	// and that acquisition.
+	vw1.waitWrites(100, "through gw-a before the blocklist")
+	rec := holderRecord(t, c, group, 1)
+	if rec.Name != "gw-a" || len(rec.Addrs) == 0 {
+		t.Fatalf("group 1's record: %+v, want gw-a's with its image clients", rec)
+	}
+	var addrs []string
+	for _, v := range rec.Addrs {
+		addrs = append(addrs, gateway.SplitAddrs(v)...)
+	}
+	amark, bmark = a.logSize(), b.logSize()
+	blAt := time.Now()
+	events["blocklist gw-a's image client"] = blAt
+	for _, addr := range addrs {
+		cephAdmin(t, c, "ceph", "osd", "blocklist", "add", addr)
+	}
+	t.Logf("blocklisted gw-a's image client of group 1 %v (not its client of the group objects)", addrs)
+	a.waitLogFrom(`stepped down from group[^\n]*EBLOCKLISTED`, amark)
+	b.waitLogFrom(`(?s)fencing the previous holder.*group 1: set-ana optimized`, bmark)
+	fence = max(fence, fenceSpan(t, b.logSince(bmark), blAt, "gw-b", "the blocklist"))
+	anaState(b, 1, "optimized")
+	moved.waitMoved(t, 1, 1, 100*4096, "after gw-b took group 1 from the blocklisted gw-a")
+	a.waitLogFrom(`(?s)group 1: acquire \(reopen\): done.*group 1: set-ana optimized`, amark)
+	alog = a.logSince(amark)
+	t.Logf("gw-a after the blocklist:\n%s", grepLog(alog, "stepped down|release|reopen|fenc|set-ana|acquire"))
+	downAt, ok1 := gwLogTime(alog, `stepped down from group`)
+	backAt, ok2 := gwLogTime(alog, `group 1: acquire \(reopen\): done`)
+	if !ok1 || !ok2 {
+		t.Fatalf("gw-a's log: no time stamp of its step-down or its acquisition:\n%s", alog)
+	}
+	events["gw-a takes group 1 back after the blocklist"] = backAt
+	if v0, v1 := moved.at(0, 1, downAt, true), moved.at(0, 1, backAt, false); v0 >= 0 && v1 >= 0 && v1 != v0 {
+		t.Errorf("FINDING: %d bytes of namespace 1 moved through gw-a between its step-down (blocklisted) and its new acquisition: two writers", v1-v0)
+	}
+	anaState(a, 1, "optimized")
+	moved.waitMoved(t, 0, 1, 100*4096, "after gw-a took group 1 back on a new client")
+	if r := holderRecord(t, c, group, 1); r.Name != "gw-a" || slices.Equal(r.Addrs, rec.Addrs) {
+		t.Errorf("group 1's record after gw-a took it back: %+v, want gw-a's with a new image client (the old: %v)", r, rec.Addrs)
+	}
+	vw1.waitWrites(100, "through gw-a after the blocklist")
+
+	// 4. Failback needs a host: gw-a is cut from Ceph once more (the host
+	// still connected to both: gw-b fences it and takes group 1), then
+	// the host disconnects from gw-a, then the partition heals. gw-a, the
+	// preferred owner, must not ask for the group, well past its failback
+	// delay, and say why (no host); once the host connects to it again,
+	// the failback happens (gw-b releases gracefully, gw-a fences gw-b's
+	// client of the group first). (The host disconnects only after gw-b
+	// took the group: a host whose only path is the new owner's loses the
+	// namespace when the new owner reopens it at the takeover; see the
+	// finding in docs/rbd.md.)
+	bmark = b.logSize()
+	cut2At := time.Now()
+	events["cut gw-a from Ceph again"] = cut2At
+	nss[0].Cut(nw.CephAddr())
+	b.waitLogFrom(`(?s)fencing the previous holder.*group 1: set-ana optimized`, bmark)
+	fence = max(fence, fenceSpan(t, b.logSince(bmark), cut2At, "gw-b", "the second cut"))
+	anaState(b, 1, "optimized")
+	moved.waitMoved(t, 1, 1, 100*4096, "after gw-b took group 1 from gw-a, cut again")
+	events["disconnect the host from gw-a"] = time.Now()
+	step(t, vm, time.Minute, "nvme disconnect -d "+ctrlOf[a.port])
+	amark = a.logSize()
+	aStart := time.Now()
+	events["heal gw-a's second cut (no host)"] = aStart
+	t.Logf("second partition healed (the drop rules: %s)", nss[0].Heal())
+	// Well past the failback delay (3s) and two leases: gw-a waits for a
+	// host, and says so.
+	var st partGroupStatus
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		st = partStatus(t, a, 1)
+		if st.Owned {
+			t.Fatalf("FINDING: gw-a took group 1 back %v after the heal with no host connected to it", time.Since(aStart).Round(time.Millisecond))
+		}
+		if time.Since(aStart) > 3*time.Second+2*gatewayLease && strings.Contains(st.FailbackWait, "no host") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gw-a: group 1: no failback wait for a host within 5 minutes of the heal: %+v", st)
+		}
+	}
+	t.Logf("gw-a, %v after the heal with no host connected: group 1 %+v", time.Since(aStart).Round(time.Millisecond), st)
+	if strings.Contains(b.logSince(bmark), "release to gw-a") {
+		t.Errorf("FINDING: gw-b handed group 1 over to gw-a, which no host is connected to")
+	}
+	moved.waitMoved(t, 1, 1, 100*4096, "while gw-a waits for a host")
+	bmark = b.logSize()
+	connAt := time.Now()
+	events["the host connects to gw-a"] = connAt
+	step(t, vm, time.Minute, fmt.Sprintf("nvme connect -t rdma -a %s -s %d -n %s -i 2 -c 1 -l 600", addr, a.port, gatewayPartNQN))
+	ctrlOf[a.port] = strings.TrimSpace(step(t, vm, time.Minute, fmt.Sprintf(`for i in $(seq 1 100); do for c in /sys/class/nvme/nvme*; do `+
+		`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && case "$(cat $c/address)" in *trsvcid=%d*) basename $c; exit 0;; esac; done; sleep 0.1; done; exit 1`,
+		gatewayPartNQN, a.port)))
+	anaState(a, 1, "optimized")
+	b.waitLogFrom(`group 1: release to gw-a: done`, bmark)
+	alog = a.logSince(amark)
+	if i, j := strings.Index(alog, "fencing the previous holder"), strings.LastIndex(alog, "group 1: set-ana optimized"); i < 0 || i > j {
+		t.Errorf("gw-a did not fence gw-b's client of group 1 before serving it:\n%s", grepLog(alog, "fenc|set-ana|acquire"))
+	}
+	moved.waitMoved(t, 0, 1, 100*4096, "after the failback once the host connected to gw-a")
+	vw1.waitWrites(100, "through gw-a after the host connected to it")
+	vw2.waitWrites(100, "through gw-b at the end")
+
 	dmesg := ""
 	for i, vw := range []*linuxWriter{vw1, vw2} {
 		sum, off := vw.stop()
@@ -461,4 +573,88 @@ func grepLog(log, re string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// fenceSpan returns the time from the fencer's "fencing the previous
+// holder" to its "group 1: set-ana optimized" in log (its log since the
+// event at), and logs both against the event.
+func fenceSpan(t *testing.T, log string, at time.Time, who, event string) time.Duration {
+	t.Helper()
+	fenceAt, ok1 := gwLogTime(log, `fencing the previous holder`)
+	optAt, ok2 := gwLogTime(log, `group 1: set-ana optimized`)
+	if !ok1 || !ok2 {
+		return 0
+	}
+	t.Logf("%s fenced at +%v and went optimized for group 1 at +%v after %s", who,
+		fenceAt.Sub(at).Round(time.Millisecond), optAt.Sub(at).Round(time.Millisecond), event)
+	return optAt.Sub(fenceAt)
+}
+
+// cephAdmin runs a Ceph tool (ceph, rados) as client.admin on c.
+func cephAdmin(t *testing.T, c *cephtest.Cluster, tool string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, tool, append([]string{"--conf", c.Conf, "--name", "client.admin", "--keyring", c.AdminKeyring}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", tool, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// holderRecord reads the record of ANA group id of gateway group group
+// (the omap value "holder" of its object).
+func holderRecord(t *testing.T, c *cephtest.Cluster, group string, id uint32) gateway.Record {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "holder.json")
+	cephAdmin(t, c, "rados", "-p", c.Pool, "getomapval", gateway.ObjectName(group, id), "holder", f)
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r gateway.Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("the holder record %q: %v", b, err)
+	}
+	return r
+}
+
+// partGroupStatus is an ANA group in a gateway's status.
+type partGroupStatus struct {
+	ID           uint32 `json:"id"`
+	Owned        bool   `json:"owned"`
+	Holder       string `json:"holder"`
+	FailbackWait string `json:"failback_wait"`
+}
+
+// partStatus returns ANA group id in gateway p's status (its control
+// socket).
+func partStatus(t *testing.T, p *gwProc, id uint32) partGroupStatus {
+	t.Helper()
+	sock := filepath.Join(p.dir, "ctl.sock")
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Get("http://nvmetd/v1/status")
+	if err != nil {
+		t.Fatalf("%s status: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Gateway *struct {
+			Groups []partGroupStatus `json:"ana_groups"`
+		} `json:"gateway"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("%s status: %v", p.name, err)
+	}
+	if st.Gateway != nil {
+		for _, g := range st.Gateway.Groups {
+			if g.ID == id {
+				return g
+			}
+		}
+	}
+	return partGroupStatus{ID: id, FailbackWait: "(not a member of the group yet)"}
 }
