@@ -27,9 +27,23 @@ package main
 import (
 	"os"
 
+	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/target/daemon"
 )
 
 func main() {
-	os.Exit(daemon.Main(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(daemon.Main(os.Args[1:], os.Stdout, os.Stderr, hostIdentity))
+}
+
+// hostIdentity is this machine's host identity as the host tool and
+// nvme-cli present it (initiator.DefaultHostPaths), saved with persist
+// when neither file exists.
+func hostIdentity(persist bool) (nqn, persisted string, err error) {
+	var id initiator.Identity
+	if persist {
+		id, err = initiator.PersistentHostIdentity(initiator.DefaultHostPaths)
+	} else {
+		id, err = initiator.HostIdentityFrom(initiator.DefaultHostPaths)
+	}
+	return id.NQN, id.Persisted, err
 }

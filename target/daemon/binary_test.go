@@ -25,6 +25,7 @@ func buildBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	hostIdentity = pathsIdentity
 	code := m.Run()
 	testnode.RemoveBuilds()
 	os.Exit(code)

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
 )
@@ -59,8 +60,8 @@ type daemonStatus struct {
 	Target   target.Status `json:"target"`
 	// Gateway is the gateway group membership (nil for a stand-alone
 	// nvmetd).
-	Gateway       *gatewayStatus `json:"gateway,omitempty"`
-	HealthReports []healthReport `json:"health_reports,omitempty"`
+	Gateway       *gwtarget.Status `json:"gateway,omitempty"`
+	HealthReports []healthReport   `json:"health_reports,omitempty"`
 }
 
 // reloadInfo is the outcome of the last SIGHUP.

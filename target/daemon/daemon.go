@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/target"
@@ -71,7 +72,7 @@ type daemon struct {
 	stopping atomic.Bool
 	// gw is the gateway (nil without a gateway section); set before the
 	// target is created, never changed.
-	gw *gatewayState
+	gw *gwtarget.Gateway
 
 	// changeMu serializes reloads (SIGHUP) and the management API's
 	// changes: each works from the configuration the previous one left.
@@ -160,7 +161,7 @@ func (d *daemon) run() int {
 	if cfg.Gateway != nil {
 		// The target starts with every gateway group inaccessible; the
 		// gateway makes the groups it takes optimized.
-		d.gw = &gatewayState{cfg: cfg.Gateway, owned: map[uint32]bool{}, done: make(chan error, 1)}
+		d.gw = gwtarget.New(cfg.Gateway)
 	}
 	t, err := newTargetService(d.targetConfig(cfg.Target), d.log.Named("target"))
 	if err != nil {
@@ -217,7 +218,7 @@ starting:
 	}
 
 	if d.gw != nil {
-		if err := d.startGateway(cfg); err != nil {
+		if err := d.gw.Start(d.t, func() *target.Config { return d.config().Target }, &d.changeMu, cfg.Target, d.log); err != nil {
 			d.log.Error("gateway: cannot join the group", zap.Error(err))
 			d.stopTarget(5 * time.Second)
 			if errors.Is(err, gateway.ErrRADOSNotBuilt) {
@@ -225,7 +226,7 @@ starting:
 			}
 			return exitFailure
 		}
-		defer d.stopGateway()
+		defer d.gw.Stop()
 	}
 	started = true
 
@@ -251,10 +252,7 @@ starting:
 	if reloadPending {
 		d.reload()
 	}
-	var gwDone <-chan error
-	if d.gw != nil {
-		gwDone = d.gw.done
-	}
+	gwDone := d.gw.Done()
 	for {
 		select {
 		case s, ok := <-d.signals:
@@ -265,7 +263,7 @@ starting:
 			case syscall.SIGHUP:
 				d.reload()
 			case syscall.SIGTERM, syscall.SIGINT:
-				d.stopGateway()
+				d.gw.Stop()
 				return d.shutdown(s)
 			}
 		case err := <-gwDone:
@@ -275,13 +273,17 @@ starting:
 			d.log.Error("gateway: fenced; stopping the target and exiting for a restart with new RADOS clients", zap.Error(err))
 			d.stopping.Store(true)
 			d.setState(stateStopping)
-			d.gw.mu.Lock()
-			d.gw.runner = nil
-			d.gw.mu.Unlock()
+			d.gw.Fenced()
 			d.stopTarget(5 * time.Second)
 			return exitFenced
 		}
 	}
+}
+
+// targetConfig is the configuration the target gets for cfg: cfg with
+// the gateway's ANA states (gwtarget.Gateway.Overlay).
+func (d *daemon) targetConfig(cfg *target.Config) *target.Config {
+	return d.gw.Overlay(cfg.Clone())
 }
 
 // stopTarget shuts the target down within d (no drain beyond it).
@@ -737,7 +739,7 @@ func (d *daemon) snapshot(reports bool) daemonStatus {
 		// succeeds.
 		st.Problems = append(st.Problems, fmt.Sprintf("the last reload (%s) was refused or not all applied: %s", r.At.Format(time.RFC3339), r.Error))
 	}
-	if st.Gateway = d.gw.status(); st.Gateway != nil && st.Gateway.Degraded != "" {
+	if st.Gateway = d.gw.Status(); st.Gateway != nil && st.Gateway.Degraded != "" {
 		st.Problems = append(st.Problems, "gateway: "+st.Gateway.Degraded)
 	}
 	st.Health = healthOK

@@ -37,7 +37,7 @@ func isolate(t *testing.T) string {
 	t.Cleanup(func() { defaultConfigPath = saved })
 	// This machine's host identity: derived from its machine ID, written
 	// (by a start of the built-in default) into the test's directory.
-	savedHost := hostPaths
+	savedHost, savedID := hostPaths, hostIdentity
 	hostPaths = initiator.HostPaths{HostNQN: filepath.Join(dir, "etc", "nvme", "hostnqn"), HostID: filepath.Join(dir, "etc", "nvme", "hostid"),
 		MachineID: filepath.Join(dir, "etc", "machine-id")}
 	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
@@ -46,8 +46,25 @@ func isolate(t *testing.T) string {
 	if err := os.WriteFile(hostPaths.MachineID, []byte("0123456789abcdef0123456789abcdef\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { hostPaths = savedHost })
+	hostIdentity = pathsIdentity
+	t.Cleanup(func() { hostPaths, hostIdentity = savedHost, savedID })
 	return dir
+}
+
+// hostPaths are where the tests' host identity is read from (and written
+// to when neither file exists): this machine's, or the test directory's
+// (isolate).
+var hostPaths = initiator.DefaultHostPaths
+
+// pathsIdentity is cmd/nvmetd's host identity on hostPaths.
+func pathsIdentity(persist bool) (nqn, persisted string, err error) {
+	var id initiator.Identity
+	if persist {
+		id, err = initiator.PersistentHostIdentity(hostPaths)
+	} else {
+		id, err = initiator.HostIdentityFrom(hostPaths)
+	}
+	return id.NQN, id.Persisted, err
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader in different

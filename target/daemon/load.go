@@ -23,7 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/nvmetd/nvmetd/backend"
-	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
@@ -53,7 +53,7 @@ type daemonConfig struct {
 type fileConfig struct {
 	Daemon daemonConfig `mapstructure:"daemon"`
 	// Gateway makes this nvmetd a gateway of a group (nil: stand-alone).
-	Gateway       *gatewayConfig `mapstructure:"gateway"`
+	Gateway       *gwtarget.Config `mapstructure:"gateway"`
 	target.Config `mapstructure:",squash"`
 }
 
@@ -66,7 +66,7 @@ type loadedConfig struct {
 	FileSum [32]byte
 	Daemon  daemonConfig
 	// Gateway is the gateway section, defaults applied (nil: none).
-	Gateway *gatewayConfig
+	Gateway *gwtarget.Config
 	// Target has defaults applied and is valid.
 	Target *target.Config
 	// Warnings are target.Config.Warnings.
@@ -241,8 +241,8 @@ func loadConfig(o *options, fs *pflag.FlagSet, persist bool) (*loadedConfig, err
 		return nil, fmt.Errorf("%s:\n%w", where, err)
 	}
 	if fc.Gateway != nil {
-		fc.Gateway.applyDefaults()
-		if err := fc.Gateway.validate(&cfg); err != nil {
+		fc.Gateway.ApplyDefaults()
+		if err := fc.Gateway.Validate(&cfg); err != nil {
 			return nil, fmt.Errorf("%s:\n%w", where, err)
 		}
 		lc.Gateway = fc.Gateway
@@ -443,29 +443,33 @@ func builtinConfig(nqn, hostNQN, keyFile, image, size string) target.Config {
 	}
 }
 
-// hostPaths are where this machine's host identity is read from (and
-// written to when neither file exists); tests replace them.
-var hostPaths = initiator.DefaultHostPaths
+// HostIdentity returns this machine's host NQN, the one nvmeof and
+// nvme-cli present, and what became of it (initiator.Identity's NQN and
+// Persisted). With persist, if neither /etc/nvme/hostnqn nor
+// /etc/nvme/hostid exists, the derived identity is saved (as nvme-cli does
+// on first use), so that the NQN stays the one the default subsystem
+// admits; Persisted starts with "not saved" when it could not be.
+// cmd/nvmetd wires the initiator's (initiator.PersistentHostIdentity): the
+// target's side does not import the host's.
+type HostIdentity func(persist bool) (nqn, persisted string, err error)
 
-// defaultHostNQN is this machine's host NQN, the one nvmeof and nvme-cli
-// present. With persist it is initiator.PersistentHostIdentity: if neither
-// /etc/nvme/hostnqn nor /etc/nvme/hostid exists, the derived identity is
-// saved (as nvme-cli does on first use), so that the NQN stays the one the
-// default subsystem admits; it returns a warning when it could not be.
+// hostIdentity is Main's; tests replace it.
+var hostIdentity HostIdentity
+
+// defaultHostNQN is this machine's host NQN (hostIdentity), with a warning
+// when persist could not save it.
 func defaultHostNQN(persist bool) (nqn, warning string, err error) {
-	var id initiator.Identity
-	if persist {
-		id, err = initiator.PersistentHostIdentity(hostPaths)
-	} else {
-		id, err = initiator.HostIdentityFrom(hostPaths)
+	if hostIdentity == nil {
+		return "", "", errors.New("this machine's host NQN: no host identity wired (daemon.Main's)")
 	}
+	nqn, persisted, err := hostIdentity(persist)
 	if err != nil {
 		return "", "", fmt.Errorf("this machine's host NQN: %w", err)
 	}
-	if persist && strings.HasPrefix(id.Persisted, "not saved") {
-		warning = fmt.Sprintf("the built-in default admits host %s, which is %s: hosts may present another NQN", id.NQN, id.Persisted)
+	if persist && strings.HasPrefix(persisted, "not saved") {
+		warning = fmt.Sprintf("the built-in default admits host %s, which is %s: hosts may present another NQN", nqn, persisted)
 	}
-	return id.NQN, warning, nil
+	return nqn, warning, nil
 }
 
 // machineIDFiles are where the machine ID is read from (machine-id(5)).

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -89,10 +90,10 @@ func TestOpenAPIInSync(t *testing.T) {
 		{"Queue", target.QueueStatus{}, "json"},
 		{"ChangeResult", changeResult{}, "json"},
 		{"Error", apiError{}, "json"},
-		{"Gateway", gatewayConfig{}, "mapstructure"},
-		{"GatewayCluster", gatewayClusterConfig{}, "mapstructure"},
-		{"GatewayANAGroup", gatewayGroupConfig{}, "mapstructure"},
-		{"GatewayStatus", gatewayStatus{}, "json"},
+		{"Gateway", gwtarget.Config{}, "mapstructure"},
+		{"GatewayCluster", gwtarget.ClusterConfig{}, "mapstructure"},
+		{"GatewayANAGroup", gwtarget.GroupConfig{}, "mapstructure"},
+		{"GatewayStatus", gwtarget.Status{}, "json"},
 	}
 	for _, s := range schemas {
 		var keys []string

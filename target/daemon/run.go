@@ -26,8 +26,11 @@ import (
 )
 
 // Main is the nvmetd program (cmd/nvmetd): args are its arguments
-// without the program name; it returns the exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+// without the program name, id this machine's host identity (the built-in
+// default configuration admits that host); it returns the exit code. A
+// process calls it once.
+func Main(args []string, stdout, stderr io.Writer, id HostIdentity) int {
+	hostIdentity = id
 	return run(args, stdout, stderr)
 }
 

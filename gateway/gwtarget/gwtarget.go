@@ -1,4 +1,14 @@
-package daemon
+// Package gwtarget is how a gateway group member drives its nvmetd
+// target: the gateway: section of nvmetd's configuration (Config), the
+// ANA states of the gateway's groups overlaid on every configuration the
+// target serves (Gateway.Overlay), and the applier the gateway machine
+// (package gateway) acts through: SetANA reloads the target with a
+// group optimized or inaccessible, Readiness and BackendHealth read the
+// target's status, Flush waits for a group's commands in flight, Addrs
+// and Reopen are the group's RADOS clients, ServeUntil its serving
+// deadline. It sits beside package gateway, which knows no target, and
+// is wired by the daemon (target/daemon).
+package gwtarget
 
 import (
 	"context"
@@ -14,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/backend"
@@ -23,17 +32,17 @@ import (
 	"github.com/nvmetd/nvmetd/target"
 )
 
-// gatewayConfig is the gateway: section: this nvmetd is one gateway of a
+// Config is the gateway: section: this nvmetd is one gateway of a
 // group that serves the same subsystems and RBD namespaces, each ANA group
 // owned by one gateway at a time (package gateway, docs/rbd.md "Gateway
 // group"). Without the section nvmetd is a stand-alone target.
-type gatewayConfig struct {
+type Config struct {
 	// Name is this gateway's name, unique in the group.
 	Name string `mapstructure:"name"`
 	// Group names the gateway group (its RADOS objects); default "default".
 	Group string `mapstructure:"group"`
 	// Cluster is where ownership is kept.
-	Cluster gatewayClusterConfig `mapstructure:"cluster"`
+	Cluster ClusterConfig `mapstructure:"cluster"`
 	// Lease is the ownership lock's duration (default 10s).
 	Lease time.Duration `mapstructure:"lease"`
 	// RenewInterval is how often the owner renews (default lease/4).
@@ -52,16 +61,16 @@ type gatewayConfig struct {
 	// before its failback strikes are cleared (default 60s).
 	FailbackStable time.Duration `mapstructure:"failback_stable"`
 	// ANAGroups are the groups and their preferred owners.
-	ANAGroups []gatewayGroupConfig `mapstructure:"ana_groups"`
+	ANAGroups []GroupConfig `mapstructure:"ana_groups"`
 	// BlocklistExpire is how long a fence's blocklist entries last
 	// (default 10 years, gateway.DefaultBlocklistExpire; at most
 	// gateway.MaxBlocklistExpire).
 	BlocklistExpire time.Duration `mapstructure:"blocklist_expire"`
 }
 
-// gatewayClusterConfig is gateway.cluster: the RADOS client of the
+// ClusterConfig is gateway.cluster: the RADOS client of the
 // group's objects.
-type gatewayClusterConfig struct {
+type ClusterConfig struct {
 	CephConf       string `mapstructure:"ceph_conf"`
 	ClientID       string `mapstructure:"client_id"`
 	Keyring        string `mapstructure:"keyring"`
@@ -69,8 +78,8 @@ type gatewayClusterConfig struct {
 	RADOSNamespace string `mapstructure:"rados_namespace"`
 }
 
-// gatewayGroupConfig is one of gateway.ana_groups.
-type gatewayGroupConfig struct {
+// GroupConfig is one of gateway.ana_groups.
+type GroupConfig struct {
 	ID        uint32 `mapstructure:"id"`
 	Preferred string `mapstructure:"preferred"`
 }
@@ -81,8 +90,8 @@ const (
 	defaultGatewayFailback = 30 * time.Second
 )
 
-// applyDefaults fills in what is not set.
-func (g *gatewayConfig) applyDefaults() {
+// ApplyDefaults fills in what is not set.
+func (g *Config) ApplyDefaults() {
 	if g.Group == "" {
 		g.Group = "default"
 	}
@@ -117,7 +126,7 @@ func (g *gatewayConfig) applyDefaults() {
 
 // validate checks the section against the target's configuration; each
 // problem names its key.
-func (g *gatewayConfig) validate(cfg *target.Config) error {
+func (g *Config) Validate(cfg *target.Config) error {
 	var p []string
 	add := func(key, format string, args ...any) { p = append(p, "gateway."+key+": "+fmt.Sprintf(format, args...)) }
 	if g.Name == "" {
@@ -184,7 +193,7 @@ func (g *gatewayConfig) validate(cfg *target.Config) error {
 }
 
 // machineConfig is the gateway.Config of the section.
-func (g *gatewayConfig) machineConfig(session string) gateway.Config {
+func (g *Config) machineConfig(session string) gateway.Config {
 	groups := map[uint32]string{}
 	for _, a := range g.ANAGroups {
 		groups[a.ID] = a.Preferred
@@ -197,7 +206,7 @@ func (g *gatewayConfig) machineConfig(session string) gateway.Config {
 // canonicalGroupConfig is what every gateway of the group must agree on,
 // one fact a line, sorted: the lease, the ANA groups and their preferred
 // owners, and each namespace's subsystem, NSID, group and storage.
-func canonicalGroupConfig(g *gatewayConfig, cfg *target.Config) string {
+func canonicalGroupConfig(g *Config, cfg *target.Config) string {
 	lines := []string{fmt.Sprintf("lease %s", g.Lease)}
 	for _, a := range g.ANAGroups {
 		lines = append(lines, fmt.Sprintf("ana_group %d preferred %s", a.ID, a.Preferred))
@@ -215,11 +224,11 @@ func canonicalGroupConfig(g *gatewayConfig, cfg *target.Config) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// gatewayMember is what this gateway must hold alone in its group
+// member is what this gateway must hold alone in its group
 // (gateway.Member): its name, where it runs (host name and its ports'
 // listen addresses) and each subsystem's CNTLID range as the target hands
 // them out (cntlid_min..cntlid_max; 0 is the default bound).
-func gatewayMember(g *gatewayConfig, cfg *target.Config) gateway.Member {
+func member(g *Config, cfg *target.Config) gateway.Member {
 	host, _ := os.Hostname()
 	id := []string{host}
 	for _, p := range cfg.Ports {
@@ -239,9 +248,26 @@ func gatewayMember(g *gatewayConfig, cfg *target.Config) gateway.Member {
 	return m
 }
 
-// gatewayState is the daemon's gateway: the runner and the groups it owns.
-type gatewayState struct {
-	cfg    *gatewayConfig
+// Target is what the gateway needs of the target; *target.Target has it,
+// and the optional methods the gateway uses when the target has them
+// (GroupInFlight, SetServingDeadline, BackendHealth, SetGatewayGuard).
+type Target interface {
+	Reload(cfg *target.Config) error
+	Status() target.Status
+	Queues() []target.QueueStatus
+}
+
+// Gateway is this nvmetd as a member of its gateway group: the runner and
+// the groups it owns. Its methods are safe on a nil *Gateway where they
+// say so (a stand-alone target has none).
+type Gateway struct {
+	cfg *Config
+	// Set by Start, never changed after.
+	t       Target
+	running func() *target.Config // the running configuration
+	change  sync.Locker           // serialises the target's reloads with the daemon's
+	log     *zap.Logger
+
 	runner *gateway.Runner
 	cl     *gateway.RADOS
 	cancel context.CancelFunc
@@ -251,7 +277,7 @@ type gatewayState struct {
 	owned map[uint32]bool
 	// closed: the group's rbd namespaces are disabled in the target for
 	// a moment, so that they reopen with new RADOS clients
-	// (daemonApplier.Reopen).
+	// (applier.Reopen).
 	closed map[uint32]bool
 	// retryAt: when Readiness may next reload the target to retry the
 	// namespaces of a group that cannot be served (retrying: one is out).
@@ -259,11 +285,19 @@ type gatewayState struct {
 	retrying bool
 }
 
-// overlay sets the gateway groups' ANA states on every port of cfg:
+// New returns the gateway of the section cfg (ApplyDefaults and Validate
+// done), owning no group: until Start, Overlay makes every group of the
+// section inaccessible.
+func New(cfg *Config) *Gateway {
+	return &Gateway{cfg: cfg, owned: map[uint32]bool{}, done: make(chan error, 1)}
+}
+
+// Overlay sets the gateway groups' ANA states on every port of cfg (in
+// place, and returns it; cfg unchanged for a nil *Gateway):
 // optimized where this gateway owns the group, inaccessible elsewhere
 // (whatever the file says for those groups). Linux treats an inaccessible
 // path as one to fail over from and retries there once it is optimized.
-func (gs *gatewayState) overlay(cfg *target.Config) *target.Config {
+func (gs *Gateway) Overlay(cfg *target.Config) *target.Config {
 	if gs == nil {
 		return cfg
 	}
@@ -296,37 +330,37 @@ func (gs *gatewayState) overlay(cfg *target.Config) *target.Config {
 	return cfg
 }
 
-// targetConfig is the configuration the target gets for cfg: cfg with
-// the gateway's ANA states.
-func (d *daemon) targetConfig(cfg *target.Config) *target.Config {
-	return d.gw.overlay(cfg.Clone())
+// targetConfig is the configuration the target gets now: the running
+// configuration with the gateway's ANA states.
+func (gs *Gateway) targetConfig() *target.Config {
+	return gs.Overlay(gs.running().Clone())
 }
 
-// daemonApplier applies ownership to the daemon's target.
-type daemonApplier struct{ d *daemon }
+// applier applies ownership to the target (gateway.Applier).
+type applier struct{ gs *Gateway }
 
 // SetANA reloads the target with the group's new state (ANA change
 // events to the hosts), serialised with SIGHUP and the management API.
-func (a daemonApplier) SetANA(group uint32, optimized bool) error {
-	d := a.d
-	d.changeMu.Lock()
-	defer d.changeMu.Unlock()
-	d.gw.mu.Lock()
-	d.gw.owned[group] = optimized
-	d.gw.mu.Unlock()
-	err := d.t.Reload(d.targetConfig(d.config().Target))
+func (a applier) SetANA(group uint32, optimized bool) error {
+	gs := a.gs
+	gs.change.Lock()
+	defer gs.change.Unlock()
+	gs.mu.Lock()
+	gs.owned[group] = optimized
+	gs.mu.Unlock()
+	err := gs.t.Reload(gs.targetConfig())
 	if err == nil && optimized {
 		// The reload retried every namespace that had failed to open:
 		// a group with a namespace still not open is not served (it
 		// would be optimized here with the namespace missing, and no
 		// other gateway would serve it). The machine counts it as a
 		// serve failure (failback.go) and releases the group.
-		if why := unservable(group, d.t.Status()); why != "" {
+		if why := unservable(group, gs.t.Status()); why != "" {
 			err = fmt.Errorf("ANA group %d cannot be served here: %s", group, why)
-			d.gw.mu.Lock()
-			d.gw.owned[group] = false
-			d.gw.mu.Unlock()
-			if rerr := d.t.Reload(d.targetConfig(d.config().Target)); rerr != nil {
+			gs.mu.Lock()
+			gs.owned[group] = false
+			gs.mu.Unlock()
+			if rerr := gs.t.Reload(gs.targetConfig()); rerr != nil {
 				err = fmt.Errorf("%w; making it inaccessible again: %w", err, rerr)
 			}
 			return err
@@ -336,9 +370,9 @@ func (a daemonApplier) SetANA(group uint32, optimized bool) error {
 		// Not served: a later reload (SIGHUP, the API) must not make it
 		// optimized behind the gateway's back. A failed inaccessible
 		// change stays wanted: the next reload applies it.
-		d.gw.mu.Lock()
-		d.gw.owned[group] = false
-		d.gw.mu.Unlock()
+		gs.mu.Lock()
+		gs.owned[group] = false
+		gs.mu.Unlock()
 	}
 	return err
 }
@@ -368,8 +402,8 @@ func unservable(group uint32, st target.Status) string {
 // Readiness reports whether the target can serve the group and how many
 // hosts can use it here (groupReadiness); a group that cannot be served
 // has its failed namespaces retried (retryNamespaces). Status does no I/O.
-func (a daemonApplier) Readiness(group uint32) gateway.Readiness {
-	r := groupReadiness(group, a.d.t.Status(), a.d.config().Target)
+func (a applier) Readiness(group uint32) gateway.Readiness {
+	r := groupReadiness(group, a.gs.t.Status(), a.gs.running())
 	if r.Unservable != "" {
 		a.retryNamespaces()
 	}
@@ -417,15 +451,15 @@ const drainTimeout = 30 * time.Second
 // (target.Target.GroupInFlight), those of closed connections included, so
 // that the I/O of the gateway's other groups, which goes on, does not hold
 // the hand-over.
-func (a daemonApplier) Flush(group uint32) error {
-	bound := min(drainTimeout, a.d.gw.cfg.Lease-a.d.gw.cfg.StepDownMargin)
+func (a applier) Flush(group uint32) error {
+	bound := min(drainTimeout, a.gs.cfg.Lease-a.gs.cfg.StepDownMargin)
 	deadline := time.Now().Add(bound)
 	inFlight := func() int64 {
-		if t, ok := a.d.t.(interface{ GroupInFlight(uint32) int64 }); ok {
+		if t, ok := a.gs.t.(interface{ GroupInFlight(uint32) int64 }); ok {
 			return t.GroupInFlight(group)
 		}
 		var n int64
-		for _, q := range a.d.t.Queues() {
+		for _, q := range a.gs.t.Queues() {
 			if q.QID > 0 {
 				n += q.InFlight
 			}
@@ -447,9 +481,9 @@ func (a daemonApplier) Flush(group uint32) error {
 // groupImages returns the rbd images (pool/[namespace/]image) of the
 // namespaces of ANA group group in the running configuration: all of
 // them, and those enabled.
-func (a daemonApplier) groupImages(group uint32) (all, enabled map[string]bool) {
+func (a applier) groupImages(group uint32) (all, enabled map[string]bool) {
 	all, enabled = map[string]bool{}, map[string]bool{}
-	for _, s := range a.d.config().Target.Subsystems {
+	for _, s := range a.gs.running().Subsystems {
 		for _, n := range s.Namespaces {
 			if n.ANAGroup != group || n.Backend.Kind != string(backend.KindRBD) {
 				continue
@@ -468,7 +502,7 @@ func (a daemonApplier) groupImages(group uint32) (all, enabled map[string]bool) 
 // an image of the group's namespaces (closed ones included: a write may
 // still be in flight on one), and no other: fencing them leaves the
 // gateway's other groups alone.
-func (a daemonApplier) Addrs(group uint32) []string {
+func (a applier) Addrs(group uint32) []string {
 	imgs, _ := a.groupImages(group)
 	var out []string
 	for _, c := range backend.CephClients() {
@@ -490,8 +524,8 @@ var _ servingDeadliner = (*target.Target)(nil)
 // ServeUntil sets the group's serving deadline in the target: no read or
 // write of the group's namespaces past it (target.Target.SetServingDeadline).
 // The daemon's tests' fake target has none.
-func (a daemonApplier) ServeUntil(group uint32, until time.Time) {
-	if t, ok := a.d.t.(servingDeadliner); ok {
+func (a applier) ServeUntil(group uint32, until time.Time) {
+	if t, ok := a.gs.t.(servingDeadliner); ok {
 		t.SetServingDeadline(group, until)
 	}
 }
@@ -500,8 +534,8 @@ func (a daemonApplier) ServeUntil(group uint32, until time.Time) {
 // the target (target.Target.BackendHealth): the runner samples it, and the
 // machine steps a group down whose backends no longer serve it
 // (gateway.Machine.BackendObserved).
-func (a daemonApplier) BackendHealth(group uint32) gateway.BackendHealth {
-	t, ok := a.d.t.(interface {
+func (a applier) BackendHealth(group uint32) gateway.BackendHealth {
+	t, ok := a.gs.t.(interface {
 		BackendHealth(uint32) target.BackendHealth
 	})
 	if !ok {
@@ -513,7 +547,7 @@ func (a daemonApplier) BackendHealth(group uint32) gateway.BackendHealth {
 
 // WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the
 // group's open rbd namespaces: after a fence, before the gateway serves.
-func (a daemonApplier) WaitForLatestOSDMap(group uint32) error {
+func (a applier) WaitForLatestOSDMap(group uint32) error {
 	imgs, _ := a.groupImages(group)
 	if len(imgs) == 0 {
 		return nil
@@ -526,10 +560,10 @@ func (a daemonApplier) WaitForLatestOSDMap(group uint32) error {
 // again (a new client has a new address nonce: the fence of the old ones
 // does not apply to it). The group is inaccessible here meanwhile; hosts
 // see the namespaces of this path go and come back.
-func (a daemonApplier) Reopen(group uint32) error {
-	d := a.d
-	d.changeMu.Lock()
-	defer d.changeMu.Unlock()
+func (a applier) Reopen(group uint32) error {
+	gs := a.gs
+	gs.change.Lock()
+	defer gs.change.Unlock()
 	_, enabled := a.groupImages(group)
 	if len(enabled) == 0 {
 		return nil
@@ -538,24 +572,24 @@ func (a daemonApplier) Reopen(group uint32) error {
 	for _, c := range backend.CephClients() {
 		before[c.Addrs] = true
 	}
-	d.gw.mu.Lock()
-	if d.gw.closed == nil {
-		d.gw.closed = map[uint32]bool{}
+	gs.mu.Lock()
+	if gs.closed == nil {
+		gs.closed = map[uint32]bool{}
 	}
-	d.gw.closed[group] = true
-	d.gw.mu.Unlock()
-	err := d.t.Reload(d.targetConfig(d.config().Target))
-	d.gw.mu.Lock()
-	delete(d.gw.closed, group)
-	d.gw.mu.Unlock()
+	gs.closed[group] = true
+	gs.mu.Unlock()
+	err := gs.t.Reload(gs.targetConfig())
+	gs.mu.Lock()
+	delete(gs.closed, group)
+	gs.mu.Unlock()
 	if err != nil {
 		// Expected when the old clients were fenced: their flush at
 		// close fails (ESHUTDOWN), after the swap. Whether they closed
 		// or not, the next reload opens what is not open, and the
 		// check below says whether new clients came of it.
-		d.log.Info("gateway: closing the namespaces of a group to reopen them", zap.Uint32("group", group), zap.Error(err))
+		gs.log.Info("gateway: closing the namespaces of a group to reopen them", zap.Uint32("group", group), zap.Error(err))
 	}
-	if err := d.t.Reload(d.targetConfig(d.config().Target)); err != nil {
+	if err := gs.t.Reload(gs.targetConfig()); err != nil {
 		return fmt.Errorf("reopen the rbd namespaces of ANA group %d: %w", group, err)
 	}
 	// A namespace that cannot open is not a reload error: check that
@@ -580,8 +614,8 @@ func (a daemonApplier) Reopen(group uint32) error {
 // by a reload, and a preferred owner that cannot serve its group does not
 // ask for it (gateway/failback.go), which would otherwise be for ever
 // after a transient failure at its start.
-func (a daemonApplier) retryNamespaces() {
-	d, gs := a.d, a.d.gw
+func (a applier) retryNamespaces() {
+	gs := a.gs
 	gs.mu.Lock()
 	now := time.Now()
 	if gs.retrying || now.Before(gs.retryAt) {
@@ -596,10 +630,10 @@ func (a daemonApplier) retryNamespaces() {
 			gs.retrying = false
 			gs.mu.Unlock()
 		}()
-		d.changeMu.Lock()
-		defer d.changeMu.Unlock()
-		if err := d.t.Reload(d.targetConfig(d.config().Target)); err != nil {
-			d.log.Warn("gateway: retrying the namespaces that failed to open", zap.Error(err))
+		gs.change.Lock()
+		defer gs.change.Unlock()
+		if err := gs.t.Reload(gs.targetConfig()); err != nil {
+			gs.log.Warn("gateway: retrying the namespaces that failed to open", zap.Error(err))
 		}
 	}()
 }
@@ -611,10 +645,14 @@ func newSession(name string) string {
 	return name + "-" + hex.EncodeToString(b[:])
 }
 
-// startGateway connects to the cluster and starts the runner. The target
-// was started with every gateway group inaccessible.
-func (d *daemon) startGateway(cfg *loadedConfig) error {
-	g := cfg.Gateway
+// Start connects to the cluster and starts the runner, acting on t:
+// running returns the configuration the target runs (before the overlay;
+// cfg is it now), change is held around every reload the gateway makes
+// (the daemon's reloads hold it too). The target was started with every
+// gateway group inaccessible (Overlay).
+func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Locker, cfg *target.Config, log *zap.Logger) error {
+	gs.t, gs.running, gs.change, gs.log = t, running, change, log
+	g := gs.cfg
 	ids := make([]uint32, 0, len(g.ANAGroups))
 	for _, a := range g.ANAGroups {
 		ids = append(ids, a.ID)
@@ -622,7 +660,7 @@ func (d *daemon) startGateway(cfg *loadedConfig) error {
 	// From now on every configuration the target serves (SIGHUP, the
 	// management API, ANA changes) keeps its namespaces in these groups
 	// and its images exclusive-locked (target.GatewayGuard).
-	if gg, ok := d.t.(interface {
+	if gg, ok := t.(interface {
 		SetGatewayGuard(target.GatewayGuard) error
 	}); ok {
 		if err := gg.SetGatewayGuard(target.GatewayGuard{ANAGroups: ids}); err != nil {
@@ -631,7 +669,7 @@ func (d *daemon) startGateway(cfg *loadedConfig) error {
 	}
 	// Each cluster operation gives up well before the lease can end.
 	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
-	member := gatewayMember(g, cfg.Target)
+	member := member(g, cfg)
 	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
 		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
 		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire,
@@ -640,25 +678,41 @@ func (d *daemon) startGateway(cfg *loadedConfig) error {
 		return err
 	}
 	session := newSession(g.Name)
-	r, err := gateway.NewRunner(g.machineConfig(session), canonicalGroupConfig(g, cfg.Target), cl, daemonApplier{d}, d.log.Named("gateway"))
+	r, err := gateway.NewRunner(g.machineConfig(session), canonicalGroupConfig(g, cfg), cl, applier{gs}, log.Named("gateway"))
 	if err != nil {
 		cl.Close()
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d.gw.mu.Lock()
-	d.gw.runner, d.gw.cl, d.gw.cancel = r, cl, cancel
-	d.gw.mu.Unlock()
-	d.log.Info("gateway: member of the group", zap.String("name", g.Name), zap.String("group", g.Group),
+	gs.mu.Lock()
+	gs.runner, gs.cl, gs.cancel = r, cl, cancel
+	gs.mu.Unlock()
+	log.Info("gateway: member of the group", zap.String("name", g.Name), zap.String("group", g.Group),
 		zap.String("session", session), zap.String("client", cl.Addrs()), zap.Duration("lease", g.Lease))
-	go func() { d.gw.done <- r.Run(ctx, g.Lease/2) }()
+	go func() { gs.done <- r.Run(ctx, g.Lease/2) }()
 	return nil
 }
 
-// stopGateway releases the groups this gateway owns (bounded) and closes
-// its cluster client.
-func (d *daemon) stopGateway() {
-	gs := d.gw
+// Done delivers the runner's end (nil for a nil *Gateway: never): it
+// ends on its own only when another gateway fenced this one.
+func (gs *Gateway) Done() <-chan error {
+	if gs == nil {
+		return nil
+	}
+	return gs.done
+}
+
+// Fenced forgets the runner after it ended fenced: Stop has nothing left
+// to release, and Status says it is not connected.
+func (gs *Gateway) Fenced() {
+	gs.mu.Lock()
+	gs.runner = nil
+	gs.mu.Unlock()
+}
+
+// Stop releases the groups this gateway owns (bounded) and closes its
+// cluster client. Safe on a nil *Gateway, before Start and twice.
+func (gs *Gateway) Stop() {
 	if gs == nil {
 		return
 	}
@@ -673,33 +727,39 @@ func (d *daemon) stopGateway() {
 	select {
 	case err := <-gs.done:
 		if err != nil {
-			d.log.Warn("gateway: stopped", zap.Error(err))
+			gs.log.Warn("gateway: stopped", zap.Error(err))
 		}
 	case <-time.After(gs.cfg.Lease + 5*time.Second):
-		d.log.Warn("gateway: did not stop within a lease")
+		gs.log.Warn("gateway: did not stop within a lease")
 		return
 	}
 	// A cluster operation still running would use the client after
 	// Close: then leave it to the process's exit.
 	if !r.Quiesce(5 * time.Second) {
-		d.log.Warn("gateway: cluster operations still running at exit; not closing the RADOS client")
+		gs.log.Warn("gateway: cluster operations still running at exit; not closing the RADOS client")
 		return
 	}
 	gs.cl.Close()
 }
 
-// gatewayStatus is the gateway section of `nvmetd status`.
-type gatewayStatus struct {
+// Health of a gateway in Status (as the daemon's).
+const (
+	healthOK       = "ok"
+	healthDegraded = "degraded"
+)
+
+// Status is the gateway section of `nvmetd status`.
+type Status struct {
 	Name   string `json:"name"`
 	Group  string `json:"group"`
 	Health string `json:"health"`
 	// Degraded says why this gateway takes no ownership.
-	Degraded string               `json:"degraded,omitempty"`
-	Fences   int                  `json:"fences"`
-	Groups   []gatewayGroupStatus `json:"ana_groups"`
+	Degraded string        `json:"degraded,omitempty"`
+	Fences   int           `json:"fences"`
+	Groups   []GroupStatus `json:"ana_groups"`
 }
 
-type gatewayGroupStatus struct {
+type GroupStatus struct {
 	ID        uint32 `json:"id"`
 	Role      string `json:"role"`
 	Owned     bool   `json:"owned"`
@@ -713,8 +773,8 @@ type gatewayGroupStatus struct {
 	FailbackWait string `json:"failback_wait,omitempty"`
 }
 
-// status returns the gateway's status (nil without a gateway).
-func (gs *gatewayState) status() *gatewayStatus {
+// Status returns the gateway's status (nil for a nil *Gateway).
+func (gs *Gateway) Status() *Status {
 	if gs == nil {
 		return nil
 	}
@@ -722,54 +782,16 @@ func (gs *gatewayState) status() *gatewayStatus {
 	r := gs.runner
 	gs.mu.Unlock()
 	if r == nil {
-		return &gatewayStatus{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthDegraded, Degraded: "not connected to the cluster"}
+		return &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthDegraded, Degraded: "not connected to the cluster"}
 	}
 	groups, degr := r.Status()
-	st := &gatewayStatus{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
+	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
 	if degr != "" {
 		st.Health = healthDegraded
 	}
 	for _, g := range groups {
-		st.Groups = append(st.Groups, gatewayGroupStatus{ID: g.Group, Role: g.Role.String(), Owned: g.Role == gateway.Owner,
+		st.Groups = append(st.Groups, GroupStatus{ID: g.Group, Role: g.Role.String(), Owned: g.Role == gateway.Owner,
 			Preferred: g.Preferred, Holder: g.Holder, LastError: g.LastError, Failbacks: g.Failbacks, FailbackWait: g.FailbackWait})
 	}
 	return st
-}
-
-// gatewayCollector exports the gateway's ownership to Prometheus.
-type gatewayCollector struct{ gs *gatewayState }
-
-var (
-	gatewayOwnedDesc = prometheus.NewDesc("nvmetd_gateway_ana_group_owned",
-		"1 if this gateway owns the ANA group (optimized here), else 0.", []string{"ana_group"}, nil)
-	gatewayFencesDesc = prometheus.NewDesc("nvmetd_gateway_fences_total",
-		"Gateways this gateway fenced (blocklisted) before taking their groups.", nil, nil)
-	gatewayDegradedDesc = prometheus.NewDesc("nvmetd_gateway_degraded",
-		"1 if this gateway takes no ownership (its group configuration differs from the cluster's).", nil, nil)
-)
-
-func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- gatewayOwnedDesc
-	ch <- gatewayFencesDesc
-	ch <- gatewayDegradedDesc
-}
-
-func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.gs.status()
-	if st == nil {
-		return
-	}
-	for _, g := range st.Groups {
-		v := 0.0
-		if g.Owned {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(gatewayOwnedDesc, prometheus.GaugeValue, v, fmt.Sprint(g.ID))
-	}
-	ch <- prometheus.MustNewConstMetric(gatewayFencesDesc, prometheus.CounterValue, float64(st.Fences))
-	deg := 0.0
-	if st.Degraded != "" {
-		deg = 1
-	}
-	ch <- prometheus.MustNewConstMetric(gatewayDegradedDesc, prometheus.GaugeValue, deg)
 }
