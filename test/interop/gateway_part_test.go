@@ -248,13 +248,15 @@ func (s *nsBytes) waitMoved(t *testing.T, gw int, nsid uint32, n int64, what str
 
 func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
 	start := time.Now()
+	// The VM first: where the lab cannot run, the test skips before it
+	// starts a cluster.
+	vm := startHealthyVM(t, k)
 	nw := partNetwork(t)
 	c := nw.Cluster
 	images := [2]string{c.CreateImage(t, 32<<20), c.CreateImage(t, 32<<20)}
 	t0 := time.Now()
 	bin := buildGatewayBinary(t)
 	t.Logf("nvmetd-rbd built in %.1fs", time.Since(t0).Seconds())
-	vm := startHealthyVM(t, k)
 	var rb [4]byte
 	rand.Read(rb[:])
 	group := "p" + hex.EncodeToString(rb[:])
