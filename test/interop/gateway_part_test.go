@@ -546,6 +546,8 @@ func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
 	vw1.waitWrites(100, "through gw-a after the host connected to it")
 	vw2.waitWrites(100, "through gw-b at the end")
 
+	// Both writers stop together, so that their sweeps run side by side.
+	step(t, vm, time.Minute, "touch /root/gp1.stop /root/gp2.stop")
 	dmesg := ""
 	for i, vw := range []*linuxWriter{vw1, vw2} {
 		sum, off := vw.stop()
