@@ -1,4 +1,4 @@
-package main
+package autoconnect
 
 import (
 	"bufio"
@@ -28,14 +28,14 @@ import (
 // nvmeof autoconnect connects what both name, as nvme-cli's
 // nvmf-autoconnect.service does at boot with "nvme connect-all".
 const (
-	defaultDiscoveryConf = "/etc/nvme/discovery.conf"
-	defaultConfigJSON    = "/etc/nvme/config.json"
+	DefaultDiscoveryConf = "/etc/nvme/discovery.conf"
+	DefaultConfigJSON    = "/etc/nvme/config.json"
 )
 
-// autoconnectEntry is one connection the configuration asks for: a
+// Entry is one connection the configuration asks for: a
 // connect-all to a discovery controller or a connect to a subsystem,
 // with the command line it runs.
-type autoconnectEntry struct {
+type Entry struct {
 	Source    string   `json:"source"`    // file:line or file:host/subsystem/port
 	Discovery bool     `json:"discovery"` // connect-all (true) or connect
 	Args      []string `json:"args"`
@@ -43,25 +43,25 @@ type autoconnectEntry struct {
 	// --dhchap-ctrl-secret; config.json's dhchap_key, dhchap_ctrl_key),
 	// kept out of Args: they are passed to the connection and never
 	// printed or logged.
-	Secrets entrySecrets `json:"secrets"`
+	Secrets Secrets `json:"secrets"`
 }
 
-// entrySecrets are an entry's DH-HMAC-CHAP secrets (literal or file:PATH).
-type entrySecrets struct {
+// Secrets are an entry's DH-HMAC-CHAP secrets (literal or file:PATH).
+type Secrets struct {
 	Host, Ctrl string
 }
 
 // MarshalJSON shows whether a secret is set, never the secret.
-func (s entrySecrets) MarshalJSON() ([]byte, error) {
+func (s Secrets) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Host bool `json:"dhchap_secret"`
 		Ctrl bool `json:"dhchap_ctrl_secret"`
 	}{s.Host != "", s.Ctrl != ""})
 }
 
-// args returns the command line options that carry the secrets (for the
+// Args returns the command line options that carry the secrets (for the
 // in-process connect; never printed).
-func (s entrySecrets) args() []string {
+func (s Secrets) Args() []string {
 	var a []string
 	if s.Host != "" {
 		a = append(a, "--dhchap-secret="+s.Host)
@@ -72,8 +72,8 @@ func (s entrySecrets) args() []string {
 	return a
 }
 
-// redacted returns what a dry run prints for the secrets.
-func (s entrySecrets) redacted() []string {
+// Redacted returns what a dry run prints for the secrets.
+func (s Secrets) Redacted() []string {
 	var a []string
 	if s.Host != "" {
 		a = append(a, "--dhchap-secret=<secret>")
@@ -103,7 +103,7 @@ var shortWithValue = map[string]bool{"w": true, "f": true, "W": true, "P": true,
 // connect-all options per discovery controller. Lines of another
 // transport than rdma are skipped with a note; options nvmeof does not
 // have are dropped with a note.
-func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, notes []string, err error) {
+func parseDiscoveryConf(name string, r io.Reader) (entries []Entry, notes []string, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
 	ln := 0
@@ -138,7 +138,7 @@ func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, n
 			}
 			args = kept
 		}
-		entries = append(entries, autoconnectEntry{Source: src, Discovery: true, Args: args, Secrets: sec})
+		entries = append(entries, Entry{Source: src, Discovery: true, Args: args, Secrets: sec})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
@@ -149,7 +149,7 @@ func parseDiscoveryConf(name string, r io.Reader) (entries []autoconnectEntry, n
 // filterConnectArgs drops the options nvmeof lacks, takes the
 // DH-HMAC-CHAP secrets out of the arguments, and returns the transport the
 // line names (default rdma, as nvmeof's -t).
-func filterConnectArgs(fields []string) (args []string, transport string, dropped []string, sec entrySecrets) {
+func filterConnectArgs(fields []string) (args []string, transport string, dropped []string, sec Secrets) {
 	transport = "rdma"
 	for i := 0; i < len(fields); i++ {
 		f := fields[i]
@@ -204,13 +204,13 @@ func filterConnectArgs(fields []string) (args []string, transport string, droppe
 }
 
 // secretOpt returns, for an option carrying a DH-HMAC-CHAP secret, where
-// in entrySecrets it goes; nil for any other option.
-func secretOpt(name string) func(*entrySecrets) *string {
+// in Secrets it goes; nil for any other option.
+func secretOpt(name string) func(*Secrets) *string {
 	switch name {
 	case "S", "dhchap-secret":
-		return func(s *entrySecrets) *string { return &s.Host }
+		return func(s *Secrets) *string { return &s.Host }
 	case "C", "dhchap-ctrl-secret":
-		return func(s *entrySecrets) *string { return &s.Ctrl }
+		return func(s *Secrets) *string { return &s.Ctrl }
 	}
 	return nil
 }
@@ -255,7 +255,7 @@ type configPort struct {
 // parseConfigJSON parses libnvme's config.json into connections: a
 // connect per subsystem port, a connect-all per discovery port (or port
 // of the well-known discovery NQN).
-func parseConfigJSON(name string, r io.Reader) (entries []autoconnectEntry, notes []string, err error) {
+func parseConfigJSON(name string, r io.Reader) (entries []Entry, notes []string, err error) {
 	dec := json.NewDecoder(io.LimitReader(r, 16<<20))
 	var cfg fabricsConfig
 	if err := dec.Decode(&cfg); err != nil {
@@ -319,24 +319,24 @@ func parseConfigJSON(name string, r io.Reader) (entries []autoconnectEntry, note
 						notes = append(notes, fmt.Sprintf("%s: %s not used by nvmeof; ignored", src, u.name))
 					}
 				}
-				sec := entrySecrets{Host: h.DHCHAPKey, Ctrl: p.DHCHAPCtrlKey}
+				sec := Secrets{Host: h.DHCHAPKey, Ctrl: p.DHCHAPCtrlKey}
 				if p.DHCHAPKey != "" {
 					sec.Host = p.DHCHAPKey
 				}
-				entries = append(entries, autoconnectEntry{Source: src, Discovery: disc, Args: args, Secrets: sec})
+				entries = append(entries, Entry{Source: src, Discovery: disc, Args: args, Secrets: sec})
 			}
 		}
 	}
 	return entries, notes, nil
 }
 
-// loadAutoconnect reads both files; a missing file is no error.
-func loadAutoconnect(discoveryConf, configJSON string) ([]autoconnectEntry, []string, error) {
-	var all []autoconnectEntry
+// Load reads both files; a missing file is no error.
+func Load(discoveryConf, configJSON string) ([]Entry, []string, error) {
+	var all []Entry
 	var notes []string
 	for _, f := range []struct {
 		path  string
-		parse func(string, io.Reader) ([]autoconnectEntry, []string, error)
+		parse func(string, io.Reader) ([]Entry, []string, error)
 	}{{configJSON, parseConfigJSON}, {discoveryConf, parseDiscoveryConf}} {
 		if f.path == "" {
 			continue
@@ -356,50 +356,4 @@ func loadAutoconnect(discoveryConf, configJSON string) ([]autoconnectEntry, []st
 		all, notes = append(all, e...), append(notes, n...)
 	}
 	return all, notes, nil
-}
-
-func runAutoconnect(args []string, stdout, stderr io.Writer) int {
-	fset := newFlagSet("autoconnect", stderr)
-	discoveryConf := fset.String("discovery-conf", defaultDiscoveryConf, "nvme-cli discovery configuration (one connect-all per line)")
-	configJSON := fset.StringP("config", "J", defaultConfigJSON, "libnvme JSON configuration (hosts, subsystems, ports)")
-	dryRun := fset.Bool("dry-run", false, "print the commands instead of running them")
-	fset.StringVar(&stateDirFlag, "state-dir", "", "runtime directory (default /run/nvmeof)")
-	if code, ok := parse(fset, args, stderr); !ok {
-		return code
-	}
-	entries, notes, err := loadAutoconnect(*discoveryConf, *configJSON)
-	if err != nil {
-		return fail(stderr, "autoconnect", err)
-	}
-	for _, n := range notes {
-		fmt.Fprintf(stderr, "autoconnect: %s\n", n)
-	}
-	failed := 0
-	for _, e := range entries {
-		cmd := "connect"
-		if e.Discovery {
-			cmd = "connect-all"
-		}
-		if *dryRun {
-			fmt.Fprintf(stdout, "nvmeof %s %s\n", cmd, strings.Join(append(append([]string{}, e.Args...), e.Secrets.redacted()...), " "))
-			continue
-		}
-		run := runConnect
-		if e.Discovery {
-			run = runConnectAll
-		}
-		var errBuf strings.Builder
-		code := run(append(append([]string{}, e.Args...), e.Secrets.args()...), stdout, &errBuf)
-		msg := errBuf.String()
-		if code != exitOK && !strings.Contains(msg, "already connected") {
-			failed++
-			fmt.Fprintf(stderr, "autoconnect: %s: nvmeof %s failed:\n%s", e.Source, cmd, msg)
-		} else if msg != "" {
-			fmt.Fprint(stderr, msg)
-		}
-	}
-	if failed > 0 {
-		return exitFailure
-	}
-	return exitOK
 }

@@ -1,26 +1,30 @@
-package main
+package connd
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"path/filepath"
 	"time"
 
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
-// adminMaxData bounds the data of one admin command sent through the
+// AdminMaxData bounds the data of one admin command sent through the
 // control socket (nvme-cli's largest read-only pages fit: Identify 4 KiB,
 // Commands Supported and Effects 4 KiB, an ANA log of many groups).
-const adminMaxData = 64 << 10
+const AdminMaxData = 64 << 10
 
 // adminTimeout bounds one admin command run for the control socket.
 const adminTimeout = 30 * time.Second
 
-// adminCmd is the "admin" op of the control socket: one read-only admin
+// AdminCommand is the "admin" op of the control socket: one read-only admin
 // command (as nvme admin-passthru with --read) run on the daemon's
 // controller.
-type adminCmd struct {
+type AdminCommand struct {
 	Opcode  uint8  `json:"opcode"`
 	NSID    uint32 `json:"nsid"`
 	CDW10   uint32 `json:"cdw10"`
@@ -44,15 +48,15 @@ type adminReply struct {
 
 // adminOpRequest is the control socket request of the admin op.
 type adminOpRequest struct {
-	Op    string    `json:"op"`
-	Admin *adminCmd `json:"admin"`
+	Op    string        `json:"op"`
+	Admin *AdminCommand `json:"admin"`
 }
 
 // validate refuses anything but the read-only admin commands nvme-cli's
 // query commands send, with a bounded, consistent data length.
-func (a *adminCmd) validate() error {
-	if a.DataLen < 0 || a.DataLen > adminMaxData {
-		return fmt.Errorf("data length %d out of range (0..%d)", a.DataLen, adminMaxData)
+func (a *AdminCommand) validate() error {
+	if a.DataLen < 0 || a.DataLen > AdminMaxData {
+		return fmt.Errorf("data length %d out of range (0..%d)", a.DataLen, AdminMaxData)
 	}
 	switch a.Opcode {
 	case nvmeof.AdminIdentify:
@@ -114,4 +118,78 @@ func (d *daemon) handleAdmin(line []byte, enc *json.Encoder) {
 		r.Data = data
 	}
 	_ = enc.Encode(r)
+}
+
+// StatusError is a command the controller completed with an error
+// status.
+type StatusError struct {
+	status nvmeof.Status
+	name   string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("NVMe status: %s(%#x)", e.name, uint16(e.status))
+}
+
+// Admin sends one admin command to the daemon of controller dev (of s)
+// and returns the completion's DW0 and the data; a completion with an
+// error status is a *StatusError.
+func Admin(s hoststate.Store, dev string, a AdminCommand) (uint32, []byte, error) {
+	c, err := net.DialTimeout("unix", filepath.Join(s.InstanceDir(dev), "ctl.sock"), 5*time.Second)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: no such controller (daemon not reachable: %w)", dev, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(adminTimeout + 10*time.Second))
+	b, _ := json.Marshal(adminOpRequest{Op: "admin", Admin: &a})
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return 0, nil, fmt.Errorf("%s: %w", dev, err)
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: no answer from the daemon: %w", dev, err)
+	}
+	var rep adminReply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		return 0, nil, fmt.Errorf("%s: bad answer: %w", dev, err)
+	}
+	if !rep.OK {
+		return 0, nil, fmt.Errorf("%s: %s", dev, rep.Error)
+	}
+	if rep.Status != 0 {
+		return rep.Result, nil, &StatusError{status: nvmeof.Status(rep.Status), name: rep.Hint}
+	}
+	if len(rep.Data) != a.DataLen {
+		return 0, nil, fmt.Errorf("%s: daemon returned %d bytes, want %d", dev, len(rep.Data), a.DataLen)
+	}
+	return rep.Result, rep.Data, nil
+}
+
+// Identify reads one Identify data structure (CNS cns, NSID nsid).
+func Identify(s hoststate.Store, dev string, cns uint8, nsid uint32) ([]byte, error) {
+	_, b, err := Admin(s, dev, AdminCommand{Opcode: nvmeof.AdminIdentify, NSID: nsid, CDW10: uint32(cns), DataLen: nvmeof.IdentifyDataSize})
+	return b, err
+}
+
+// GetLog reads n bytes of log page lid (RAE set: reading a page here
+// never clears an event the daemon waits for).
+func GetLog(s hoststate.Store, dev string, lid uint8, nsid uint32, lsp uint8, lpo uint64, n int) ([]byte, error) {
+	return GetLogCSI(s, dev, lid, nsid, lsp, lpo, n, 0)
+}
+
+// GetLogCSI is GetLog for command set csi.
+func GetLogCSI(s hoststate.Store, dev string, lid uint8, nsid uint32, lsp uint8, lpo uint64, n int, csi uint8) ([]byte, error) {
+	if n <= 0 || n%4 != 0 || n > AdminMaxData {
+		return nil, fmt.Errorf("log length %d: must be a multiple of 4 in 4..%d", n, AdminMaxData)
+	}
+	var sqe nvmeof.SQE
+	cmd := sqe.BuildGetLogPage(lid, nsid, lpo, uint32(n))
+	cmd.SetRAE(true)
+	cmd.SetLSP(lsp)
+	cmd.SetCSI(csi)
+	a := AdminCommand{Opcode: nvmeof.AdminGetLogPage, NSID: nsid, DataLen: n,
+		CDW10: sqe.CDW(10), CDW11: sqe.CDW(11), CDW12: sqe.CDW(12), CDW13: sqe.CDW(13), CDW14: sqe.CDW(14), CDW15: sqe.CDW(15)}
+	_, b, err := Admin(s, dev, a)
+	return b, err
 }

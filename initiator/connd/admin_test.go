@@ -1,4 +1,4 @@
-package main
+package connd
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // TestAdminCmdValidate: the control socket's admin op allows the
 // read-only commands only, with a bounded, consistent data length.
 func TestAdminCmdValidate(t *testing.T) {
-	ok := []adminCmd{
+	ok := []AdminCommand{
 		{Opcode: nvmeof.AdminIdentify, CDW10: 1, DataLen: 4096},
 		{Opcode: nvmeof.AdminGetLogPage, CDW10: 2 | 127<<16, DataLen: 512},
 		{Opcode: nvmeof.AdminGetLogPage, CDW10: 0xc | 16383<<16, DataLen: 64 << 10}, // 64 KiB: NUMD 16383
@@ -21,7 +21,7 @@ func TestAdminCmdValidate(t *testing.T) {
 			t.Errorf("%+v: %v", a, err)
 		}
 	}
-	bad := []adminCmd{
+	bad := []AdminCommand{
 		{Opcode: nvmeof.AdminSetFeatures, CDW10: 7},
 		{Opcode: nvmeof.AdminFormatNVM},
 		{Opcode: nvmeof.AdminSanitize},

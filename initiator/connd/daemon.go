@@ -1,4 +1,4 @@
-package main
+package connd
 
 import (
 	"bufio"
@@ -25,7 +25,8 @@ import (
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/initiator/bench"
 	"github.com/nvmetd/nvmetd/initiator/fusedev"
-	"github.com/nvmetd/nvmetd/internal/metricserve"
+	"github.com/nvmetd/nvmetd/initiator/hostfs"
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -34,21 +35,24 @@ import (
 // namespace, whatever the number of paths), its loop device and mount, and
 // the control socket.
 type daemon struct {
-	dev  string
-	opts connectOpts
-	cfg  initiator.Config
-	log  *zap.Logger
+	store hoststate.Store
+	dev   string
+	opts  Options
+	cfg   initiator.Config
+	log   *zap.Logger
 
 	sub  *initiator.Subsystem
 	ctrl *initiator.Controller // the first path's
-	// metrics serves --metrics-listen (nil: off).
-	metrics *metricserve.Server
-	srv     *fuse.Server
-	root    *fusedev.Root
-	ln      net.Listener
+	// serveMetrics starts the metrics server of --metrics-listen;
+	// stopMetrics stops it (nil: off).
+	serveMetrics MetricsFunc
+	stopMetrics  func()
+	srv          *fuse.Server
+	root         *fusedev.Root
+	ln           net.Listener
 
 	mu       sync.Mutex
-	st       ctrlState
+	st       hoststate.Controller
 	lastErr  string
 	shutdown chan struct{}
 	stopMu   sync.Mutex // one teardown at a time
@@ -68,51 +72,20 @@ type daemon struct {
 	otherWrites atomic.Bool
 }
 
-// ctlRequest is a request on the control socket (one JSON line).
-type ctlRequest struct {
-	Op    string        `json:"op"` // "status", "disconnect", "bench", "add-path"
-	Force bool          `json:"force,omitempty"`
-	Bench *bench.Params `json:"bench,omitempty"`
-	// Path is the connect options of add-path.
-	Path *connectOptsJSON `json:"path,omitempty"`
-}
-
-// ctlResponse is one JSON line of an answer; bench sends progress lines
-// before the last one.
-type ctlResponse struct {
-	OK       bool          `json:"ok"`
-	Error    string        `json:"error,omitempty"`
-	State    *ctrlState    `json:"state,omitempty"`
-	Progress string        `json:"progress,omitempty"`
-	Result   *bench.Result `json:"result,omitempty"`
-}
-
-func runServe(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("serve", stderr)
-	dev := fs.String("instance", "", "controller instance (nvmeN)")
-	cfgJSON := fs.String("config", "", "connect options (JSON)")
-	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
-	if code, ok := parse(fs, args, stderr); !ok {
-		return code
-	}
-	var j connectOptsJSON
-	if err := json.Unmarshal([]byte(*cfgJSON), &j); err != nil || *dev == "" {
-		fmt.Fprintf(stderr, "serve: bad arguments: %v\n", err)
-		return exitUsage
-	}
-	sec, err := readSecrets(os.Stdin)
-	if err != nil {
-		fmt.Fprintf(stderr, "serve: secrets on standard input: %v\n", err)
-		return exitUsage
-	}
-	j.DHCHAPSecret, j.DHCHAPCtrlSecret = sec.Secret, sec.CtrlSecret
-	ready := os.NewFile(3, "ready")
-	d := &daemon{dev: *dev, opts: j.opts(), shutdown: make(chan struct{})}
+// Serve is "nvmeof serve": it connects the controller of instance dev (a
+// directory claimed in s) with o, mounts its device files (and, if o asks,
+// a loop device and filesystem), writes one readiness line to ready (nil:
+// none) and serves the control socket until a disconnect or SIGTERM or
+// SIGINT tears it down. It logs to logw; metrics serves
+// o.MetricsListen. The error is the connect's (the daemon then undid what
+// it had set up); nil once disconnected.
+func Serve(s hoststate.Store, dev string, o Options, ready io.WriteCloser, logw io.Writer, metrics MetricsFunc) error {
+	d := &daemon{store: s, dev: dev, opts: o, serveMetrics: metrics, shutdown: make(chan struct{})}
 	zc := zap.NewProductionEncoderConfig()
 	zc.EncodeTime = zapcore.ISO8601TimeEncoder
-	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel)).
+	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zc), zapcore.Lock(zapcore.AddSync(logw)), zap.InfoLevel)).
 		With(zap.String("device", d.dev))
-	err = d.start()
+	err := d.start()
 	msg := readyMsg{OK: err == nil}
 	if err != nil {
 		d.log.Error("connect failed", zap.Error(err))
@@ -127,7 +100,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		ready.Close()
 	}
 	if err != nil {
-		return exitFailure
+		return err
 	}
 	d.log.Info("ready", zap.String("subnqn", d.cfg.SubNQN), zap.String("traddr", d.cfg.Address))
 	sigs := make(chan os.Signal, 1)
@@ -142,8 +115,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	d.wg.Wait()
 	d.log.Info("disconnected")
-	return exitOK
+	return nil
 }
+
+// MetricsFunc starts serving the metrics of controller ctrl (subsystem
+// subnqn at traddr) on listen (connect --metrics-listen); the daemon calls
+// the returned stop at disconnect. The command supplies it: Prometheus
+// stays in the commands (internal/archtest).
+type MetricsFunc func(ctrl *initiator.Controller, subnqn, traddr, listen string, log *zap.Logger) (stop func(), err error)
 
 // start connects the controller, mounts the device files and, if asked,
 // the filesystem, and opens the control socket.
@@ -154,19 +133,19 @@ func (d *daemon) start() error {
 		d.log.Warn("PR_SET_IO_FLUSHER not available (needs CAP_SYS_RESOURCE): under memory pressure the loop device's writeback may wait on this daemon", zap.Error(err))
 	}
 	var err error
-	d.cfg, err = d.opts.fabrics.config(d.opts.fabrics.nqn, d.log)
+	d.cfg, err = d.opts.Fabrics.Config(d.opts.Fabrics.NQN, d.log)
 	if err != nil {
 		return err
 	}
 	d.cfg.OnEvent = d.onEvent
-	pol, err := initiator.ParseIOPolicy(d.opts.iopolicy)
+	pol, err := initiator.ParseIOPolicy(d.opts.IOPolicy)
 	if err != nil {
 		return err
 	}
 	mc := initiator.MultipathConfig{IOPolicy: pol, Logger: d.log, OnChange: d.onPathChange}
-	if d.opts.fastIOFailTmo >= 0 {
+	if d.opts.FastIOFailTmo >= 0 {
 		// fast_io_fail_tmo=0 fails I/O as soon as the path is lost.
-		mc.FastIOFailTimeout = max(time.Duration(d.opts.fastIOFailTmo)*time.Second, time.Nanosecond)
+		mc.FastIOFailTimeout = max(time.Duration(d.opts.FastIOFailTmo)*time.Second, time.Nanosecond)
 	}
 	d.sub = initiator.NewSubsystem(d.cfg.SubNQN, mc)
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ConnectTimeout+5*time.Second)
@@ -178,27 +157,27 @@ func (d *daemon) start() error {
 	d.ctrl = p.Controller()
 	id := d.ctrl.IdentifyController()
 	nq, qs := d.ctrl.QueueCount()
-	d.st = ctrlState{
+	d.st = hoststate.Controller{
 		Device: d.dev, PID: os.Getpid(), Transport: d.cfg.TransportName(), Address: d.cfg.Address, SubNQN: d.cfg.SubNQN,
 		HostNQN: d.cfg.HostNQN, HostID: nvmeof.FormatUUID(d.cfg.HostID), CNTLID: d.ctrl.CNTLID(),
 		Model: id.MN(), Serial: id.SN(), Firmware: id.FR(), IOQueues: nq, QueueSize: qs,
-		CRC: d.ctrl.CRC(), Since: time.Now(), Log: filepath.Join(stateDir(), d.dev+".log"),
+		CRC: d.ctrl.CRC(), Since: time.Now(), Log: filepath.Join(d.store.Dir, d.dev+".log"),
 	}
-	devDir := filepath.Join(instanceDir(d.dev), "dev")
+	devDir := filepath.Join(d.store.InstanceDir(d.dev), "dev")
 	if err := os.MkdirAll(devDir, 0o755); err != nil {
 		return err
 	}
-	d.srv, d.root, err = fusedev.Mount(devDir, d.dev, d.opts.fuseDirectIO, d.sub.Namespaces())
+	d.srv, d.root, err = fusedev.Mount(devDir, d.dev, d.opts.FUSEDirectIO, d.sub.Namespaces())
 	if err != nil {
 		return fmt.Errorf("FUSE mount on %s: %w", devDir, err)
 	}
 	d.refreshNamespaces()
-	unlock, err := attachLock()
+	unlock, err := attachLock(d.store.Dir)
 	if err != nil {
 		return fmt.Errorf("attach lock: %w", err)
 	}
 	defer unlock()
-	if err := attachedElsewhere(d.dev, d.state().Namespaces); err != nil {
+	if err := attachedElsewhere(d.store, d.dev, d.state().Namespaces); err != nil {
 		return err
 	}
 	// Publish the namespaces (under the lock) before anything else may
@@ -206,17 +185,20 @@ func (d *daemon) start() error {
 	if err := d.saveState(); err != nil {
 		return err
 	}
-	if d.opts.mount != "" || d.opts.loop {
+	if d.opts.Mount != "" || d.opts.Loop {
 		if err := d.mountNamespace(); err != nil {
 			return err
 		}
 	}
-	if d.opts.metricsListen != "" {
-		if d.metrics, err = d.startHostMetrics(d.opts.metricsListen); err != nil {
+	if d.opts.MetricsListen != "" {
+		if d.serveMetrics == nil {
+			return fmt.Errorf("--metrics-listen %s: this daemon serves no metrics", d.opts.MetricsListen)
+		}
+		if d.stopMetrics, err = d.serveMetrics(d.ctrl, d.cfg.SubNQN, d.cfg.Address, d.opts.MetricsListen, d.log); err != nil {
 			return err
 		}
 	}
-	sock := filepath.Join(instanceDir(d.dev), "ctl.sock")
+	sock := filepath.Join(d.store.InstanceDir(d.dev), "ctl.sock")
 	_ = os.Remove(sock)
 	if d.ln, err = net.Listen("unix", sock); err != nil {
 		return err
@@ -230,47 +212,47 @@ func (d *daemon) start() error {
 // filesystem if asked, and mounts it.
 func (d *daemon) mountNamespace() error {
 	d.mu.Lock()
-	var target *nsState
+	var target *hoststate.Namespace
 	for i := range d.st.Namespaces {
-		if d.opts.mountNSID == 0 || d.st.Namespaces[i].NSID == d.opts.mountNSID {
+		if d.opts.MountNSID == 0 || d.st.Namespaces[i].NSID == d.opts.MountNSID {
 			target = &d.st.Namespaces[i]
 			break
 		}
 	}
 	d.mu.Unlock()
 	if target == nil {
-		return fmt.Errorf("no namespace to mount (nsid %d)", d.opts.mountNSID)
+		return fmt.Errorf("no namespace to mount (nsid %d)", d.opts.MountNSID)
 	}
-	loop, err := attachLoop(target.File, target.BlockSize, d.opts.loopDirectIO)
+	loop, err := hostfs.AttachLoop(target.File, target.BlockSize, d.opts.LoopDirectIO)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	target.Loop = loop
 	d.mu.Unlock()
-	d.log.Info("loop device attached", zap.String("loop", loop), zap.Bool("direct_io", loopDirectIO(loop)))
-	if d.opts.mkfs {
-		if !d.opts.force {
-			if err := checkBlank(loop, fmt.Sprintf("%sn%d", d.dev, target.NSID)); err != nil {
+	d.log.Info("loop device attached", zap.String("loop", loop), zap.Bool("direct_io", hostfs.LoopDirectIO(loop)))
+	if d.opts.MKFS {
+		if !d.opts.Force {
+			if err := hostfs.CheckBlank(loop, fmt.Sprintf("%sn%d", d.dev, target.NSID)); err != nil {
 				return err
 			}
 		} else {
 			d.log.Warn("--mkfs --force: making a filesystem whatever the namespace holds", zap.String("loop", loop))
 		}
-		if err := makeFS(d.opts.fstype, loop); err != nil {
+		if err := hostfs.MakeFS(d.opts.FSType, loop); err != nil {
 			return err
 		}
 	}
-	if d.opts.mount == "" {
+	if d.opts.Mount == "" {
 		return nil
 	}
-	if err := mountFS(d.opts.fstype, loop, d.opts.mount, d.opts.mountOpts); err != nil {
+	if err := hostfs.Mount(d.opts.FSType, loop, d.opts.Mount, d.opts.MountOpts); err != nil {
 		return err
 	}
 	d.mu.Lock()
-	target.Mount, target.FSType = d.opts.mount, d.opts.fstype
+	target.Mount, target.FSType = d.opts.Mount, d.opts.FSType
 	d.mu.Unlock()
-	d.log.Info("mounted", zap.String("dir", d.opts.mount), zap.String("fstype", d.opts.fstype))
+	d.log.Info("mounted", zap.String("dir", d.opts.Mount), zap.String("fstype", d.opts.FSType))
 	return nil
 }
 
@@ -280,7 +262,7 @@ func (d *daemon) refreshNamespaces() {
 	nss := d.sub.Namespaces()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	old := map[uint32]nsState{}
+	old := map[uint32]hoststate.Namespace{}
 	for _, n := range d.st.Namespaces {
 		old[n.NSID] = n
 	}
@@ -289,8 +271,8 @@ func (d *daemon) refreshNamespaces() {
 	for _, ns := range nss {
 		seen[ns.NSID()] = true
 		ids := ns.Identifiers()
-		n := nsState{NSID: ns.NSID(), Size: ns.Size(), BlockSize: ns.BlockSize(),
-			File: filepath.Join(instanceDir(d.dev), "dev", fusedev.Name(ns.NSID()))}
+		n := hoststate.Namespace{NSID: ns.NSID(), Size: ns.Size(), BlockSize: ns.BlockSize(),
+			File: filepath.Join(d.store.InstanceDir(d.dev), "dev", fusedev.Name(ns.NSID()))}
 		if ids.HasUUID {
 			n.UUID = nvmeof.FormatUUID(ids.UUID)
 		}
@@ -344,12 +326,11 @@ func (d *daemon) onPathChange(*initiator.Path) {
 
 // addPath connects another controller of the subsystem (connect to
 // another port): its namespaces are the device's, through one more path.
-func (d *daemon) addPath(j *connectOptsJSON) error {
-	o := j.opts()
-	if o.fabrics.nqn != d.cfg.SubNQN {
-		return fmt.Errorf("subsystem %q is not %s's (%s)", o.fabrics.nqn, d.dev, d.cfg.SubNQN)
+func (d *daemon) addPath(o *Options) error {
+	if o.Fabrics.NQN != d.cfg.SubNQN {
+		return fmt.Errorf("subsystem %q is not %s's (%s)", o.Fabrics.NQN, d.dev, d.cfg.SubNQN)
 	}
-	cfg, err := o.fabrics.config(o.fabrics.nqn, d.log)
+	cfg, err := o.Fabrics.Config(o.Fabrics.NQN, d.log)
 	if err != nil {
 		return err
 	}
@@ -368,8 +349,8 @@ func (d *daemon) addPath(j *connectOptsJSON) error {
 	if err != nil {
 		return err
 	}
-	if o.iopolicy != "" {
-		pol, err := initiator.ParseIOPolicy(o.iopolicy)
+	if o.IOPolicy != "" {
+		pol, err := initiator.ParseIOPolicy(o.IOPolicy)
 		if err == nil {
 			d.sub.SetIOPolicy(pol)
 		}
@@ -380,11 +361,11 @@ func (d *daemon) addPath(j *connectOptsJSON) error {
 }
 
 // state is a snapshot of the controller for list.
-func (d *daemon) state() *ctrlState {
+func (d *daemon) state() *hoststate.Controller {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.st
-	st.Namespaces = append([]nsState(nil), d.st.Namespaces...)
+	st.Namespaces = append([]hoststate.Namespace(nil), d.st.Namespaces...)
 	if d.ctrl != nil {
 		st.State = d.ctrl.State().String()
 		st.Reconnects = d.ctrl.Reconnects()
@@ -397,15 +378,15 @@ func (d *daemon) state() *ctrlState {
 		st.Paths = nil
 		for _, p := range d.sub.Paths() {
 			c := p.Controller()
-			ps := pathState{Address: p.Address(), Transport: p.Transport(), State: c.State().String(), Reconnects: c.Reconnects()}
+			ps := hoststate.Path{Address: p.Address(), Transport: p.Transport(), State: c.State().String(), Reconnects: c.Reconnects()}
 			if c.State() == initiator.StateLive {
 				ps.CNTLID = c.CNTLID()
 			}
 			for _, n := range st.Namespaces {
-				ps.ANA = append(ps.ANA, anaNSState{NSID: n.NSID, State: p.ANAState(n.NSID).String()})
+				ps.ANA = append(ps.ANA, hoststate.ANANamespace{NSID: n.NSID, State: p.ANAState(n.NSID).String()})
 			}
 			for _, g := range p.ANAGroups() {
-				ps.Groups = append(ps.Groups, anaGroupInfo{ID: g.ID, State: g.State.String(), NSIDs: g.NSIDs})
+				ps.Groups = append(ps.Groups, hoststate.ANAGroup{ID: g.ID, State: g.State.String(), NSIDs: g.NSIDs})
 			}
 			st.Paths = append(st.Paths, ps)
 		}
@@ -428,7 +409,7 @@ func (d *daemon) saveState() error {
 	if d.removed {
 		return nil
 	}
-	return writeState(d.state())
+	return d.store.Write(d.state())
 }
 
 // serveCtl answers the control socket.
@@ -449,14 +430,14 @@ func (d *daemon) serveCtl() {
 }
 
 func (d *daemon) handle(c net.Conn) {
-	var req ctlRequest
+	var req Request
 	line, err := bufio.NewReader(c).ReadBytes('\n')
 	if err == nil {
 		err = json.Unmarshal(line, &req)
 	}
 	enc := json.NewEncoder(c)
 	if err != nil {
-		_ = enc.Encode(ctlResponse{Error: "bad request: " + err.Error()})
+		_ = enc.Encode(Response{Error: "bad request: " + err.Error()})
 		return
 	}
 	switch req.Op {
@@ -464,26 +445,26 @@ func (d *daemon) handle(c net.Conn) {
 		d.otherWrites.Store(true)
 		d.handleAdmin(line, enc)
 	case "status":
-		_ = enc.Encode(ctlResponse{OK: true, State: d.state()})
+		_ = enc.Encode(Response{OK: true, State: d.state()})
 	case "disconnect":
 		err := d.teardown(req.Force)
 		if err != nil {
-			_ = enc.Encode(ctlResponse{Error: err.Error(), State: d.state()})
+			_ = enc.Encode(Response{Error: err.Error(), State: d.state()})
 			return
 		}
-		_ = enc.Encode(ctlResponse{OK: true})
+		_ = enc.Encode(Response{OK: true})
 	case "bench":
 		if req.Bench == nil {
-			_ = enc.Encode(ctlResponse{Error: "no bench parameters"})
+			_ = enc.Encode(Response{Error: "no bench parameters"})
 			return
 		}
 		ns := d.sub.Namespace(req.Bench.NSID)
 		if ns == nil {
-			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("no namespace %d", req.Bench.NSID)})
+			_ = enc.Encode(Response{Error: fmt.Sprintf("no namespace %d", req.Bench.NSID)})
 			return
 		}
 		if why := d.inUse(req.Bench.NSID); why != "" && !req.Bench.Force && req.Bench.Writes() {
-			_ = enc.Encode(ctlResponse{Error: fmt.Sprintf("%sn%d is in use (%s): a load that writes destroys its filesystem; "+
+			_ = enc.Encode(Response{Error: fmt.Sprintf("%sn%d is in use (%s): a load that writes destroys its filesystem; "+
 				"run a read-only load (--rw read or randread), unmount or disconnect it first, or give --force", d.dev, req.Bench.NSID, why)})
 			return
 		}
@@ -491,25 +472,25 @@ func (d *daemon) handle(c net.Conn) {
 			d.otherWrites.Store(true)
 		}
 		res, err := bench.Run(context.Background(), ns, *req.Bench, func(s string) {
-			_ = enc.Encode(ctlResponse{OK: true, Progress: s})
+			_ = enc.Encode(Response{OK: true, Progress: s})
 		})
 		if err != nil {
-			_ = enc.Encode(ctlResponse{Error: err.Error()})
+			_ = enc.Encode(Response{Error: err.Error()})
 			return
 		}
-		_ = enc.Encode(ctlResponse{OK: true, Result: res})
+		_ = enc.Encode(Response{OK: true, Result: res})
 	case "add-path":
 		if req.Path == nil {
-			_ = enc.Encode(ctlResponse{Error: "no path options"})
+			_ = enc.Encode(Response{Error: "no path options"})
 			return
 		}
 		if err := d.addPath(req.Path); err != nil {
-			_ = enc.Encode(ctlResponse{Error: err.Error(), State: d.state()})
+			_ = enc.Encode(Response{Error: err.Error(), State: d.state()})
 			return
 		}
-		_ = enc.Encode(ctlResponse{OK: true, State: d.state()})
+		_ = enc.Encode(Response{OK: true, State: d.state()})
 	default:
-		_ = enc.Encode(ctlResponse{Error: "unknown op " + req.Op})
+		_ = enc.Encode(Response{Error: "unknown op " + req.Op})
 	}
 }
 
@@ -542,7 +523,7 @@ func (d *daemon) teardown(force bool) error {
 // an error means nothing was torn down (a busy mount without force).
 func (d *daemon) stop(force bool) ([]string, error) {
 	d.mu.Lock()
-	nss := append([]nsState(nil), d.st.Namespaces...)
+	nss := append([]hoststate.Namespace(nil), d.st.Namespaces...)
 	d.mu.Unlock()
 	if force && d.sub != nil && !d.anyPathLive() {
 		// The target is away: fail the waiting I/O now (the filesystem
@@ -557,20 +538,20 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	for i, n := range nss {
 		switch {
 		case n.Mount == "":
-		case !isMounted(n.Mount):
+		case !hostfs.IsMounted(n.Mount):
 			d.log.Info("already unmounted", zap.String("dir", n.Mount))
 		case force:
-			if err := unmountFS(n.Mount); err == nil {
+			if err := hostfs.Unmount(n.Mount); err == nil {
 				d.log.Info("unmounted", zap.String("dir", n.Mount))
 				break
 			}
 			d.log.Warn("filesystem busy: --force unmounts it lazily; the processes using it keep it, and their I/O fails once the controller is gone",
-				zap.String("dir", n.Mount), zap.Strings("busy", busyReason(n.Loop, n.Mount)))
-			if _, err := runTool("umount", "-l", n.Mount); err != nil {
+				zap.String("dir", n.Mount), zap.Strings("busy", hostfs.BusyReason(n.Loop, n.Mount)))
+			if _, err := hostfs.RunTool("umount", "-l", n.Mount); err != nil {
 				d.log.Warn("lazy unmount", zap.Error(err))
 			}
 		default:
-			if err := unmountFS(n.Mount); err != nil {
+			if err := hostfs.Unmount(n.Mount); err != nil {
 				d.mu.Lock()
 				for j := range d.st.Namespaces {
 					for _, u := range nss[:i] {
@@ -589,7 +570,7 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	}
 	for _, n := range nss {
 		if n.Loop != "" {
-			if err := detachLoop(n.Loop); err != nil {
+			if err := hostfs.DetachLoop(n.Loop); err != nil {
 				d.log.Warn("detach loop", zap.Error(err))
 			}
 			d.log.Info("loop device detached", zap.String("loop", n.Loop))
@@ -598,12 +579,12 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	if d.ln != nil {
 		d.ln.Close()
 	}
-	if d.metrics != nil {
-		d.metrics.Close()
-		d.metrics = nil
+	if d.stopMetrics != nil {
+		d.stopMetrics()
+		d.stopMetrics = nil
 	}
 	if d.srv != nil {
-		fusedev.Unmount(d.srv, filepath.Join(instanceDir(d.dev), "dev"), d.log)
+		fusedev.Unmount(d.srv, filepath.Join(d.store.InstanceDir(d.dev), "dev"), d.log)
 	}
 	var errs []error
 	if d.sub != nil {
@@ -643,7 +624,7 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	}
 	d.saveMu.Lock()
 	d.removed = true
-	_ = removeInstance(d.dev)
+	_ = d.store.Remove(d.dev)
 	d.saveMu.Unlock()
 	if len(errs) > 0 {
 		d.log.Warn("disconnect", zap.Error(errors.Join(errs...)))
@@ -726,25 +707,25 @@ func (d *daemon) anyPathLive() bool {
 // what uses it has stopped; a loop device still under a filesystem (a
 // live mount, or one unmounted lazily that processes still use) is left
 // to its autoclear, never detached by hand.
-func leftovers(nss []nsState) []string {
+func leftovers(nss []hoststate.Namespace) []string {
 	var left []string
 	for _, n := range nss {
-		mounted := n.Mount != "" && isMounted(n.Mount) && (n.Loop == "" || mountSource(n.Mount) == n.Loop)
+		mounted := n.Mount != "" && hostfs.IsMounted(n.Mount) && (n.Loop == "" || hostfs.MountSource(n.Mount) == n.Loop)
 		if mounted {
 			left = append(left, fmt.Sprintf("%s still mounted (%s): stop what uses it, then umount %s; umount -l only if you accept that their I/O fails",
-				n.Mount, strings.Join(busyReason(n.Loop, n.Mount), "; "), n.Mount))
+				n.Mount, strings.Join(hostfs.BusyReason(n.Loop, n.Mount), "; "), n.Mount))
 		}
-		if n.Loop == "" || !loopOn(n.Loop, n.File) {
+		if n.Loop == "" || !hostfs.LoopOn(n.Loop, n.File) {
 			continue
 		}
-		switch m := mountOf(n.Loop); {
+		switch m := hostfs.MountOf(n.Loop); {
 		case mounted || m != "":
 			if m == "" {
 				m = n.Mount
 			}
 			left = append(left, fmt.Sprintf("%s still attached to %s, under the mount %s: umount %s first; never losetup -d a loop device under a live mount", n.Loop, n.File, m, m))
-		case blockDeviceBusy(n.Loop):
-			users, _ := fsUsers(fsDevice(n.Loop, ""), 10)
+		case hostfs.BlockDeviceBusy(n.Loop):
+			users, _ := hostfs.Users(hostfs.FSDevice(n.Loop, ""), 10)
 			who := make([]string, len(users))
 			for i, u := range users {
 				who[i] = u.String()
@@ -761,54 +742,12 @@ func leftovers(nss []nsState) []string {
 	return left
 }
 
-// blockDeviceBusy reports whether something holds dev exclusively (a
-// mounted filesystem, also one unmounted lazily and still in use; a
-// device-mapper or md device): open(2) with O_EXCL fails with EBUSY.
-func blockDeviceBusy(dev string) bool {
-	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err == unix.EBUSY
-	}
-	unix.Close(fd)
-	return false
-}
-
-// mountSource returns the device mounted on dir, or "".
-func mountSource(dir string) string {
-	b, _ := os.ReadFile("/proc/self/mounts")
-	src := ""
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && f[1] == dir {
-			src = f[0] // the last one is on top
-		}
-	}
-	return src
-}
-
-// loopOn reports whether loop device dev is attached to the namespace file
-// file. Once the FUSE directory is unmounted lazily (a loop device under a
-// filesystem still in use keeps it), the kernel names the file from the
-// detached mount's root: "/n1".
-func loopOn(dev, file string) bool {
-	b := loopBacking(dev)
-	return b != "" && (b == file || (b == "/"+filepath.Base(file) && !isMounted(filepath.Dir(file))))
-}
-
-// loopBacking returns the file a loop device is attached to, or "".
-func loopBacking(dev string) string {
-	b, err := os.ReadFile("/sys/block/" + strings.TrimPrefix(dev, "/dev/") + "/loop/backing_file")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // inUse says why namespace nsid is in use on this host, or "": mounted or
 // on a loop device by us, its loop device mounted by someone, or its
 // device file open (a loop device attached by hand, a program).
 func (d *daemon) inUse(nsid uint32) string {
 	d.mu.Lock()
-	var n *nsState
+	var n *hoststate.Namespace
 	for i := range d.st.Namespaces {
 		if d.st.Namespaces[i].NSID == nsid {
 			c := d.st.Namespaces[i]
@@ -822,7 +761,7 @@ func (d *daemon) inUse(nsid uint32) string {
 	}
 	if n != nil && n.Loop != "" {
 		why = append(why, "attached to "+n.Loop)
-		if m := mountOf(n.Loop); m != "" && (n.Mount == "" || m != n.Mount) {
+		if m := hostfs.MountOf(n.Loop); m != "" && (n.Mount == "" || m != n.Mount) {
 			why = append(why, n.Loop+" mounted on "+m)
 		}
 	}
@@ -838,33 +777,19 @@ func (d *daemon) inUse(nsid uint32) string {
 	return strings.Join(why, ", ")
 }
 
-// mountOf returns where dev (a loop device) is mounted, or "".
-func mountOf(dev string) string {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return ""
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && f[0] == dev {
-			return f[1]
-		}
-	}
-	return ""
-}
-
 // attachedElsewhere returns an error naming the controller through which
 // one of nss is already attached on this host (same NGUID or UUID): two
 // controllers reaching one namespace (two ports of one subsystem) must not
 // both expose it, since two filesystems mounted on one namespace destroy
 // each other. Another port of the same subsystem is not refused here:
 // connect adds it to the subsystem's device as a path instead.
-func attachedElsewhere(self string, nss []nsState) error {
-	for _, dev := range instances() {
+func attachedElsewhere(s hoststate.Store, self string, nss []hoststate.Namespace) error {
+	for _, dev := range s.Instances() {
 		if dev == self {
 			continue
 		}
-		st, err := readState(dev)
-		if err != nil || !processAlive(st.PID) {
+		st, err := s.Read(dev)
+		if err != nil || !hoststate.ProcessAlive(st.PID) {
 			continue
 		}
 		for _, o := range st.Namespaces {
@@ -888,11 +813,11 @@ func attachedElsewhere(self string, nss []nsState) error {
 
 // attachLock serializes the attach check of concurrent connects: an
 // exclusive flock on RUNDIR/.attach.lock, released by the returned func.
-func attachLock() (func(), error) {
-	if err := os.MkdirAll(stateDir(), 0o755); err != nil {
+func attachLock(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(stateDir(), ".attach.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, ".attach.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
-package main
+package connd
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -9,111 +10,77 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/initiator/bench"
 	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/auth"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 )
 
-// fabricsOpts are nvme-cli's fabrics options (nvme connect/discover), with
+// FabricsOptions are nvme-cli's fabrics options (nvme connect/discover), with
 // nvme-cli's names, short letters and defaults, and ours (--crc).
-type fabricsOpts struct {
-	transport    string
-	traddr       string
-	trsvcid      string
-	nqn          string
-	hostnqn      string
-	hostid       string
-	nrIOQueues   int
-	queueSize    int
-	keepAliveTmo int
-	reconnDelay  int
-	ctrlLossTmo  int
-	crc          string
-	maxFPDU      int
-	verbose      bool
-	connTimeout  time.Duration
-	ioTimeout    time.Duration
-	busyPoll     time.Duration
-	hdrDigest    bool // NVMe/TCP header digest (-g)
-	dataDigest   bool // NVMe/TCP data digest (-G)
-	maxTransfer  int
-	socketBuffer string
-	// tcpCongestion and tcpNotSentLowat are each queue's TCP_CONGESTION and
+type FabricsOptions struct {
+	Transport      string
+	Traddr         string
+	Trsvcid        string
+	NQN            string
+	HostNQN        string
+	HostID         string
+	NrIOQueues     int
+	QueueSize      int
+	KeepAliveTmo   int
+	ReconnectDelay int
+	CtrlLossTmo    int
+	CRC            string
+	MaxFPDU        int
+	Verbose        bool
+	ConnectTimeout time.Duration
+	IOTimeout      time.Duration
+	BusyPoll       time.Duration
+	HdrDigest      bool // NVMe/TCP header digest (-g)
+	DataDigest     bool // NVMe/TCP data digest (-G)
+	MaxTransfer    int
+	SocketBuffer   string
+	// TCPCongestion and TCPNotSentLowat are each queue's TCP_CONGESTION and
 	// TCP_NOTSENT_LOWAT (docs/wan.md).
-	tcpCongestion, tcpNotSentLowat string
-	// dhchapSecret and dhchapCtrlSecret are the DH-HMAC-CHAP secrets
+	TCPCongestion, TCPNotSentLowat string
+	// DHCHAPSecret and DHCHAPCtrlSecret are the DH-HMAC-CHAP secrets
 	// (literal DHHC-1 or file:PATH).
-	dhchapSecret, dhchapCtrlSecret string
-	discoverOnly                   bool // the flags of discover (no queue options)
+	DHCHAPSecret, DHCHAPCtrlSecret string
 }
 
-// addFabricsFlags defines the flags on fs.
-func (o *fabricsOpts) addFlags(fs *pflag.FlagSet, connect bool) {
-	fs.StringVarP(&o.transport, "transport", "t", "rdma", "transport type: rdma (NVMe/RDMA over iWARP) or tcp (NVMe/TCP)")
-	fs.StringVarP(&o.traddr, "traddr", "a", "", "transport address (IPv4 or IPv6 address, or host name)")
-	fs.StringVarP(&o.trsvcid, "trsvcid", "s", "", "transport service id (port; default 4420)")
-	if connect {
-		fs.StringVarP(&o.nqn, "nqn", "n", "", "subsystem NQN")
-	}
-	fs.StringVarP(&o.hostnqn, "hostnqn", "q", "", "user-defined host NQN (default /etc/nvme/hostnqn, else derived from the machine)")
-	fs.StringVarP(&o.hostid, "hostid", "I", "", "user-defined host identifier (default /etc/nvme/hostid)")
-	if connect {
-		fs.IntVarP(&o.nrIOQueues, "nr-io-queues", "i", 0, "number of I/O queues to use (default number of CPUs)")
-		fs.IntVarP(&o.queueSize, "queue-size", "Q", 0, "number of entries per I/O queue (default 128)")
-		fs.StringVarP(&o.dhchapSecret, "dhchap-secret", "S", "", "DH-HMAC-CHAP host secret (DHHC-1:..., or file:PATH of a file only its owner may read)")
-		fs.StringVarP(&o.dhchapCtrlSecret, "dhchap-ctrl-secret", "C", "", "DH-HMAC-CHAP controller secret: authenticate the controller too (needs --dhchap-secret)")
-	}
-	fs.IntVarP(&o.keepAliveTmo, "keep-alive-tmo", "k", 0, "keep alive timeout period in seconds (default 5; discovery 0)")
-	fs.IntVarP(&o.reconnDelay, "reconnect-delay", "c", 0, "reconnect delay in seconds (default 10)")
-	fs.IntVarP(&o.ctrlLossTmo, "ctrl-loss-tmo", "l", 600, "controller loss timeout period in seconds (-1: reconnect forever, 0: never)")
-	fs.BoolVarP(&o.hdrDigest, "hdr-digest", "g", false, "NVMe/TCP: ask for the PDU header digest (CRC32C; ignored on rdma)")
-	fs.BoolVarP(&o.dataDigest, "data-digest", "G", false, "NVMe/TCP: ask for the PDU data digest (CRC32C; ignored on rdma)")
-	fs.StringVar(&o.crc, "crc", "off", "MPA CRC policy: off, offered or required (nvmetd's iWARP engine)")
-	fs.IntVar(&o.maxFPDU, "max-fpdu", 0, "largest FPDU sent, in bytes (default: the TCP MSS, as siw)")
-	fs.DurationVar(&o.connTimeout, "connect-timeout", initiator.DefaultConnectTimeout, "bound on one attempt to open the association")
-	fs.DurationVar(&o.ioTimeout, "io-timeout", 0, "I/O command timeout before error recovery (default 30s)")
-	fs.DurationVar(&o.busyPoll, "busy-poll", 0, "spin this long on each queue's socket before sleeping (lower latency for a busy core; 0: off; at most 1s)")
-	fs.StringVar(&o.socketBuffer, "socket-buffer", "", "SO_SNDBUF and SO_RCVBUF of each queue's socket (bytes, k/m; SPDK sets 2m; default: the kernel's, auto-tuned)")
-	fs.StringVar(&o.tcpCongestion, "tcp-congestion", "", "congestion control of each queue's TCP connection (cubic, bbr where the kernel has it; default: the kernel's, net.ipv4.tcp_congestion_control)")
-	fs.StringVar(&o.tcpNotSentLowat, "tcp-notsent-lowat", "", "TCP_NOTSENT_LOWAT of each queue's socket (bytes, k/m; default: none, the kernel's)")
-	fs.IntVar(&o.maxTransfer, "max-transfer", 0, "largest data transfer of one command in bytes (default 1 MiB, lowered by MDTS)")
-	fs.BoolVarP(&o.verbose, "verbose", "v", false, "log protocol events to stderr")
-}
-
-// address returns traddr:trsvcid.
-func (o *fabricsOpts) address() (string, error) {
-	if _, err := o.trtype(); err != nil {
+// Address returns traddr:trsvcid.
+func (o *FabricsOptions) Address() (string, error) {
+	if _, err := o.TrType(); err != nil {
 		return "", err
 	}
-	if o.traddr == "" {
+	if o.Traddr == "" {
 		return "", fmt.Errorf("need a transport address (-a)")
 	}
-	port := o.trsvcid
+	port := o.Trsvcid
 	if port == "" {
 		port = strconv.Itoa(nvmeof.DefaultPort)
 	}
-	return net.JoinHostPort(strings.Trim(o.traddr, "[]"), port), nil
+	return net.JoinHostPort(strings.Trim(o.Traddr, "[]"), port), nil
 }
 
-// trtype is the transport's TRTYPE (-t rdma or tcp, as nvme-cli).
-func (o *fabricsOpts) trtype() (uint8, error) {
-	switch o.transport {
+// TrType is the transport's TRTYPE (-t rdma or tcp, as nvme-cli).
+func (o *FabricsOptions) TrType() (uint8, error) {
+	switch o.Transport {
 	case "", "rdma":
 		return nvmeof.TrTypeRDMA, nil
 	case "tcp":
 		return nvmeof.TrTypeTCP, nil
 	}
-	return 0, fmt.Errorf("transport %q is not supported (rdma or tcp)", o.transport)
+	return 0, fmt.Errorf("transport %q is not supported (rdma or tcp)", o.Transport)
 }
 
-// transportName is nvme-cli's name of a discovery log entry's TRTYPE
+// TransportName is nvme-cli's name of a discovery log entry's TRTYPE
 // that nvmeof connects ("" for the others).
-func transportName(trtype uint8) string {
+func TransportName(trtype uint8) string {
 	switch trtype {
 	case nvmeof.TrTypeRDMA:
 		return "rdma"
@@ -123,30 +90,31 @@ func transportName(trtype uint8) string {
 	return ""
 }
 
-// config builds the initiator configuration.
-func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, error) {
-	addr, err := o.address()
+// Config builds the initiator configuration of subsystem subnqn; log (nil:
+// none) receives the identity and key notes.
+func (o *FabricsOptions) Config(subnqn string, log *zap.Logger) (initiator.Config, error) {
+	addr, err := o.Address()
 	if err != nil {
 		return initiator.Config{}, err
 	}
-	crc, err := rdma.ParseCRCPolicy(o.crc)
+	crc, err := rdma.ParseCRCPolicy(o.CRC)
 	if err != nil {
 		return initiator.Config{}, err
 	}
-	if o.busyPoll < 0 || o.busyPoll > time.Second {
-		return initiator.Config{}, fmt.Errorf("--busy-poll %v: want 0..1s", o.busyPoll)
+	if o.BusyPoll < 0 || o.BusyPoll > time.Second {
+		return initiator.Config{}, fmt.Errorf("--busy-poll %v: want 0..1s", o.BusyPoll)
 	}
 	var sockBuf int64
-	if o.socketBuffer != "" {
-		if sockBuf, err = parseSize(o.socketBuffer); err != nil || sockBuf < 0 || sockBuf > 1<<30 {
-			return initiator.Config{}, fmt.Errorf("--socket-buffer %q: want a size up to 1g", o.socketBuffer)
+	if o.SocketBuffer != "" {
+		if sockBuf, err = bench.ParseSize(o.SocketBuffer); err != nil || sockBuf < 0 || sockBuf > 1<<30 {
+			return initiator.Config{}, fmt.Errorf("--socket-buffer %q: want a size up to 1g", o.SocketBuffer)
 		}
 	}
-	tcpOpts := rdma.TCPOptions{Congestion: o.tcpCongestion}
-	if o.tcpNotSentLowat != "" {
-		n, err := parseSize(o.tcpNotSentLowat)
+	tcpOpts := rdma.TCPOptions{Congestion: o.TCPCongestion}
+	if o.TCPNotSentLowat != "" {
+		n, err := bench.ParseSize(o.TCPNotSentLowat)
 		if err != nil || n < 0 || n > 1<<30 {
-			return initiator.Config{}, fmt.Errorf("--tcp-notsent-lowat %q: want a size up to 1g", o.tcpNotSentLowat)
+			return initiator.Config{}, fmt.Errorf("--tcp-notsent-lowat %q: want a size up to 1g", o.TCPNotSentLowat)
 		}
 		tcpOpts.NotSentLowat = int(n)
 	}
@@ -156,23 +124,23 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 	cfg := initiator.Config{
 		Address:         addr,
 		SubNQN:          subnqn,
-		NrIOQueues:      o.nrIOQueues,
-		QueueSize:       o.queueSize,
-		Transport:       rdma.TransportConfig{CRC: crc, MaxFPDU: o.maxFPDU, BusyPoll: o.busyPoll, SocketSendBuffer: int(sockBuf), SocketReceiveBuffer: int(sockBuf), TCP: tcpOpts},
+		NrIOQueues:      o.NrIOQueues,
+		QueueSize:       o.QueueSize,
+		Transport:       rdma.TransportConfig{CRC: crc, MaxFPDU: o.MaxFPDU, BusyPoll: o.BusyPoll, SocketSendBuffer: int(sockBuf), SocketReceiveBuffer: int(sockBuf), TCP: tcpOpts},
 		Logger:          log,
-		ConnectTimeout:  o.connTimeout,
-		IOTimeout:       o.ioTimeout,
-		MaxTransferSize: o.maxTransfer,
+		ConnectTimeout:  o.ConnectTimeout,
+		IOTimeout:       o.IOTimeout,
+		MaxTransferSize: o.MaxTransfer,
 	}
-	cfg.TrType, _ = o.trtype()
+	cfg.TrType, _ = o.TrType()
 	// The digests are NVMe/TCP's; on rdma they are ignored, as nvme-cli does.
-	cfg.TCPTransport.Digests.Header, cfg.TCPTransport.Digests.Data = o.hdrDigest, o.dataDigest
-	if o.dhchapSecret != "" {
-		if cfg.DHCHAPSecret, err = dhchapkey.Load(o.dhchapSecret); err != nil {
+	cfg.TCPTransport.Digests.Header, cfg.TCPTransport.Digests.Data = o.HdrDigest, o.DataDigest
+	if o.DHCHAPSecret != "" {
+		if cfg.DHCHAPSecret, err = dhchapkey.Load(o.DHCHAPSecret); err != nil {
 			return cfg, fmt.Errorf("--dhchap-secret: %w", err)
 		}
 	}
-	if o.dhchapSecret == "" && subnqn != nvmeof.DiscoveryNQN {
+	if o.DHCHAPSecret == "" && subnqn != nvmeof.DiscoveryNQN {
 		// nvmetd's built-in default subsystem on this machine: its
 		// generated host key (defaultkey.go).
 		sec, path, err := defaultHostKey(subnqn, nvmetdDataDirs(), os.Geteuid())
@@ -192,36 +160,36 @@ func (o *fabricsOpts) config(subnqn string, log *zap.Logger) (initiator.Config, 
 			return cfg, err
 		}
 	}
-	if o.dhchapCtrlSecret != "" {
-		if o.dhchapSecret == "" {
+	if o.DHCHAPCtrlSecret != "" {
+		if o.DHCHAPSecret == "" {
 			return cfg, fmt.Errorf("--dhchap-ctrl-secret needs --dhchap-secret")
 		}
-		if cfg.DHCHAPCtrlSecret, err = dhchapkey.Load(o.dhchapCtrlSecret); err != nil {
+		if cfg.DHCHAPCtrlSecret, err = dhchapkey.Load(o.DHCHAPCtrlSecret); err != nil {
 			return cfg, fmt.Errorf("--dhchap-ctrl-secret: %w", err)
 		}
 	}
-	id, err := hostIdentity(o.hostnqn, o.hostid, log)
+	id, err := hostIdentity(o.HostNQN, o.HostID, log)
 	if err != nil {
 		return cfg, err
 	}
 	cfg.HostNQN, cfg.HostID = id.NQN, id.ID
 	switch {
-	case o.keepAliveTmo > 0:
-		cfg.KeepAliveTimeout = time.Duration(o.keepAliveTmo) * time.Second
-	case o.keepAliveTmo < 0:
-		return cfg, fmt.Errorf("keep-alive-tmo %d is negative", o.keepAliveTmo)
+	case o.KeepAliveTmo > 0:
+		cfg.KeepAliveTimeout = time.Duration(o.KeepAliveTmo) * time.Second
+	case o.KeepAliveTmo < 0:
+		return cfg, fmt.Errorf("keep-alive-tmo %d is negative", o.KeepAliveTmo)
 	}
-	if o.reconnDelay < 0 {
-		return cfg, fmt.Errorf("reconnect-delay %d is negative", o.reconnDelay)
+	if o.ReconnectDelay < 0 {
+		return cfg, fmt.Errorf("reconnect-delay %d is negative", o.ReconnectDelay)
 	}
-	cfg.ReconnectDelay = time.Duration(o.reconnDelay) * time.Second
+	cfg.ReconnectDelay = time.Duration(o.ReconnectDelay) * time.Second
 	switch {
-	case o.ctrlLossTmo < 0:
+	case o.CtrlLossTmo < 0:
 		cfg.CtrlLossTimeout = -1
-	case o.ctrlLossTmo == 0:
+	case o.CtrlLossTmo == 0:
 		cfg.NoReconnect = true
 	default:
-		cfg.CtrlLossTimeout = time.Duration(o.ctrlLossTmo) * time.Second
+		cfg.CtrlLossTimeout = time.Duration(o.CtrlLossTmo) * time.Second
 	}
 	return cfg, nil
 }
@@ -274,16 +242,114 @@ func hostIdentity(nqn, id string, log *zap.Logger) (initiator.Identity, error) {
 	return ident, nil
 }
 
-// newLogger logs to stderr when verbose, else nowhere.
-func newLogger(verbose bool) *zap.Logger {
-	if !verbose {
-		return zap.NewNop()
+// Options are connect's options: nvme-cli's, and ours for the local
+// block device and the mount.
+type Options struct {
+	Fabrics FabricsOptions
+	// Mount, if set, is where the namespace's filesystem is mounted
+	// (through a loop device on the FUSE file).
+	Mount     string
+	Loop      bool // attach a loop device without mounting
+	MountNSID uint32
+	FSType    string
+	MKFS      bool
+	// Force lets --mkfs write over an existing filesystem or
+	// partition table.
+	Force     bool
+	MountOpts string
+	// LoopDirectIO is losetup's --direct-io for the loop device.
+	LoopDirectIO bool
+	// FUSEDirectIO opens the FUSE device files with FOPEN_DIRECT_IO (no
+	// page cache of the FUSE file).
+	FUSEDirectIO bool
+	// MetricsListen serves the controller's metrics (IP:port or
+	// unix:/path; "" off).
+	MetricsListen string
+	// IOPolicy and FastIOFailTmo are the subsystem's multipath settings
+	// (nvme-cli: the iopolicy sysfs attribute, --fast_io_fail_tmo).
+	IOPolicy      string
+	FastIOFailTmo int
+}
+
+// optionsJSON carries Options to the daemon: its --config argument and
+// the add-path request (the control socket protocol).
+type optionsJSON struct {
+	Transport, Traddr, Trsvcid, NQN, HostNQN, HostID string
+	NrIOQueues, QueueSize, KeepAliveTmo              int
+	ReconnectDelay, CtrlLossTmo                      int
+	CRC                                              string
+	MaxFPDU                                          int
+	ConnectTimeout, IOTimeout, BusyPoll              time.Duration
+	MaxTransfer                                      int
+	SocketBuffer                                     string
+	Mount                                            string
+	Loop                                             bool
+	MountNSID                                        uint32
+	FSType                                           string
+	MKFS                                             bool
+	Force                                            bool `json:",omitempty"`
+	MountOpts                                        string
+	LoopDirectIO, FUSEDirectIO                       bool
+	// The secrets go to the daemon on its standard input, never on its
+	// command line (which every user can read).
+	DHCHAPSecret, DHCHAPCtrlSecret string `json:",omitempty"`
+	MetricsListen                  string
+	IOPolicy                       string
+	FastIOFailTmo                  int
+	HdrDigest, DataDigest          bool   `json:",omitempty"`
+	TCPCongestion, TCPNotSentLowat string `json:",omitempty"`
+}
+
+func (o *Options) toJSON() optionsJSON {
+	f := &o.Fabrics
+	return optionsJSON{f.Transport, f.Traddr, f.Trsvcid, f.NQN, f.HostNQN, f.HostID, f.NrIOQueues, f.QueueSize,
+		f.KeepAliveTmo, f.ReconnectDelay, f.CtrlLossTmo, f.CRC, f.MaxFPDU, f.ConnectTimeout, f.IOTimeout, f.BusyPoll, f.MaxTransfer, f.SocketBuffer,
+		o.Mount, o.Loop, o.MountNSID, o.FSType, o.MKFS, o.Force, o.MountOpts, o.LoopDirectIO, o.FUSEDirectIO, f.DHCHAPSecret, f.DHCHAPCtrlSecret, o.MetricsListen, o.IOPolicy, o.FastIOFailTmo, f.HdrDigest, f.DataDigest, f.TCPCongestion, f.TCPNotSentLowat}
+}
+
+func (j optionsJSON) opts() Options {
+	return Options{
+		Fabrics: FabricsOptions{Transport: j.Transport, Traddr: j.Traddr, Trsvcid: j.Trsvcid, NQN: j.NQN, HostNQN: j.HostNQN,
+			HostID: j.HostID, NrIOQueues: j.NrIOQueues, QueueSize: j.QueueSize, KeepAliveTmo: j.KeepAliveTmo,
+			ReconnectDelay: j.ReconnectDelay, CtrlLossTmo: j.CtrlLossTmo, CRC: j.CRC, MaxFPDU: j.MaxFPDU, ConnectTimeout: j.ConnectTimeout,
+			IOTimeout: j.IOTimeout, BusyPoll: j.BusyPoll, MaxTransfer: j.MaxTransfer, SocketBuffer: j.SocketBuffer,
+			DHCHAPSecret: j.DHCHAPSecret, DHCHAPCtrlSecret: j.DHCHAPCtrlSecret, HdrDigest: j.HdrDigest, DataDigest: j.DataDigest,
+			TCPCongestion: j.TCPCongestion, TCPNotSentLowat: j.TCPNotSentLowat},
+		Mount: j.Mount, Loop: j.Loop, MountNSID: j.MountNSID, FSType: j.FSType, MKFS: j.MKFS, Force: j.Force, MountOpts: j.MountOpts,
+		LoopDirectIO: j.LoopDirectIO, FUSEDirectIO: j.FUSEDirectIO, MetricsListen: j.MetricsListen, IOPolicy: j.IOPolicy, FastIOFailTmo: j.FastIOFailTmo,
 	}
-	cfg := zap.NewDevelopmentConfig()
-	cfg.OutputPaths = []string{"stderr"}
-	l, err := cfg.Build()
-	if err != nil {
-		return zap.NewNop()
+}
+
+// MarshalJSON writes o as the daemon reads it (--config, add-path).
+func (o Options) MarshalJSON() ([]byte, error) { return json.Marshal(o.toJSON()) }
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (o *Options) UnmarshalJSON(b []byte) error {
+	var j optionsJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
 	}
-	return l
+	*o = j.opts()
+	return nil
+}
+
+// ForEntry returns the options that connect the subsystem of discovery
+// log entry e (connect-all): o's, with the entry's transport, address and
+// NQN, the digests kept only for NVMe/TCP, and no mount (one mount point
+// cannot serve several subsystems). It returns false for an entry that
+// is not an NVMe subsystem or whose transport nvmeof does not connect.
+func (o Options) ForEntry(e nvmeof.DiscoveryEntry) (Options, bool) {
+	tr := TransportName(e.TrType)
+	if e.SubType != nvmeof.SubTypeNVMe || tr == "" {
+		return Options{}, false
+	}
+	// Each entry with its own transport (TRTYPE 1 rdma, 3 tcp);
+	// digests asked for apply to the NVMe/TCP ones.
+	o.Fabrics.Transport = tr
+	if tr != "tcp" {
+		o.Fabrics.HdrDigest, o.Fabrics.DataDigest = false, false
+	}
+	o.Fabrics.Traddr, o.Fabrics.Trsvcid, o.Fabrics.NQN = e.TrAddr, e.TrSvcID, e.SubNQN
+	o.Mount = ""
+	return o, true
 }

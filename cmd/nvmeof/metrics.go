@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/lathist"
@@ -126,10 +127,11 @@ func termLayer(l uint8) string {
 	return strconv.Itoa(int(l))
 }
 
-// startHostMetrics serves the controller's metrics on listen: "IP:port",
-// or "unix:/path" for a unix socket.
-func (d *daemon) startHostMetrics(listen string) (*metricserve.Server, error) {
-	reg, err := metricserve.NewRegistry("nvmeof", version.Version(), &hostCollector{ctrl: d.ctrl, subnqn: d.cfg.SubNQN, traddr: d.cfg.Address})
+// serveHostMetrics is the daemon's connd.MetricsFunc: it serves the
+// controller's metrics on listen, "IP:port" or "unix:/path" for a unix
+// socket.
+func serveHostMetrics(ctrl *initiator.Controller, subnqn, traddr, listen string, log *zap.Logger) (func(), error) {
+	reg, err := metricserve.NewRegistry("nvmeof", version.Version(), &hostCollector{ctrl: ctrl, subnqn: subnqn, traddr: traddr})
 	if err != nil {
 		return nil, err
 	}
@@ -137,9 +139,9 @@ func (d *daemon) startHostMetrics(listen string) (*metricserve.Server, error) {
 	if p, ok := strings.CutPrefix(listen, "unix:"); ok {
 		cfg = metricserve.Config{Socket: p}
 	}
-	s, err := metricserve.Start(cfg, reg, d.log.Named("metrics"))
+	s, err := metricserve.Start(cfg, reg, log.Named("metrics"))
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", listen, err)
 	}
-	return s, nil
+	return s.Close, nil
 }
