@@ -17,7 +17,7 @@ import (
 
 // adminCommands are nvme-cli's query commands on a connected controller
 // (the daemon of nvmeof connect runs each admin command; see
-// admin_serve.go), and the fabrics autoconnect commands.
+// initiator/connd/admin.go), and the fabrics autoconnect commands.
 var adminCommands = []command{
 	{name: "id-ctrl", usage: "Send NVMe Identify Controller", run: runIDCtrl},
 	{name: "id-ns", usage: "Send NVMe Identify Namespace, display structure", run: runIDNS},
