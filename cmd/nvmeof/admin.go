@@ -210,15 +210,7 @@ func runErrorLog(args []string, stdout, stderr io.Writer) int {
 		return adminFail(stderr, "identify controller", err)
 	}
 	c, _ := nvmeof.ParseIdentifyController(cb)
-	// nvme-cli reads at most ELPE+1 entries (0's based).
-	if max := uint32(c[262]) + 1; entries > max {
-		entries = max
-	}
-	n := int(entries) * nvmeof.ErrorLogEntrySize
-	if n > connd.AdminMaxData {
-		n = connd.AdminMaxData / nvmeof.ErrorLogEntrySize * nvmeof.ErrorLogEntrySize
-	}
-	b, err := connd.GetLog(store(), o.device, nvmeof.LIDErrorInfo, 0xffffffff, 0, 0, n)
+	b, err := connd.GetLog(store(), o.device, nvmeof.LIDErrorInfo, 0xffffffff, 0, 0, connd.ErrorLogLength(c, entries))
 	if err != nil {
 		return adminFail(stderr, "error log", err)
 	}
@@ -311,18 +303,7 @@ func runANALog(args []string, stdout, stderr io.Writer) int {
 		return adminFail(stderr, "identify controller", err)
 	}
 	c, _ := nvmeof.ParseIdentifyController(cb)
-	// nvme-cli's length: the header, NANAGRPID descriptors and (without
-	// -g) NN namespace IDs.
-	n := nvmeof.ANALogHeaderSize + int(c.NANAGRPID())*32
-	var lsp uint8
-	if groups {
-		lsp = 1 // RGO: return groups only
-	} else {
-		n += int(c.NN()) * 4
-	}
-	if n > connd.AdminMaxData {
-		n = connd.AdminMaxData
-	}
+	n, lsp := connd.ANALogLength(c, groups)
 	b, err := connd.GetLog(store(), o.device, nvmeof.LIDANA, 0xffffffff, lsp, 0, n)
 	if err != nil {
 		return adminFail(stderr, "ana-log", err)
@@ -366,15 +347,7 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 	// (json_show_init ... json_show_finish around every command).
 	root := nvmecli.NewObject()
 	one := func(fid uint8, all bool) int {
-		n := dataLen
-		if n == 0 {
-			n = featureDataLen(fid, cdw11)
-		}
-		a := connd.AdminCommand{Opcode: nvmeof.AdminGetFeatures, NSID: nsid, CDW10: uint32(sel)<<8 | uint32(fid), CDW11: cdw11, CDW14: uint32(uuid & 0x7f), DataLen: int(n)}
-		if fid == 0x81 && cdw11 == 0 && dataLen == 0 {
-			a.CDW11 = 1 // EXHID: the 128-bit host identifier of NVMe-oF (NVMe 2.0 5.27.1.28)
-		}
-		res, data, err := connd.Admin(store(), o.device, a)
+		res, data, err := connd.Admin(store(), o.device, connd.GetFeaturesCommand(nsid, fid, sel, uuid, cdw11, dataLen))
 		if err != nil {
 			if all {
 				return exitFailure
@@ -406,26 +379,6 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, root.String())
 	}
 	return code
-}
-
-// featureDataLen is nvme-cli's data length of a feature (get_feat_buf_len).
-func featureDataLen(fid uint8, cdw11 uint32) uint32 {
-	switch fid {
-	case 0x03: // LBA Range Type
-		return 4096
-	case 0x0c: // Autonomous Power State Transition
-		return 256
-	case 0x0e: // Timestamp
-		return 8
-	case 0x16: // Host Behavior Support
-		return 512
-	case 0x81: // Host Identifier
-		if cdw11&1 != 0 || cdw11 == 0 {
-			return 16
-		}
-		return 8
-	}
-	return 0
 }
 
 func runGetLog(args []string, stdout, stderr io.Writer) int {

@@ -193,3 +193,68 @@ func GetLogCSI(s hoststate.Store, dev string, lid uint8, nsid uint32, lsp uint8,
 	_, b, err := Admin(s, dev, a)
 	return b, err
 }
+
+// ErrorLogLength is the length of the Error Information log nvme-cli's
+// error-log reads for entries entries of controller c: at most ELPE+1
+// entries (0's based), within AdminMaxData.
+func ErrorLogLength(c *nvmeof.IdentifyController, entries uint32) int {
+	if max := uint32(c[262]) + 1; entries > max {
+		entries = max
+	}
+	n := int(entries) * nvmeof.ErrorLogEntrySize
+	if n > AdminMaxData {
+		n = AdminMaxData / nvmeof.ErrorLogEntrySize * nvmeof.ErrorLogEntrySize
+	}
+	return n
+}
+
+// ANALogLength is nvme-cli's length of controller c's ANA log and its
+// LSP: the header, NANAGRPID descriptors and (without groups, "-g") NN
+// namespace IDs, within AdminMaxData; groups sets RGO (return groups only).
+func ANALogLength(c *nvmeof.IdentifyController, groups bool) (n int, lsp uint8) {
+	n = nvmeof.ANALogHeaderSize + int(c.NANAGRPID())*32
+	if groups {
+		lsp = 1 // RGO: return groups only
+	} else {
+		n += int(c.NN()) * 4
+	}
+	if n > AdminMaxData {
+		n = AdminMaxData
+	}
+	return n, lsp
+}
+
+// GetFeaturesCommand is nvme-cli's get-feature command: feature fid, select
+// sel, UUID index uuid, CDW11 cdw11, and dataLen bytes of data (0: the
+// feature's own length, featureDataLen).
+func GetFeaturesCommand(nsid uint32, fid, sel, uuid uint8, cdw11, dataLen uint32) AdminCommand {
+	n := dataLen
+	if n == 0 {
+		n = featureDataLen(fid, cdw11)
+	}
+	a := AdminCommand{Opcode: nvmeof.AdminGetFeatures, NSID: nsid, CDW10: uint32(sel)<<8 | uint32(fid), CDW11: cdw11, CDW14: uint32(uuid & 0x7f), DataLen: int(n)}
+	if fid == 0x81 && cdw11 == 0 && dataLen == 0 {
+		a.CDW11 = 1 // EXHID: the 128-bit host identifier of NVMe-oF (NVMe 2.0 5.27.1.28)
+	}
+	return a
+}
+
+// featureDataLen is nvme-cli's data length of a feature (get_feat_buf_len).
+func featureDataLen(fid uint8, cdw11 uint32) uint32 {
+	switch fid {
+	case 0x03: // LBA Range Type
+		return 4096
+	case 0x0c: // Autonomous Power State Transition
+		return 256
+	case 0x0e: // Timestamp
+		return 8
+	case 0x16: // Host Behavior Support
+		return 512
+	case 0x81: // Host Identifier
+		if cdw11&1 != 0 || cdw11 == 0 {
+			return 16
+		}
+		return 8
+	}
+	return 0
+}
