@@ -34,7 +34,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if f := os.NewFile(3, "ready"); f != nil {
 		ready = f
 	}
-	if err := connd.Serve(store(), *dev, o, ready, stderr, serveHostMetrics); err != nil {
+	if err := connd.Serve(store(), *dev, o, ready, stderr); err != nil {
 		return exitFailure
 	}
 	return exitOK

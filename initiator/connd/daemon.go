@@ -27,6 +27,7 @@ import (
 	"github.com/nvmetd/nvmetd/initiator/fusedev"
 	"github.com/nvmetd/nvmetd/initiator/hostfs"
 	"github.com/nvmetd/nvmetd/initiator/hoststate"
+	"github.com/nvmetd/nvmetd/internal/metricserve"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -43,13 +44,11 @@ type daemon struct {
 
 	sub  *initiator.Subsystem
 	ctrl *initiator.Controller // the first path's
-	// serveMetrics starts the metrics server of --metrics-listen;
-	// stopMetrics stops it (nil: off).
-	serveMetrics MetricsFunc
-	stopMetrics  func()
-	srv          *fuse.Server
-	root         *fusedev.Root
-	ln           net.Listener
+	// metrics serves --metrics-listen (nil: off).
+	metrics *metricserve.Server
+	srv     *fuse.Server
+	root    *fusedev.Root
+	ln      net.Listener
 
 	mu       sync.Mutex
 	st       hoststate.Controller
@@ -76,11 +75,10 @@ type daemon struct {
 // directory claimed in s) with o, mounts its device files (and, if o asks,
 // a loop device and filesystem), writes one readiness line to ready (nil:
 // none) and serves the control socket until a disconnect or SIGTERM or
-// SIGINT tears it down. It logs to logw; metrics serves
-// o.MetricsListen. The error is the connect's (the daemon then undid what
-// it had set up); nil once disconnected.
-func Serve(s hoststate.Store, dev string, o Options, ready io.WriteCloser, logw io.Writer, metrics MetricsFunc) error {
-	d := &daemon{store: s, dev: dev, opts: o, serveMetrics: metrics, shutdown: make(chan struct{})}
+// SIGINT tears it down. It logs to logw. The error is the connect's (the
+// daemon then undid what it had set up); nil once disconnected.
+func Serve(s hoststate.Store, dev string, o Options, ready io.WriteCloser, logw io.Writer) error {
+	d := &daemon{store: s, dev: dev, opts: o, shutdown: make(chan struct{})}
 	zc := zap.NewProductionEncoderConfig()
 	zc.EncodeTime = zapcore.ISO8601TimeEncoder
 	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zc), zapcore.Lock(zapcore.AddSync(logw)), zap.InfoLevel)).
@@ -117,12 +115,6 @@ func Serve(s hoststate.Store, dev string, o Options, ready io.WriteCloser, logw 
 	d.log.Info("disconnected")
 	return nil
 }
-
-// MetricsFunc starts serving the metrics of controller ctrl (subsystem
-// subnqn at traddr) on listen (connect --metrics-listen); the daemon calls
-// the returned stop at disconnect. The command supplies it: Prometheus
-// stays in the commands (internal/archtest).
-type MetricsFunc func(ctrl *initiator.Controller, subnqn, traddr, listen string, log *zap.Logger) (stop func(), err error)
 
 // start connects the controller, mounts the device files and, if asked,
 // the filesystem, and opens the control socket.
@@ -191,10 +183,7 @@ func (d *daemon) start() error {
 		}
 	}
 	if d.opts.MetricsListen != "" {
-		if d.serveMetrics == nil {
-			return fmt.Errorf("--metrics-listen %s: this daemon serves no metrics", d.opts.MetricsListen)
-		}
-		if d.stopMetrics, err = d.serveMetrics(d.ctrl, d.cfg.SubNQN, d.cfg.Address, d.opts.MetricsListen, d.log); err != nil {
+		if d.metrics, err = d.startHostMetrics(d.opts.MetricsListen); err != nil {
 			return err
 		}
 	}
@@ -579,9 +568,9 @@ func (d *daemon) stop(force bool) ([]string, error) {
 	if d.ln != nil {
 		d.ln.Close()
 	}
-	if d.stopMetrics != nil {
-		d.stopMetrics()
-		d.stopMetrics = nil
+	if d.metrics != nil {
+		d.metrics.Close()
+		d.metrics = nil
 	}
 	if d.srv != nil {
 		fusedev.Unmount(d.srv, filepath.Join(d.store.InstanceDir(d.dev), "dev"), d.log)

@@ -1,4 +1,4 @@
-package main
+package connd
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/internal/lathist"
@@ -127,11 +126,10 @@ func termLayer(l uint8) string {
 	return strconv.Itoa(int(l))
 }
 
-// serveHostMetrics is the daemon's connd.MetricsFunc: it serves the
-// controller's metrics on listen, "IP:port" or "unix:/path" for a unix
-// socket.
-func serveHostMetrics(ctrl *initiator.Controller, subnqn, traddr, listen string, log *zap.Logger) (func(), error) {
-	reg, err := metricserve.NewRegistry("nvmeof", version.Version(), &hostCollector{ctrl: ctrl, subnqn: subnqn, traddr: traddr})
+// startHostMetrics serves the controller's metrics on listen: "IP:port",
+// or "unix:/path" for a unix socket.
+func (d *daemon) startHostMetrics(listen string) (*metricserve.Server, error) {
+	reg, err := metricserve.NewRegistry("nvmeof", version.Version(), &hostCollector{ctrl: d.ctrl, subnqn: d.cfg.SubNQN, traddr: d.cfg.Address})
 	if err != nil {
 		return nil, err
 	}
@@ -139,9 +137,9 @@ func serveHostMetrics(ctrl *initiator.Controller, subnqn, traddr, listen string,
 	if p, ok := strings.CutPrefix(listen, "unix:"); ok {
 		cfg = metricserve.Config{Socket: p}
 	}
-	s, err := metricserve.Start(cfg, reg, log.Named("metrics"))
+	s, err := metricserve.Start(cfg, reg, d.log.Named("metrics"))
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", listen, err)
 	}
-	return s.Close, nil
+	return s, nil
 }
