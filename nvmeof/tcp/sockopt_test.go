@@ -14,7 +14,8 @@ import (
 )
 
 // TestTCPOptions: Config.TCP reaches every accepted connection's socket,
-// read back with getsockopt on the connection Accept hands over: the
+// read back with getsockopt on the connection Accept hands over, and
+// HostConfig.TCP the host queue's (Dial): the
 // congestion control (one the kernel allows unprivileged sockets, other
 // than its default where it has one, so that the change shows) and
 // TCP_NOTSENT_LOWAT; a listener without options leaves the kernel's
@@ -45,6 +46,15 @@ func TestTCPOptions(t *testing.T) {
 	t.Logf("congestion control %q (the kernel's default: %q; its TCP_NOTSENT_LOWAT %d)", cc, kernelDefault, lowat)
 	if cc == kernelDefault {
 		t.Logf("the kernel allows no congestion control but its default %q: the test sees TCP_NOTSENT_LOWAT change only", cc)
+	}
+	// matches: the options are those wanted; a socket without a watermark
+	// reads 0 (a connecting socket) or the sysctl's value (an accepted
+	// one, on the kernels seen), both the kernel's default.
+	matches := func(o, want tcpopt.Options) bool {
+		if want.NotSentLowat == lowat && o.NotSentLowat == 0 {
+			o.NotSentLowat = lowat
+		}
+		return o == want
 	}
 	for _, tc := range []struct {
 		name string
@@ -84,8 +94,21 @@ func TestTCPOptions(t *testing.T) {
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
-			if r.o != tc.want {
+			if !matches(r.o, tc.want) {
 				t.Errorf("the accepted connection's options: %+v, want %+v", r.o, tc.want)
+			}
+			// The host side: Dial sets HostConfig.TCP on its connection.
+			q, err := Dial(ctx, "tcp", ln.Addr().String(), HostConfig{TCP: tc.opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			o, err := tcpopt.Read(q.conn.(*net.TCPConn))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !matches(o, tc.want) {
+				t.Errorf("the host queue's connection's options: %+v, want %+v", o, tc.want)
 			}
 		})
 	}
