@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/internal/defaults"
-	"github.com/nvmetd/nvmetd/internal/tcpopt"
 	"github.com/nvmetd/nvmetd/internal/perfcount"
+	"github.com/nvmetd/nvmetd/internal/tcpopt"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
