@@ -62,6 +62,11 @@ func (c *Controller) dialQueue(ctx context.Context, qid uint16, size, inline int
 			// transport (nvmeof --busy-poll).
 			tc.BusyPoll = cfg.Transport.BusyPoll
 		}
+		if tc.TCP == (rdma.TCPOptions{}) {
+			// One set of socket options for the host's queues of either
+			// transport (nvmeof --tcp-congestion, --tcp-notsent-lowat).
+			tc.TCP = cfg.Transport.TCP
+		}
 		q, err := tcp.Dial(ctx, cfg.Network, cfg.Address, tc)
 		if err != nil {
 			return nil, err

@@ -109,7 +109,7 @@ type PortConfig struct {
 	// are the paths a multipath host chooses between by these states.
 	ANAGroups []ANAGroupConfig `mapstructure:"ana_groups"`
 	// TCPCongestion overrides transport.tcp_congestion for the connections
-	// of this port (iWARP ports): e.g. bbr on a port that faces a WAN,
+	// of this port (iWARP and NVMe/TCP ports): e.g. bbr on a port that faces a WAN,
 	// the kernel's default on the one that faces the rack.
 	TCPCongestion string `mapstructure:"tcp_congestion"`
 }

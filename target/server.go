@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/backend"
+	"github.com/nvmetd/nvmetd/internal/tcpopt"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/rdma"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp"
@@ -225,6 +226,14 @@ type listenConfig struct {
 // controllerConfig is the binding configuration of a port.
 func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, error) {
 	tun := &cfg.Tuning
+	tc, err := cfg.Transport.RDMA()
+	if err != nil {
+		return listenConfig{}, err
+	}
+	tcpOpts, err := portTCPOptions(tc.TCP, pc)
+	if err != nil {
+		return listenConfig{}, err
+	}
 	if pc.IsTCP() {
 		// The connect timeout bounds the ICReq and the Connect as it
 		// bounds the MPA exchange and the Connect on RDMA; a stalled PDU
@@ -241,20 +250,12 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, er
 			WriteTimeout:    cfg.Transport.WriteTimeout,
 			Admission:       s.adm.Shared(),
 			BusyPoll:        cfg.Transport.BusyPoll,
+			TCP:             tcpOpts,
 			Logger:          s.log,
 		}}, nil
 	}
-	tc, err := cfg.Transport.RDMA()
-	if err != nil {
-		return listenConfig{}, err
-	}
 	tc.Admission = s.adm
-	if pc.TCPCongestion != "" {
-		tc.TCP.Congestion = pc.TCPCongestion
-		if err := tc.TCP.Probe(); err != nil {
-			return listenConfig{}, &FieldError{Field: fmt.Sprintf("ports[%d].tcp_congestion", pc.ID), Reason: err.Error(), Err: err}
-		}
-	}
+	tc.TCP = tcpOpts
 	return listenConfig{rdma: rdma.ControllerConfig{
 		Transport:       tc,
 		InlineDataSize:  pc.InlineDataSize,
@@ -263,6 +264,21 @@ func (s *server) controllerConfig(cfg *Config, pc *PortConfig) (listenConfig, er
 		IOPoolSize:      int(tun.BufferPoolBytes()),
 		Logger:          s.log,
 	}}, nil
+}
+
+// portTCPOptions are the socket options of port pc's connections, on
+// either transport (issue 26): the transport section's
+// (transport.tcp_congestion, tcp_notsent_lowat; probed when it was
+// parsed), with the port's tcp_congestion over them (probed here).
+func portTCPOptions(o tcpopt.Options, pc *PortConfig) (tcpopt.Options, error) {
+	if pc.TCPCongestion == "" {
+		return o, nil
+	}
+	o.Congestion = pc.TCPCongestion
+	if err := o.Probe(); err != nil {
+		return o, &FieldError{Field: fmt.Sprintf("ports[%d].tcp_congestion", pc.ID), Reason: err.Error(), Err: err}
+	}
+	return o, nil
 }
 
 // keepAliveTimeout applies the configured keep-alive limits to a KATO.

@@ -1,27 +1,23 @@
 package main
 
 import (
-	"bufio"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/nvmetd/nvmetd/initiator/connd"
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 	"github.com/nvmetd/nvmetd/initiator/nvmecli"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
 // adminCommands are nvme-cli's query commands on a connected controller
 // (the daemon of nvmeof connect runs each admin command; see
-// admin_serve.go), and the fabrics autoconnect commands.
+// initiator/connd/admin.go), and the fabrics autoconnect commands.
 var adminCommands = []command{
 	{name: "id-ctrl", usage: "Send NVMe Identify Controller", run: runIDCtrl},
 	{name: "id-ns", usage: "Send NVMe Identify Namespace, display structure", run: runIDNS},
@@ -98,82 +94,9 @@ func (o *adminOpts) parse(fs *pflag.FlagSet, args []string, stderr io.Writer) (i
 	return exitOK, true
 }
 
-// nvmeStatusError is a command the controller completed with an error
-// status.
-type nvmeStatusError struct {
-	status nvmeof.Status
-	name   string
-}
-
-func (e *nvmeStatusError) Error() string {
-	return fmt.Sprintf("NVMe status: %s(%#x)", e.name, uint16(e.status))
-}
-
-// adminCall sends one admin command to dev's daemon and returns the
-// completion's DW0 and the data.
-func adminCall(dev string, a adminCmd) (uint32, []byte, error) {
-	c, err := net.DialTimeout("unix", filepath.Join(instanceDir(dev), "ctl.sock"), 5*time.Second)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: no such controller (daemon not reachable: %w)", dev, err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(adminTimeout + 10*time.Second))
-	b, _ := json.Marshal(adminOpRequest{Op: "admin", Admin: &a})
-	if _, err := c.Write(append(b, '\n')); err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", dev, err)
-	}
-	r := bufio.NewReader(c)
-	line, err := r.ReadBytes('\n')
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: no answer from the daemon: %w", dev, err)
-	}
-	var rep adminReply
-	if err := json.Unmarshal(line, &rep); err != nil {
-		return 0, nil, fmt.Errorf("%s: bad answer: %w", dev, err)
-	}
-	if !rep.OK {
-		return 0, nil, fmt.Errorf("%s: %s", dev, rep.Error)
-	}
-	if rep.Status != 0 {
-		return rep.Result, nil, &nvmeStatusError{status: nvmeof.Status(rep.Status), name: rep.Hint}
-	}
-	if len(rep.Data) != a.DataLen {
-		return 0, nil, fmt.Errorf("%s: daemon returned %d bytes, want %d", dev, len(rep.Data), a.DataLen)
-	}
-	return rep.Result, rep.Data, nil
-}
-
-// identify reads one Identify data structure (CNS cns, NSID nsid).
-func identify(dev string, cns uint8, nsid uint32) ([]byte, error) {
-	_, b, err := adminCall(dev, adminCmd{Opcode: nvmeof.AdminIdentify, NSID: nsid, CDW10: uint32(cns), DataLen: nvmeof.IdentifyDataSize})
-	return b, err
-}
-
-// getLog reads n bytes of log page lid (RAE set: reading a page here
-// never clears an event the daemon waits for).
-func getLog(dev string, lid uint8, nsid uint32, lsp uint8, lpo uint64, n int) ([]byte, error) {
-	return getLogCSI(dev, lid, nsid, lsp, lpo, n, 0)
-}
-
-// getLogCSI is getLog for command set csi.
-func getLogCSI(dev string, lid uint8, nsid uint32, lsp uint8, lpo uint64, n int, csi uint8) ([]byte, error) {
-	if n <= 0 || n%4 != 0 || n > adminMaxData {
-		return nil, fmt.Errorf("log length %d: must be a multiple of 4 in 4..%d", n, adminMaxData)
-	}
-	var sqe nvmeof.SQE
-	cmd := sqe.BuildGetLogPage(lid, nsid, lpo, uint32(n))
-	cmd.SetRAE(true)
-	cmd.SetLSP(lsp)
-	cmd.SetCSI(csi)
-	a := adminCmd{Opcode: nvmeof.AdminGetLogPage, NSID: nsid, DataLen: n,
-		CDW10: sqe.CDW(10), CDW11: sqe.CDW(11), CDW12: sqe.CDW(12), CDW13: sqe.CDW(13), CDW14: sqe.CDW(14), CDW15: sqe.CDW(15)}
-	_, b, err := adminCall(dev, a)
-	return b, err
-}
-
 // adminFail prints err as nvme-cli does and returns the exit status.
 func adminFail(stderr io.Writer, cmd string, err error) int {
-	if se, ok := err.(*nvmeStatusError); ok {
+	if se, ok := err.(*connd.StatusError); ok {
 		fmt.Fprintln(stderr, se.Error())
 		return exitFailure
 	}
@@ -187,7 +110,7 @@ func runIDCtrl(args []string, stdout, stderr io.Writer) int {
 	if code, ok := o.parse(fs, args, stderr); !ok {
 		return code
 	}
-	b, err := identify(o.device, 1, 0)
+	b, err := connd.Identify(store(), o.device, 1, 0)
 	if err != nil {
 		return adminFail(stderr, "identify controller", err)
 	}
@@ -222,7 +145,7 @@ func runIDNS(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "id-ns: no namespace: give -n NSID (or the device nvme0n1)")
 		return exitUsage
 	}
-	b, err := identify(o.device, 0, nsid)
+	b, err := connd.Identify(store(), o.device, 0, nsid)
 	if err != nil {
 		return adminFail(stderr, "identify namespace", err)
 	}
@@ -250,7 +173,7 @@ func runSMARTLog(args []string, stdout, stderr io.Writer) int {
 	if code, ok := o.parse(fs, args, stderr); !ok {
 		return code
 	}
-	b, err := getLog(o.device, nvmeof.LIDSMART, nsid, 0, 0, nvmeof.SMARTLogSize)
+	b, err := connd.GetLog(store(), o.device, nvmeof.LIDSMART, nsid, 0, 0, nvmeof.SMARTLogSize)
 	if err != nil {
 		return adminFail(stderr, "smart log", err)
 	}
@@ -282,20 +205,12 @@ func runErrorLog(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "non-zero log-entries is required param")
 		return exitUsage
 	}
-	cb, err := identify(o.device, 1, 0)
+	cb, err := connd.Identify(store(), o.device, 1, 0)
 	if err != nil {
 		return adminFail(stderr, "identify controller", err)
 	}
 	c, _ := nvmeof.ParseIdentifyController(cb)
-	// nvme-cli reads at most ELPE+1 entries (0's based).
-	if max := uint32(c[262]) + 1; entries > max {
-		entries = max
-	}
-	n := int(entries) * nvmeof.ErrorLogEntrySize
-	if n > adminMaxData {
-		n = adminMaxData / nvmeof.ErrorLogEntrySize * nvmeof.ErrorLogEntrySize
-	}
-	b, err := getLog(o.device, nvmeof.LIDErrorInfo, 0xffffffff, 0, 0, n)
+	b, err := connd.GetLog(store(), o.device, nvmeof.LIDErrorInfo, 0xffffffff, 0, 0, connd.ErrorLogLength(c, entries))
 	if err != nil {
 		return adminFail(stderr, "error log", err)
 	}
@@ -317,7 +232,7 @@ func runFWLog(args []string, stdout, stderr io.Writer) int {
 	if code, ok := o.parse(fs, args, stderr); !ok {
 		return code
 	}
-	b, err := getLog(o.device, nvmeof.LIDFirmwareSlot, 0xffffffff, 0, 0, nvmeof.FirmwareSlotLogSize)
+	b, err := connd.GetLog(store(), o.device, nvmeof.LIDFirmwareSlot, 0xffffffff, 0, 0, nvmeof.FirmwareSlotLogSize)
 	if err != nil {
 		return adminFail(stderr, "fw log", err)
 	}
@@ -355,7 +270,7 @@ func runEffectsLog(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "invalid csi %d\n", csi)
 		return exitUsage
 	}
-	b, err := getLogCSI(o.device, nvmeof.LIDCommandEffects, 0xffffffff, 0, 0, nvmeof.CommandEffectsLogSize, uint8(csi))
+	b, err := connd.GetLogCSI(store(), o.device, nvmeof.LIDCommandEffects, 0xffffffff, 0, 0, nvmeof.CommandEffectsLogSize, uint8(csi))
 	if err != nil {
 		return adminFail(stderr, "effects log", err)
 	}
@@ -383,24 +298,13 @@ func runANALog(args []string, stdout, stderr io.Writer) int {
 	if code, ok := o.parse(fs, args, stderr); !ok {
 		return code
 	}
-	cb, err := identify(o.device, 1, 0)
+	cb, err := connd.Identify(store(), o.device, 1, 0)
 	if err != nil {
 		return adminFail(stderr, "identify controller", err)
 	}
 	c, _ := nvmeof.ParseIdentifyController(cb)
-	// nvme-cli's length: the header, NANAGRPID descriptors and (without
-	// -g) NN namespace IDs.
-	n := nvmeof.ANALogHeaderSize + int(c.NANAGRPID())*32
-	var lsp uint8
-	if groups {
-		lsp = 1 // RGO: return groups only
-	} else {
-		n += int(c.NN()) * 4
-	}
-	if n > adminMaxData {
-		n = adminMaxData
-	}
-	b, err := getLog(o.device, nvmeof.LIDANA, 0xffffffff, lsp, 0, n)
+	n, lsp := connd.ANALogLength(c, groups)
+	b, err := connd.GetLog(store(), o.device, nvmeof.LIDANA, 0xffffffff, lsp, 0, n)
 	if err != nil {
 		return adminFail(stderr, "ana-log", err)
 	}
@@ -443,15 +347,7 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 	// (json_show_init ... json_show_finish around every command).
 	root := nvmecli.NewObject()
 	one := func(fid uint8, all bool) int {
-		n := dataLen
-		if n == 0 {
-			n = featureDataLen(fid, cdw11)
-		}
-		a := adminCmd{Opcode: nvmeof.AdminGetFeatures, NSID: nsid, CDW10: uint32(sel)<<8 | uint32(fid), CDW11: cdw11, CDW14: uint32(uuid & 0x7f), DataLen: int(n)}
-		if fid == 0x81 && cdw11 == 0 && dataLen == 0 {
-			a.CDW11 = 1 // EXHID: the 128-bit host identifier of NVMe-oF (NVMe 2.0 5.27.1.28)
-		}
-		res, data, err := adminCall(o.device, a)
+		res, data, err := connd.Admin(store(), o.device, connd.GetFeaturesCommand(nsid, fid, sel, uuid, cdw11, dataLen))
 		if err != nil {
 			if all {
 				return exitFailure
@@ -485,26 +381,6 @@ func runGetFeature(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// featureDataLen is nvme-cli's data length of a feature (get_feat_buf_len).
-func featureDataLen(fid uint8, cdw11 uint32) uint32 {
-	switch fid {
-	case 0x03: // LBA Range Type
-		return 4096
-	case 0x0c: // Autonomous Power State Transition
-		return 256
-	case 0x0e: // Timestamp
-		return 8
-	case 0x16: // Host Behavior Support
-		return 512
-	case 0x81: // Host Identifier
-		if cdw11&1 != 0 || cdw11 == 0 {
-			return 16
-		}
-		return 8
-	}
-	return 0
-}
-
 func runGetLog(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("get-log", stderr)
 	var o adminOpts
@@ -530,7 +406,7 @@ func runGetLog(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "non-zero log-len is required param")
 		return exitUsage
 	}
-	b, err := getLog(o.device, lid, nsid, lsp, lpo, int(logLen))
+	b, err := connd.GetLog(store(), o.device, lid, nsid, lsp, lpo, int(logLen))
 	if err != nil {
 		return adminFail(stderr, "get-log", err)
 	}
@@ -551,21 +427,16 @@ func runListSubsys(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
-	var sts []*ctrlState
-	for _, dev := range instances() {
-		if st, err := readState(dev); err == nil {
+	var sts []*hoststate.Controller
+	for _, dev := range store().Instances() {
+		if st, err := store().Read(dev); err == nil {
 			sts = append(sts, st)
 		}
 	}
 	if output == "json" {
-		fmt.Fprintln(stdout, listSubsysJSON(sts))
+		fmt.Fprintln(stdout, nvmecli.ListSubsysJSON(sts))
 		return exitOK
 	}
-	printListSubsys(stdout, sts)
+	nvmecli.PrintListSubsys(stdout, sts)
 	return exitOK
 }
-
-// le16/le32/le64 read little-endian fields of a data structure.
-func le16(b []byte, off int) uint16 { return binary.LittleEndian.Uint16(b[off:]) }
-func le32(b []byte, off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
-func le64(b []byte, off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nvmetd/nvmetd/initiator/connd"
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 )
 
 // TestE2EAdminCommands runs nvme-cli's query commands on a controller
@@ -102,15 +105,14 @@ func TestE2EAdminCommands(t *testing.T) {
 
 	// The daemon refuses anything but the read-only admin commands, and
 	// data lengths out of bounds.
-	for _, bad := range []adminCmd{
+	for _, bad := range []connd.AdminCommand{
 		{Opcode: 0x09, CDW10: 7, DataLen: 0},           // Set Features
 		{Opcode: 0x80, DataLen: 0},                     // Format NVM
 		{Opcode: 0x06, CDW10: 1, DataLen: 8192},        // Identify, wrong length
 		{Opcode: 0x02, CDW10: 2, DataLen: 1 << 20},     // over the bound
 		{Opcode: 0x02, CDW10: 2 | 127<<16, DataLen: 4}, // NUMD disagrees
 	} {
-		t.Setenv("NVMEOF_STATE_DIR", e.state)
-		if _, _, err := adminCall("nvme0", bad); err == nil || !strings.Contains(err.Error(), "admin:") {
+		if _, _, err := connd.Admin(hoststate.Store{Dir: e.state}, "nvme0", bad); err == nil || !strings.Contains(err.Error(), "admin:") {
 			t.Errorf("admin %+v: %v, want a refusal", bad, err)
 		}
 	}

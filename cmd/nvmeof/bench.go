@@ -6,46 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nvmetd/nvmetd/initiator"
 	"github.com/nvmetd/nvmetd/initiator/bench"
-	"github.com/nvmetd/nvmetd/nvmeof"
+	"github.com/nvmetd/nvmetd/initiator/connd"
 )
-
-// parseSize parses 4096, 4k, 128K, 1m, 2G (powers of 1024).
-func parseSize(s string) (int64, error) {
-	s = strings.TrimSpace(strings.ToLower(s))
-	s = strings.TrimSuffix(strings.TrimSuffix(s, "ib"), "b")
-	mult := int64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'k':
-			mult = 1 << 10
-		case 'm':
-			mult = 1 << 20
-		case 'g':
-			mult = 1 << 30
-		case 't':
-			mult = 1 << 40
-		}
-		if mult != 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return n * mult, nil
-}
 
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("bench", stderr)
-	var o fabricsOpts
-	o.addFlags(fs, true)
+	var o connd.FabricsOptions
+	addFabricsFlags(fs, &o, true)
 	device := fs.StringP("device", "d", "", "a connected controller (nvme0): run in its daemon instead of connecting")
 	fs.StringVar(&stateDirFlag, "state-dir", "", "runtime directory")
 	var p bench.Params
@@ -67,15 +38,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	var err error
-	bsv, err := parseSize(*bsStr)
+	bsv, err := bench.ParseSize(*bsStr)
 	if err != nil {
 		return fail(stderr, "bench", err)
 	}
 	p.BS = int(bsv)
-	if p.Offset, err = parseSize(*offStr); err != nil {
+	if p.Offset, err = bench.ParseSize(*offStr); err != nil {
 		return fail(stderr, "bench", err)
 	}
-	if p.Size, err = parseSize(*sizeStr); err != nil {
+	if p.Size, err = bench.ParseSize(*sizeStr); err != nil {
 		return fail(stderr, "bench", err)
 	}
 	progress := func(s string) {
@@ -89,12 +60,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if *device != "" {
 		dev := strings.TrimPrefix(*device, "/dev/")
 		if p.NSID == 0 {
-			if st, err := readState(dev); err == nil && len(st.Namespaces) > 0 {
+			if st, err := store().Read(dev); err == nil && len(st.Namespaces) > 0 {
 				p.NSID = st.Namespaces[0].NSID
 			}
 		}
 		header(stdout, *output, p, dev)
-		r, err := ctlCall(dev, ctlRequest{Op: "bench", Bench: &p}, p.Runtime+10*time.Minute, func(r ctlResponse) {
+		r, err := connd.Call(store(), dev, connd.Request{Op: "bench", Bench: &p}, p.Runtime+10*time.Minute, func(r connd.Response) {
 			if r.Progress != "" {
 				progress(r.Progress)
 			}
@@ -107,43 +78,16 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		res = r.Result
 	} else {
-		if o.nqn == "" {
+		if o.NQN == "" {
 			fmt.Fprintf(stderr, "bench: need -d DEVICE, or -a ADDR -n NQN to connect\n")
 			return exitUsage
 		}
-		cfg, err := o.config(o.nqn, newLogger(o.verbose))
+		cfg, err := o.Config(o.NQN, newLogger(o.Verbose))
 		if err != nil {
 			return fail(stderr, "bench", err)
 		}
-		ctx := context.Background()
-		sub := initiator.NewSubsystem(cfg.SubNQN, initiator.MultipathConfig{Logger: cfg.Logger})
-		defer sub.Close(ctx)
-		if _, err := sub.AddPath(ctx, cfg); err != nil {
-			return fail(stderr, "bench", err)
-		}
-		ns := sub.Namespace(p.NSID)
-		if p.NSID == 0 && len(sub.Namespaces()) > 0 {
-			ns = sub.Namespaces()[0]
-			p.NSID = ns.NSID()
-		}
-		if ns == nil {
-			return fail(stderr, "bench", fmt.Errorf("no namespace %d", p.NSID))
-		}
-		if !p.Force && p.Writes() {
-			ids := ns.Identifiers()
-			n := nsState{NSID: ns.NSID()}
-			if ids.HasNGUID {
-				n.NGUID = fmt.Sprintf("%x", ids.NGUID)
-			}
-			if ids.HasUUID {
-				n.UUID = nvmeof.FormatUUID(ids.UUID)
-			}
-			if err := attachedElsewhere("", []nsState{n}); err != nil {
-				return fail(stderr, "bench", fmt.Errorf("%w; a load that writes would write under it (a read-only load, --rw read or randread, runs; --force to run anyway)", err))
-			}
-		}
-		header(stdout, *output, p, cfg.SubNQN+" at "+cfg.Address)
-		if res, err = bench.Run(ctx, ns, p, progress); err != nil {
+		res, err = connd.Bench(context.Background(), store(), cfg, p, func(p bench.Params, target string) { header(stdout, *output, p, target) }, progress)
+		if err != nil {
 			return fail(stderr, "bench", err)
 		}
 	}

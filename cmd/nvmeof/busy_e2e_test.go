@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nvmetd/nvmetd/initiator/hostfs"
 )
 
 // TestE2EBusyDisconnect (issue 23.5): a disconnect of a namespace whose
@@ -68,8 +70,8 @@ func TestE2EBusyDisconnect(t *testing.T) {
 	if len(l) != 1 || l[0].State != "live" || l[0].Namespaces[0].Mount != mnt || l[0].Namespaces[0].Loop != loop {
 		t.Fatalf("after the refused disconnect: %+v", l)
 	}
-	if !isMounted(mnt) || loopBacking(loop) == "" {
-		t.Fatalf("after the refused disconnect: mounted %v, %s backing %q", isMounted(mnt), loop, loopBacking(loop))
+	if !hostfs.IsMounted(mnt) || hostfs.LoopBacking(loop) == "" {
+		t.Fatalf("after the refused disconnect: mounted %v, %s backing %q", hostfs.IsMounted(mnt), loop, hostfs.LoopBacking(loop))
 	}
 
 	// --force: lazily unmounted; the loop device stays under the
@@ -82,7 +84,7 @@ func TestE2EBusyDisconnect(t *testing.T) {
 		all += err.Error()
 	}
 	badAdvice(t, all)
-	if loopBacking(loop) != "" && !strings.Contains(all, loop+" still attached") {
+	if hostfs.LoopBacking(loop) != "" && !strings.Contains(all, loop+" still attached") {
 		t.Errorf("%s is still attached and disconnect --force does not say so:\n%s", loop, all)
 	}
 	if strings.Contains(all, loop+" still attached") && !strings.Contains(all, "do not losetup -d") {

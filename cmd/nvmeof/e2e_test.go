@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvmetd/nvmetd/initiator/hostfs"
 )
 
 // writeTree writes n files of random sizes (up to maxSize) in nested
@@ -113,7 +115,7 @@ func TestE2EConnectMountDisconnectReconnect(t *testing.T) {
 		t.Fatalf("list: %+v", l)
 	}
 	loop := l[0].Namespaces[0].Loop
-	if !loopDirectIO(loop) {
+	if !hostfs.LoopDirectIO(loop) {
 		t.Errorf("%s does not do direct I/O on the FUSE file", loop)
 	}
 	sums := writeTree(t, mnt, 300, 256<<10, 1)
@@ -133,7 +135,7 @@ func TestE2EConnectMountDisconnectReconnect(t *testing.T) {
 	if m, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(m), mnt) {
 		t.Fatal("still mounted after disconnect")
 	}
-	if lo, _ := runTool("losetup", "-a"); strings.Contains(lo, e.state) {
+	if lo, _ := hostfs.RunTool("losetup", "-a"); strings.Contains(lo, e.state) {
 		t.Fatalf("loop device still attached: %s", lo)
 	}
 	if len(e.list()) != 0 {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator/fusedev"
+
+	"github.com/nvmetd/nvmetd/initiator/hostfs"
 )
 
 // The host tool's guards (issue 11): no mistake of an admin loses data or
@@ -95,7 +97,7 @@ func TestE2ERemovedNamespaceDisconnect(t *testing.T) {
 	if m, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(m), mnt) {
 		t.Fatalf("%s still mounted after disconnect (%s)", mnt, out)
 	}
-	if loopBacking(loop) != "" {
+	if hostfs.LoopBacking(loop) != "" {
 		t.Fatalf("%s still attached after disconnect (%s)", loop, out)
 	}
 	if len(e.list()) != 0 {

@@ -19,6 +19,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nvmetd/nvmetd/internal/testing/testnode"
+
+	"github.com/nvmetd/nvmetd/initiator/hostfs"
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind.
@@ -118,7 +121,7 @@ func (e *env) forceCleanup() {
 	// Daemons first: a killed daemon aborts its FUSE connection, so I/O
 	// stuck on an unreachable target fails instead of blocking umount.
 	for _, dev := range listDirs(e.state) {
-		if st, err := readStateIn(e.state, dev); err == nil && processAlive(st.PID) {
+		if st, err := readStateIn(e.state, dev); err == nil && hoststate.ProcessAlive(st.PID) {
 			_ = syscall.Kill(st.PID, syscall.SIGKILL)
 		}
 	}
@@ -126,15 +129,15 @@ func (e *env) forceCleanup() {
 	for _, l := range strings.Split(string(mounts), "\n") {
 		f := strings.Fields(l)
 		if len(f) > 1 && strings.HasPrefix(f[1], e.dir) {
-			_, _ = runTool("umount", "-l", f[1])
+			_, _ = hostfs.RunTool("umount", "-l", f[1])
 		}
 	}
 	// Bounded (runTool): losetup can wait on the FUSE file behind another
 	// test's loop device whose server does not answer.
-	out, _ := runTool("losetup", "-a")
+	out, _ := hostfs.RunTool("losetup", "-a")
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, e.dir) {
-			_, _ = runTool("losetup", "-d", strings.TrimSuffix(strings.Fields(l)[0], ":"))
+			_, _ = hostfs.RunTool("losetup", "-d", strings.TrimSuffix(strings.Fields(l)[0], ":"))
 		}
 	}
 }
@@ -150,12 +153,12 @@ func listDirs(d string) []string {
 	return out
 }
 
-func readStateIn(dir, dev string) (*ctrlState, error) {
+func readStateIn(dir, dev string) (*hoststate.Controller, error) {
 	b, err := os.ReadFile(filepath.Join(dir, dev, "state.json"))
 	if err != nil {
 		return nil, err
 	}
-	st := new(ctrlState)
+	st := new(hoststate.Controller)
 	return st, json.Unmarshal(b, st)
 }
 
@@ -184,10 +187,10 @@ func (e *env) must(args ...string) string {
 }
 
 // list returns the controllers nvmeof list -o json reports.
-func (e *env) list() []ctrlState {
+func (e *env) list() []hoststate.Controller {
 	e.t.Helper()
 	var l struct {
-		Controllers []ctrlState `json:"controllers"`
+		Controllers []hoststate.Controller `json:"controllers"`
 	}
 	if err := json.Unmarshal([]byte(e.must("list", "-o", "json")), &l); err != nil {
 		e.t.Fatal(err)

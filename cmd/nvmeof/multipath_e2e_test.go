@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmetd/nvmetd/initiator/fusedev"
+
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 )
 
 // Native multipath through the CLI (issue 13): a second port of a
@@ -67,7 +69,7 @@ func (p *nvmetdProc) reload(cfg string) {
 // waitPaths waits until list shows device 0 with the path states and
 // namespace 1's ANA states want ("live optimized", ... one per path, in
 // order).
-func (e *env) waitPaths(want ...string) ctrlState {
+func (e *env) waitPaths(want ...string) hoststate.Controller {
 	e.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	var got []string

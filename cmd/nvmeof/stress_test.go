@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvmetd/nvmetd/initiator/hostfs"
 )
 
 // The loop-over-FUSE configurations. The default (first) is what connect
@@ -52,7 +54,7 @@ func TestE2ELoopFUSEStress(t *testing.T) {
 			// 1. The raw loop device.
 			e.must(append([]string{"connect", "--loop"}, cflags...)...)
 			loop := e.list()[0].Namespaces[0].Loop
-			t.Logf("%s: loop dio in sysfs: %v", loop, loopDirectIO(loop))
+			t.Logf("%s: loop dio in sysfs: %v", loop, hostfs.LoopDirectIO(loop))
 			for _, direct := range []string{"1", "0"} {
 				start := time.Now()
 				out := runFio(t, fio, "--name=raw", "--filename="+loop, "--direct="+direct, "--ioengine=libaio",
@@ -81,11 +83,11 @@ func TestE2ELoopFUSEStress(t *testing.T) {
 			if err != nil || !bytes.Equal(got, model) {
 				t.Fatalf("fsx file differs after reconnect (%d vs %d bytes, %v)", len(got), len(model), err)
 			}
-			if out, err := runTool("umount", mnt); err != nil {
+			if out, err := hostfs.RunTool("umount", mnt); err != nil {
 				t.Fatal(out, err)
 			}
 			l := e.list()
-			if out, err := runTool("e2fsck", "-fn", l[0].Namespaces[0].Loop); err != nil {
+			if out, err := hostfs.RunTool("e2fsck", "-fn", l[0].Namespaces[0].Loop); err != nil {
 				t.Fatalf("e2fsck: %v\n%s", err, out)
 			}
 			e.must("disconnect", "-d", "nvme0")

@@ -3,7 +3,8 @@
 // namespace, whose reads and writes are NVMe Reads and Writes and whose
 // fsync is an NVMe Flush, through an initiator.Head (all its paths). A
 // loop device over such a file is the namespace as a block device; the
-// connection daemon (cmd/nvmeof) mounts it under its instance directory.
+// connection daemon (initiator/connd) mounts it under its instance
+// directory.
 package fusedev
 
 import (

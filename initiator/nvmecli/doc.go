@@ -12,9 +12,15 @@
 // printer. The other pages have few fields, or none in common between the
 // outputs, and are written out.
 //
-// The package reads byte slices and nvmeof structures; it does no I/O
-// but writing to the io.Writer it is given. The command (cmd/nvmeof)
-// keeps the flags, the admin command and the choice of output.
+// It also prints the fabrics commands' results: the discovery log
+// (discover, as nvme-cli: normal and JSON), nvmeof list (its tables, and
+// nvme list's JSON "Devices", simple and -v) and list-subsys, from the
+// state the connection daemon publishes (initiator/hoststate).
+//
+// The package reads byte slices, nvmeof structures and hoststate records;
+// it does no I/O but writing to the io.Writer it is given. The command
+// (cmd/nvmeof) keeps the flags, the admin command (initiator/connd) and
+// the choice of output.
 package nvmecli
 
 import "encoding/binary"

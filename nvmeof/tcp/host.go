@@ -15,6 +15,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/internal/defaults"
 	"github.com/nvmetd/nvmetd/internal/perfcount"
+	"github.com/nvmetd/nvmetd/internal/tcpopt"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
@@ -75,6 +76,11 @@ type HostConfig struct {
 	// reads for up to this long before it parks on the poller, as the
 	// target's queues and the iWARP engine do (0: it sleeps at once).
 	BusyPoll time.Duration
+	// TCP are the socket options of the queue's connection (congestion
+	// control, TCP_NOTSENT_LOWAT: internal/tcpopt, as the target's ports
+	// and the iWARP engine take them), set before the ICReq. The zero
+	// value keeps the kernel's defaults.
+	TCP tcpopt.Options
 	// Logger receives queue events.
 	Logger *zap.Logger
 }
@@ -186,6 +192,10 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 	}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+		if err := cfg.TCP.Apply(tc); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("nvme-tcp: %s: %w", address, err)
+		}
 	}
 	var src io.Reader = conn
 	var poll *pollReader

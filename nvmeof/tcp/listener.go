@@ -18,6 +18,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/internal/admission"
 	"github.com/nvmetd/nvmetd/internal/defaults"
+	"github.com/nvmetd/nvmetd/internal/tcpopt"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/nvmeof/tcp/wire"
 )
@@ -88,6 +89,11 @@ type Config struct {
 	// up to this long before it parks, as transport.busy_poll does for the
 	// iWARP engine (default 0: off).
 	BusyPoll time.Duration
+	// TCP are the socket options of each accepted connection (congestion
+	// control, TCP_NOTSENT_LOWAT), the same as the iWARP ports'
+	// (iwarp.Config.TCP, one type: internal/tcpopt); set before the ICReq
+	// is read. The zero value keeps the kernel's defaults.
+	TCP tcpopt.Options
 	// Logger receives queue events.
 	Logger *zap.Logger
 }
@@ -120,6 +126,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("nvme-tcp: MAXH2CDATA %d: want at least %d", d.MaxH2CData, wire.MinMaxH2CData)
 	case d.ConnectTimeout < 0 || d.PDUTimeout < 0 || d.WriteTimeout < 0 || d.MaxPending < 0 || d.BusyPoll < 0:
 		return errors.New("nvme-tcp: negative timeout or limit")
+	}
+	if err := d.TCP.Validate(); err != nil {
+		return fmt.Errorf("nvme-tcp: %w", err)
 	}
 	return nil
 }
@@ -254,6 +263,14 @@ func (l *Listener) initialize(c net.Conn, t *admission.Ticket) {
 	log := cfg.Logger.With(zap.Stringer("remote", c.RemoteAddr()))
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+		// Probed when the configuration was taken (target), so a refusal
+		// here is the kernel's change of mind (a module unloaded): the
+		// connection is not served without its options.
+		if err := cfg.TCP.Apply(tc); err != nil {
+			log.Warn("nvme-tcp: socket options refused; connection closed", zap.Error(err))
+			_ = c.Close()
+			return
+		}
 	}
 	// The deadline runs until the controller admits the queue.
 	_ = c.SetDeadline(time.Now().Add(cfg.ConnectTimeout))

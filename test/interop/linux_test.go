@@ -60,6 +60,9 @@ var suite = []struct {
 	{"LinuxHostAgainstTarget", testLinuxHostAgainstTarget},
 	// NVMe/TCP (issue 24): the stock nvme-tcp host, no siw.
 	{"LinuxHostTCP", testLinuxHostTCP},
+	{"LinuxHostTCPExt4", testLinuxHostTCPExt4},
+	{"LinuxHostTCPReconnect", testLinuxHostTCPReconnect},
+	{"LinuxHostTCPRDMAMultipath", testLinuxHostTCPRDMAMultipath},
 	// DH-HMAC-CHAP both ways (6.12 only; before the kernel target test,
 	// whose siw issue could leave nvmet unusable).
 	{"Auth", testAuth},

@@ -1,4 +1,4 @@
-package main
+package hostfs
 
 import (
 	"fmt"
@@ -17,18 +17,18 @@ import (
 // filesystem already detached from the tree (umount -l) is found too, and
 // the mounts beneath its mount point.
 
-// fsUser is one process's use of a filesystem.
-type fsUser struct {
+// User is one process's use of a filesystem.
+type User struct {
 	PID  int
 	Comm string
 	What string // "working directory /mnt/x", "open file /mnt/x/f", ...
 }
 
-func (u fsUser) String() string { return fmt.Sprintf("process %d (%s): %s", u.PID, u.Comm, u.What) }
+func (u User) String() string { return fmt.Sprintf("process %d (%s): %s", u.PID, u.Comm, u.What) }
 
-// fsDevice returns the device number of the filesystem on loop (its
+// FSDevice returns the device number of the filesystem on loop (its
 // rdev), else of the one mounted on dir; 0 if neither can be examined.
-func fsDevice(loop, dir string) uint64 {
+func FSDevice(loop, dir string) uint64 {
 	var st unix.Stat_t
 	if loop != "" && unix.Stat(loop, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK {
 		return st.Rdev
@@ -39,17 +39,17 @@ func fsDevice(loop, dir string) uint64 {
 	return 0
 }
 
-// fsUsers returns the processes (other than this one) that use the
+// Users returns the processes (other than this one) that use the
 // filesystem of device dev: by their working directory, root directory,
 // program, open files and mapped files. At most max are returned, with
 // the count of all.
-func fsUsers(dev uint64, max int) ([]fsUser, int) {
+func Users(dev uint64, max int) ([]User, int) {
 	if dev == 0 {
 		return nil, 0
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	self := os.Getpid()
-	var users []fsUser
+	var users []User
 	n := 0
 	for _, p := range procs {
 		pid, err := strconv.Atoi(filepath.Base(p))
@@ -63,7 +63,7 @@ func fsUsers(dev uint64, max int) ([]fsUser, int) {
 		n++
 		if len(users) < max {
 			comm, _ := os.ReadFile(filepath.Join(p, "comm"))
-			users = append(users, fsUser{PID: pid, Comm: strings.TrimSpace(string(comm)), What: what})
+			users = append(users, User{PID: pid, Comm: strings.TrimSpace(string(comm)), What: what})
 		}
 	}
 	sort.Slice(users, func(i, j int) bool { return users[i].PID < users[j].PID })
@@ -117,14 +117,14 @@ func submounts(dir string) []string {
 	return out
 }
 
-// busyReason describes what keeps the filesystem of loop mounted on dir
+// BusyReason describes what keeps the filesystem of loop mounted on dir
 // busy, one item per line.
-func busyReason(loop, dir string) []string {
+func BusyReason(loop, dir string) []string {
 	var why []string
 	for _, m := range submounts(dir) {
 		why = append(why, "a filesystem is mounted beneath it on "+m)
 	}
-	users, n := fsUsers(fsDevice(loop, dir), 10)
+	users, n := Users(FSDevice(loop, dir), 10)
 	for _, u := range users {
 		why = append(why, u.String())
 	}
@@ -137,37 +137,58 @@ func busyReason(loop, dir string) []string {
 	return why
 }
 
-// busyUnmountError is the answer to a disconnect whose filesystem on dir
-// cannot be unmounted: what keeps it busy, what was and was not
-// disconnected, and the safe way on.
-func busyUnmountError(dev string, n nsState, unmounted []string, err error) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "cannot unmount %s: it is busy (%v):\n", n.Mount, strings.TrimSpace(lastLine(err.Error())))
-	for _, w := range busyReason(n.Loop, n.Mount) {
-		fmt.Fprintf(&b, "  %s\n", w)
+// BlockDeviceBusy reports whether something holds dev exclusively (a
+// mounted filesystem, also one unmounted lazily and still in use; a
+// device-mapper or md device): open(2) with O_EXCL fails with EBUSY.
+func BlockDeviceBusy(dev string) bool {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err == unix.EBUSY
 	}
-	if len(unmounted) > 0 {
-		fmt.Fprintf(&b, "Unmounted before: %s. ", strings.Join(unmounted, ", "))
-	}
-	on := ""
-	if n.Loop != "" {
-		on = fmt.Sprintf(" on %s", n.Loop)
-	}
-	fmt.Fprintf(&b, "Not disconnected: %s is still connected, %sn%d%s still mounted on %s; its data is safe.\n", dev, dev, n.NSID, on, n.Mount)
-	fmt.Fprintf(&b, "Safe order: stop those processes or move them out of %s, then run the disconnect again (it unmounts %s", n.Mount, n.Mount)
-	if n.Loop != "" {
-		fmt.Fprintf(&b, ", detaches %s", n.Loop)
-	}
-	fmt.Fprintf(&b, " and disconnects %s).\n", dev)
-	if n.Loop != "" {
-		fmt.Fprintf(&b, "Never detach %s (losetup -d) while %s is mounted. ", n.Loop, n.Mount)
-	}
-	fmt.Fprintf(&b, "disconnect --force unmounts lazily (umount -l): the processes above keep the filesystem, and their reads and writes fail once %s is disconnected (what they have not written is lost)", dev)
-	return fmt.Errorf("%s", b.String())
+	unix.Close(fd)
+	return false
 }
 
-// lastLine is the last non-empty line of s (a tool's message).
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
+// MountSource returns the device mounted on dir, or "".
+func MountSource(dir string) string {
+	b, _ := os.ReadFile("/proc/self/mounts")
+	src := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == dir {
+			src = f[0] // the last one is on top
+		}
+	}
+	return src
+}
+
+// LoopOn reports whether loop device dev is attached to the namespace file
+// file. Once the FUSE directory is unmounted lazily (a loop device under a
+// filesystem still in use keeps it), the kernel names the file from the
+// detached mount's root: "/n1".
+func LoopOn(dev, file string) bool {
+	b := LoopBacking(dev)
+	return b != "" && (b == file || (b == "/"+filepath.Base(file) && !IsMounted(filepath.Dir(file))))
+}
+
+// LoopBacking returns the file a loop device is attached to, or "".
+func LoopBacking(dev string) string {
+	b, err := os.ReadFile("/sys/block/" + strings.TrimPrefix(dev, "/dev/") + "/loop/backing_file")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// MountOf returns where dev (a loop device) is mounted, or "".
+func MountOf(dev string) string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == dev {
+			return f[1]
+		}
+	}
+	return ""
 }

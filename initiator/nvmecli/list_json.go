@@ -1,4 +1,4 @@
-package main
+package nvmecli
 
 import (
 	"cmp"
@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/nvmetd/nvmetd/initiator/hoststate"
 )
 
 // nvme-cli's "nvme list -o json" (src/nvme-print-json.c json_simple_list,
@@ -30,7 +32,7 @@ type nvmeListItem struct {
 	SectorSize   int    `json:"SectorSize"`
 }
 
-func nvmeListItems(all []*ctrlState) []nvmeListItem {
+func nvmeListItems(all []*hoststate.Controller) []nvmeListItem {
 	out := []nvmeListItem{}
 	for _, st := range all {
 		for _, n := range st.Namespaces {
@@ -49,7 +51,7 @@ func nvmeListItems(all []*ctrlState) []nvmeListItem {
 	return out
 }
 
-func lbaCount(n nsState) uint64 {
+func lbaCount(n hoststate.Namespace) uint64 {
 	if n.BlockSize <= 0 {
 		return 0
 	}
@@ -103,7 +105,7 @@ func fabricsAddress(hostport string) string {
 	return "traddr=" + h + ",trsvcid=" + p
 }
 
-func nvmeListDetail(all []*ctrlState) []nvmeListHost {
+func nvmeListDetail(all []*hoststate.Controller) []nvmeListHost {
 	var hosts []nvmeListHost
 	idx := map[string]int{}
 	for _, st := range all {
@@ -116,7 +118,7 @@ func nvmeListDetail(all []*ctrlState) []nvmeListHost {
 		ss := nvmeListSubsystem{Subsystem: "nvme-subsys" + strings.TrimPrefix(st.Device, "nvme"), SubsystemNQN: st.SubNQN, Namespaces: []nvmeListNamespace{}}
 		paths := st.Paths
 		if len(paths) == 0 {
-			paths = []pathState{{Address: st.Address, Transport: st.Transport, CNTLID: st.CNTLID, State: st.State}}
+			paths = []hoststate.Path{{Address: st.Address, Transport: st.Transport, CNTLID: st.CNTLID, State: st.State}}
 		}
 		for _, n := range st.Namespaces {
 			if n.Gone {

@@ -1,4 +1,4 @@
-package main
+package hostfs
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ const toolTimeout = 30 * time.Second
 
 // run runs a system tool and returns its trimmed stdout, or an error with
 // its stderr.
-func runTool(name string, args ...string) (string, error) {
+func RunTool(name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), toolTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -35,26 +35,26 @@ func runTool(name string, args ...string) (string, error) {
 	return strings.TrimSpace(out.String()), nil
 }
 
-// attachLoop attaches file to a free loop device with the namespace's
+// AttachLoop attaches file to a free loop device with the namespace's
 // logical block size as the loop's sector size, so that every request the
 // loop sends is block aligned.
-func attachLoop(file string, blockSize int, directIO bool) (string, error) {
+func AttachLoop(file string, blockSize int, directIO bool) (string, error) {
 	dio := "off"
 	if directIO {
 		dio = "on"
 	}
-	return runTool("losetup", "--find", "--show", "--sector-size", strconv.Itoa(blockSize), "--direct-io="+dio, file)
+	return RunTool("losetup", "--find", "--show", "--sector-size", strconv.Itoa(blockSize), "--direct-io="+dio, file)
 }
 
-// detachLoop detaches a loop device.
-func detachLoop(dev string) error {
-	_, err := runTool("losetup", "--detach", dev)
+// DetachLoop detaches a loop device.
+func DetachLoop(dev string) error {
+	_, err := RunTool("losetup", "--detach", dev)
 	return err
 }
 
-// loopDirectIO reports whether the kernel really uses direct I/O on the
+// LoopDirectIO reports whether the kernel really uses direct I/O on the
 // loop device (it falls back to buffered I/O when the file cannot do it).
-func loopDirectIO(dev string) bool {
+func LoopDirectIO(dev string) bool {
 	b, err := os.ReadFile("/sys/block/" + strings.TrimPrefix(dev, "/dev/") + "/loop/dio")
 	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
@@ -103,7 +103,7 @@ func blkidProbe(dev string) []string {
 	if _, err := exec.LookPath("blkid"); err != nil {
 		return nil
 	}
-	out, err := runTool("blkid", "-p", "-o", "export", dev)
+	out, err := RunTool("blkid", "-p", "-o", "export", dev)
 	if err != nil {
 		return nil
 	}
@@ -118,9 +118,9 @@ func blkidProbe(dev string) []string {
 	return found
 }
 
-// checkBlank refuses a device that holds a filesystem or a partition
+// CheckBlank refuses a device that holds a filesystem or a partition
 // table: the error says what was found and how to go on.
-func checkBlank(dev, name string) error {
+func CheckBlank(dev, name string) error {
 	f, err := os.Open(dev)
 	if err != nil {
 		return fmt.Errorf("--mkfs: check %s for an existing filesystem: %w", dev, err)
@@ -142,8 +142,8 @@ func checkBlank(dev, name string) error {
 		"Mount what is there without --mkfs, or add --force to erase it", name, dev, what)
 }
 
-// makeFS makes a filesystem on dev.
-func makeFS(fstype, dev string) error {
+// MakeFS makes a filesystem on dev.
+func MakeFS(fstype, dev string) error {
 	args := []string{dev}
 	switch fstype {
 	case "ext4", "ext3", "ext2":
@@ -151,7 +151,7 @@ func makeFS(fstype, dev string) error {
 	case "xfs":
 		args = []string{"-f", "-q", dev}
 	}
-	_, err := runTool("mkfs."+fstype, args...)
+	_, err := RunTool("mkfs."+fstype, args...)
 	return err
 }
 
@@ -171,27 +171,27 @@ func mountOptions(opts string) string {
 	return defaultMountOptions + "," + opts
 }
 
-// mountFS mounts dev on dir, nosuid and nodev unless opts says otherwise.
-func mountFS(fstype, dev, dir, opts string) error {
+// Mount mounts dev on dir, nosuid and nodev unless opts says otherwise.
+func Mount(fstype, dev, dir, opts string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	args := []string{"-t", fstype, "-o", mountOptions(opts)}
-	_, err := runTool("mount", append(args, dev, dir)...)
+	_, err := RunTool("mount", append(args, dev, dir)...)
 	if err != nil && (strings.Contains(err.Error(), "wrong fs type") || strings.Contains(err.Error(), "bad superblock")) {
 		return fmt.Errorf("%w\n(no %s filesystem on the namespace yet? add --mkfs to make one: it erases the namespace)", err, fstype)
 	}
 	return err
 }
 
-// unmountFS unmounts dir.
-func unmountFS(dir string) error {
-	_, err := runTool("umount", dir)
+// Unmount unmounts dir.
+func Unmount(dir string) error {
+	_, err := RunTool("umount", dir)
 	return err
 }
 
-// isMounted reports whether dir is a mount point (/proc/self/mounts).
-func isMounted(dir string) bool {
+// IsMounted reports whether dir is a mount point (/proc/self/mounts).
+func IsMounted(dir string) bool {
 	b, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
 		return true // cannot tell: try to unmount
