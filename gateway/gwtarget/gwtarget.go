@@ -253,6 +253,7 @@ func member(g *Config, cfg *target.Config) gateway.Member {
 // (GroupInFlight, SetServingDeadline, BackendHealth, SetGatewayGuard).
 type Target interface {
 	Reload(cfg *target.Config) error
+	ReopenNamespaces(anaGroup uint32) error
 	Status() target.Status
 	Queues() []target.QueueStatus
 }
@@ -275,10 +276,6 @@ type Gateway struct {
 
 	mu    sync.Mutex
 	owned map[uint32]bool
-	// closed: the group's rbd namespaces are disabled in the target for
-	// a moment, so that they reopen with new RADOS clients
-	// (applier.Reopen).
-	closed map[uint32]bool
 	// retryAt: when Readiness may next reload the target to retry the
 	// namespaces of a group that cannot be served (retrying: one is out).
 	retryAt  time.Time
@@ -303,15 +300,6 @@ func (gs *Gateway) Overlay(cfg *target.Config) *target.Config {
 	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	for i := range cfg.Subsystems {
-		for j := range cfg.Subsystems[i].Namespaces {
-			n := &cfg.Subsystems[i].Namespaces[j]
-			if gs.closed[n.ANAGroup] && n.Backend.Kind == string(backend.KindRBD) {
-				off := false
-				n.Enabled = &off
-			}
-		}
-	}
 	for i := range cfg.Ports {
 		p := &cfg.Ports[i]
 		for _, a := range gs.cfg.ANAGroups {
@@ -555,11 +543,12 @@ func (a applier) WaitForLatestOSDMap(group uint32) error {
 	return backend.WaitForLatestOSDMap(imgs)
 }
 
-// Reopen gives the group's rbd namespaces new RADOS clients: a reload with
-// them disabled closes their backends, a reload as configured opens them
-// again (a new client has a new address nonce: the fence of the old ones
-// does not apply to it). The group is inaccessible here meanwhile; hosts
-// see the namespaces of this path go and come back.
+// Reopen gives the group's rbd namespaces new RADOS clients (a new client
+// has a new address nonce: the fence of the old ones does not apply to
+// it). The namespaces are reopened in place (target.ReopenNamespaces): they
+// stay attached, so a host whose only path is this gateway keeps its disk;
+// the group is inaccessible here meanwhile. If a new client cannot open the
+// image, nothing changes and the acquisition fails.
 func (a applier) Reopen(group uint32) error {
 	gs := a.gs
 	gs.change.Lock()
@@ -572,25 +561,14 @@ func (a applier) Reopen(group uint32) error {
 	for _, c := range backend.CephClients() {
 		before[c.Addrs] = true
 	}
-	gs.mu.Lock()
-	if gs.closed == nil {
-		gs.closed = map[uint32]bool{}
-	}
-	gs.closed[group] = true
-	gs.mu.Unlock()
-	err := gs.t.Reload(gs.targetConfig())
-	gs.mu.Lock()
-	delete(gs.closed, group)
-	gs.mu.Unlock()
-	if err != nil {
+	if err := gs.t.ReopenNamespaces(group); err != nil {
+		if errors.Is(err, target.ErrReloadRefused) {
+			return fmt.Errorf("reopen the rbd namespaces of ANA group %d: %w", group, err)
+		}
 		// Expected when the old clients were fenced: their flush at
-		// close fails (ESHUTDOWN), after the swap. Whether they closed
-		// or not, the next reload opens what is not open, and the
-		// check below says whether new clients came of it.
-		gs.log.Info("gateway: closing the namespaces of a group to reopen them", zap.Uint32("group", group), zap.Error(err))
-	}
-	if err := gs.t.Reload(gs.targetConfig()); err != nil {
-		return fmt.Errorf("reopen the rbd namespaces of ANA group %d: %w", group, err)
+		// close fails (ESHUTDOWN), after the swap. The check below says
+		// whether new clients came of it.
+		gs.log.Info("gateway: reopening the namespaces of a group: the old backends' close", zap.Uint32("group", group), zap.Error(err))
 	}
 	// A namespace that cannot open is not a reload error: check that
 	// each image has a new client.

@@ -36,6 +36,7 @@ type targetService interface {
 	Healthy() error
 	HealthReport(nqn string, nsid uint32) (string, error)
 	Queues() []target.QueueStatus
+	ReopenNamespaces(anaGroup uint32) error
 }
 
 // newTargetService creates the target; tests replace it.

@@ -119,6 +119,8 @@ func (f *fakeTarget) Status() target.Status {
 
 func (f *fakeTarget) Queues() []target.QueueStatus { return nil }
 
+func (f *fakeTarget) ReopenNamespaces(uint32) error { return nil }
+
 func (f *fakeTarget) set(fn func(f *fakeTarget)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
