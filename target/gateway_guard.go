@@ -185,10 +185,29 @@ func (s *server) syncWritable() error {
 	}
 	s.regMu.RUnlock()
 	var errs []error
+	var release []*namespace
 	for _, ns := range list {
+		s.regMu.RLock()
+		w := s.writableWanted(ns)
+		s.regMu.RUnlock()
+		if !w {
+			// A release may wait for writes stuck in librbd: it runs in
+			// the background, and the reload does not wait for it.
+			release = append(release, ns)
+			continue
+		}
 		if err := s.syncNamespaceWritable(ns); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(release) > 0 {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			for _, ns := range release {
+				_ = s.syncNamespaceWritable(ns)
+			}
+		}()
 	}
 	return errors.Join(errs...)
 }
