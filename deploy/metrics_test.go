@@ -234,7 +234,7 @@ func TestDashboardAndRulesMetricsExist(t *testing.T) {
 		all = append(all, m)
 	}
 	slices.Sort(all)
-	// The daemon's own series (cmd/nvmetd, package main: its registry adds
+	// The daemon's own series (target/daemon: its registry adds
 	// them beside the target's collector; TestFailedReloadIsLoud scrapes
 	// them from a running daemon).
 	for _, m := range []string{"nvmetd_config_last_reload_successful", "nvmetd_config_last_reload_success_timestamp_seconds"} {

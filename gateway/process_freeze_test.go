@@ -71,10 +71,7 @@ func oneWriterUntil(t *testing.T, w *verify.Workload, old, cur *initiator.Path, 
 	if !ok {
 		t.Fatalf("no completion through %s since %s", cur.Address(), since.Format("15:04:05.000"))
 	}
-	n := w.CompletionsSince(old.Address(), first)
-	if !until.IsZero() {
-		n -= w.CompletionsSince(old.Address(), until)
-	}
+	n := w.CompletionsBetween(old.Address(), first, until)
 	if n != 0 {
 		last, _ := w.LastCompletion(old.Address())
 		t.Errorf("FINDING: two writers: %d I/Os completed through %s after the first through %s at %s (the last at %s)",

@@ -139,7 +139,7 @@ func TestGatewayProcessCephCut(t *testing.T) {
 	if !ok {
 		t.Fatalf("gw-a's log has no acquisition before it went optimized:\n%s", tail(alog, 4000))
 	}
-	if late := w.CompletionsSince(pa.Address(), healAt) - w.CompletionsSince(pa.Address(), backAt); late != 0 {
+	if late := w.CompletionsBetween(pa.Address(), healAt, backAt); late != 0 {
 		t.Errorf("FINDING: %d I/Os completed through gw-a after the heal, before it took the group back: two writers", late)
 	}
 	oneWriterUntil(t, w, pa, pb, cutAt, backAt)

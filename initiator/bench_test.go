@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -67,9 +68,33 @@ func BenchmarkReadAt128K(b *testing.B) { benchIO(b, 128<<10, false, 1) }
 // BenchmarkReadAt4KParallel is 4 KiB reads from GOMAXPROCS×16 goroutines.
 func BenchmarkReadAt4KParallel(b *testing.B) { benchIO(b, 4096, false, 16) }
 
+// BenchmarkTCPReadAt4K is BenchmarkReadAt4K over NVMe/TCP.
+func BenchmarkTCPReadAt4K(b *testing.B) { benchTCP(b, 4096, false, 1) }
+
+// BenchmarkTCPWriteAt4K is BenchmarkWriteAt4K over NVMe/TCP.
+func BenchmarkTCPWriteAt4K(b *testing.B) { benchTCP(b, 4096, true, 1) }
+
+// BenchmarkTCPReadAt128K is BenchmarkReadAt128K over NVMe/TCP.
+func BenchmarkTCPReadAt128K(b *testing.B) { benchTCP(b, 128<<10, false, 1) }
+
+// BenchmarkTCPReadAt4KParallel is BenchmarkReadAt4KParallel over NVMe/TCP:
+// many commands outstanding on each queue, where completions can share a
+// system call.
+func BenchmarkTCPReadAt4KParallel(b *testing.B) { benchTCP(b, 4096, false, 16) }
+
+func benchTCP(b *testing.B, size int, write bool, par int) {
+	tg := startTarget(b, memoryOnly, withConfig(tcpPort))
+	cfg := testConfig(b, tg.Addr())
+	cfg.TrType = nvmeof.TrTypeTCP
+	runBench(b, connect(b, cfg), size, write, par)
+}
+
 func benchIO(b *testing.B, size int, write bool, par int) {
 	tg := startTarget(b, memoryOnly)
-	c := connect(b, testConfig(b, tg.Addr()))
+	runBench(b, connect(b, testConfig(b, tg.Addr())), size, write, par)
+}
+
+func runBench(b *testing.B, c *Controller, size int, write bool, par int) {
 	ns := c.Namespace(1)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()

@@ -57,6 +57,11 @@ func (c *Controller) dialQueue(ctx context.Context, qid uint16, size, inline int
 	if cfg.TCP() {
 		tc := cfg.TCPTransport
 		tc.QID, tc.QueueSize, tc.InlineDataSize, tc.Logger = qid, size, inline, c.log
+		if tc.BusyPoll == 0 {
+			// One busy-poll setting for the host's queues of either
+			// transport (nvmeof --busy-poll).
+			tc.BusyPoll = cfg.Transport.BusyPoll
+		}
 		q, err := tcp.Dial(ctx, cfg.Network, cfg.Address, tc)
 		if err != nil {
 			return nil, err

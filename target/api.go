@@ -1,6 +1,6 @@
 package target
 
-// This file is the target's public API as the daemon (cmd/nvmetd) uses it:
+// This file is the target's public API as the daemon (target/daemon) uses it:
 // the types and signatures are the contract. The implementation is the
 // server type (server.go) and the files around it.
 

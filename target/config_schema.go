@@ -19,7 +19,7 @@ import (
 // config.json where one exists) and their accessors and conversions.
 // Defaults are in config_defaults.go, validation (errors that name the
 // field path) in config_validate.go and Diff for reloads in config_diff.go.
-// Loading (YAML, environment) lives in cmd/nvmetd; this package never
+// Loading (YAML, environment) lives in target/daemon; this package never
 // imports viper.
 //
 // Mapping from nvmetcli's config.json: ports[].portid → ports[].id,

@@ -12,7 +12,7 @@ import (
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
-// A gateway of a group (cmd/nvmetd's gateway section, docs/rbd.md
+// A gateway of a group (the gateway section, gateway/gwtarget, docs/rbd.md
 // "Gateway group") serves the same namespaces as the other gateways, and
 // each ANA group is optimized on one gateway at a time: the one that holds
 // its lease. Two rules keep a second writer out whatever path a

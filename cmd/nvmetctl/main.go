@@ -32,7 +32,7 @@ const (
 	exitUsage   = 2 // bad command line
 )
 
-// Default paths, as nvmetd's (cmd/nvmetd/flags.go).
+// Default paths, as nvmetd's (target/daemon/flags.go).
 const (
 	defaultConfigFile = "/etc/nvmetd/nvmetd.yaml"
 	rootControlSocket = "/run/nvmetd/nvmetd.sock"

@@ -90,11 +90,25 @@ type ControllerQueue struct {
 
 	wmu perfcount.Mutex // one writer at a time
 
+	// Batched responses (under wmu). While the receive goroutine works
+	// through PDUs that have already arrived (batching), responses are
+	// gathered in pending and written in one writev when it is about to
+	// wait for the host again (flush), when every context is in use, or
+	// when maxPending requests wait: the answers to a burst of commands
+	// share one system call, as the iWARP engine's batches do. At other
+	// times a response is written at once by whoever completes it.
+	batching    bool
+	pending     [][]byte // iovecs of the responses not yet written
+	pendingReqs []int32  // their contexts, freed once written
+	wbufs       net.Buffers
+	batchOn     bool // the receive goroutine's view of batching (no lock)
+
 	reqs []Request
 	free chan int32
 
 	// Counters (Stats).
 	pdusSent, pdusRecv       atomic.Uint64
+	writes                   atomic.Uint64
 	hdgstErrors, ddgstErrors atomic.Uint64
 	termSentFES, termRecvFES atomic.Uint32 // FES+1 once sent/received
 	// Receive state (the receive goroutine's).
@@ -119,6 +133,8 @@ func (r *QueueRequest) Accept(h Handler) (*ControllerQueue, error) {
 	q.log = cfg.Logger.With(zap.Stringer("remote", r.RemoteAddr), zap.Uint16("qid", q.qid))
 	q.reqs = make([]Request, r.size)
 	q.free = make(chan int32, r.size)
+	q.pending = make([][]byte, 0, 3*r.size)
+	q.pendingReqs = make([]int32, 0, r.size)
 	for i := range q.reqs {
 		q.reqs[i] = Request{q: q, index: int32(i)}
 		q.free <- int32(i)
@@ -163,6 +179,10 @@ func (q *ControllerQueue) AdmitConnection() {
 // QueueStats are a queue's PDU counters, for the metrics.
 type QueueStats struct {
 	PDUsSent, PDUsReceived uint64
+	// Writes is the number of writes to the socket (one writev each, or
+	// more for a batch beyond IOV_MAX): fewer than PDUsSent where the
+	// responses to a burst of commands went out together.
+	Writes uint64
 	// HeaderDigestErrors (fatal: the queue ended with a C2HTermReq) and
 	// DataDigestErrors (the command failed, the queue went on).
 	HeaderDigestErrors, DataDigestErrors uint64
@@ -174,7 +194,7 @@ type QueueStats struct {
 
 // Stats returns the queue's counters (atomic loads: cheap, any goroutine).
 func (q *ControllerQueue) Stats() QueueStats {
-	st := QueueStats{PDUsSent: q.pdusSent.Load(), PDUsReceived: q.pdusRecv.Load(),
+	st := QueueStats{PDUsSent: q.pdusSent.Load(), PDUsReceived: q.pdusRecv.Load(), Writes: q.writes.Load(),
 		HeaderDigestErrors: q.hdgstErrors.Load(), DataDigestErrors: q.ddgstErrors.Load()}
 	if v := q.termSentFES.Load(); v != 0 {
 		st.TermReqSent, st.TermReqSentFES = true, wire.FES(v-1)
@@ -213,6 +233,7 @@ func (q *ControllerQueue) Close() {
 // run is the receive goroutine.
 func (q *ControllerQueue) run() {
 	err := q.receive()
+	q.flush() // responses gathered before the end go out (or fail) and free their contexts
 	if k := q.killed.Load(); k != nil && err == nil {
 		err = *k
 	}
@@ -235,6 +256,11 @@ var errHostTerminated = errors.New("nvme-tcp: the host terminated the connection
 // timeout.
 func (q *ControllerQueue) read(b []byte, first bool) error {
 	n := 0
+	if q.br.Buffered() < len(b) {
+		// The read may wait for the host: the responses gathered so far
+		// go out first.
+		q.flush()
+	}
 	if !first && !q.connDL && !q.dl && q.br.Buffered() < len(b) {
 		_ = q.conn.SetReadDeadline(time.Now().Add(q.cfg.PDUTimeout))
 		q.dl = true
@@ -286,6 +312,7 @@ func (q *ControllerQueue) receive() error {
 			}
 			return err
 		}
+		q.startBatch()
 		if err := q.read(hb[1:wire.CommonHeaderSize], false); err != nil {
 			return err
 		}
@@ -376,7 +403,9 @@ func (q *ControllerQueue) takeContext() (*Request, bool) {
 	}
 	// Every context is in use: the host has more commands outstanding
 	// than its queue holds, or responses are being written. Stop reading
-	// until one is free.
+	// until one is free (the responses gathered go out first: their
+	// contexts are freed once written).
+	q.flush()
 	select {
 	case i := <-q.free:
 		return &q.reqs[i], true
@@ -506,6 +535,7 @@ func (q *ControllerQueue) terminate(fe *wire.FatalError) {
 	pdu := wire.AppendTermReq(nil, wire.TypeC2HTermReq, fe.FES, fe.FEI, q.hb[:hl])
 	q.termSentFES.Store(uint32(fe.FES) + 1)
 	q.pdusSent.Add(1)
+	q.flush() // the responses of the commands before the error go first
 	q.wmu.Lock()
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
 	_, _ = q.conn.Write(pdu)
@@ -518,10 +548,16 @@ func (q *ControllerQueue) terminate(fe *wire.FatalError) {
 func (q *ControllerQueue) write(bufs *net.Buffers) error {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
+	return q.writeLocked(bufs)
+}
+
+// writeLocked is write for a caller that holds wmu.
+func (q *ControllerQueue) writeLocked(bufs *net.Buffers) error {
 	if !q.live.Load() {
 		return net.ErrClosed
 	}
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
+	q.writes.Add(1)
 	if _, err := bufs.WriteTo(q.conn); err != nil {
 		q.live.Store(false)
 		_ = q.conn.Close()
@@ -708,13 +744,82 @@ func (r *Request) Complete(st nvmeof.Status) {
 	r.finish(k)
 }
 
-// finish writes the first k of r.iov in one writev and frees the context.
+// finish writes the first k of r.iov in one writev and frees the context,
+// or, while the receive goroutine gathers responses, adds them to its
+// batch (flush writes it and frees the context).
 func (r *Request) finish(k int) {
 	q := r.q
+	q.wmu.Lock()
+	if q.batching {
+		q.pending = append(q.pending, r.iov[:k]...)
+		q.pendingReqs = append(q.pendingReqs, r.index)
+		full := len(q.pendingReqs) >= maxPending
+		q.wmu.Unlock()
+		r.iov = [3][]byte{}
+		if full {
+			q.wmu.Lock()
+			q.writePending()
+			q.wmu.Unlock()
+		}
+		return
+	}
 	r.bufs = r.iov[:k]
-	_ = q.write(&r.bufs)
+	_ = q.writeLocked(&r.bufs)
+	q.wmu.Unlock()
+	r.release()
+}
+
+// release frees a request's context once its response is written.
+func (r *Request) release() {
 	r.iov = [3][]byte{}
 	r.data = nil
 	r.active.Store(false)
-	q.free <- r.index
+	r.q.free <- r.index
+}
+
+// maxPending bounds the responses a batch gathers before it is written:
+// the first of them waits no longer than the time to handle that many
+// PDUs that had already arrived.
+const maxPending = 32
+
+// startBatch makes responses completed from here on wait for flush (the
+// receive goroutine has a PDU's first byte: it works through what has
+// arrived before it waits again).
+func (q *ControllerQueue) startBatch() {
+	if q.batchOn {
+		return
+	}
+	q.wmu.Lock()
+	q.batching = true
+	q.wmu.Unlock()
+	q.batchOn = true
+}
+
+// flush ends the batch and writes the responses gathered (the receive
+// goroutine, before it may wait for the host).
+func (q *ControllerQueue) flush() {
+	q.wmu.Lock()
+	q.batching = false
+	q.batchOn = false
+	q.writePending()
+	q.wmu.Unlock()
+}
+
+// writePending writes the gathered responses in one writev and frees their
+// contexts; the caller holds wmu.
+func (q *ControllerQueue) writePending() {
+	if len(q.pendingReqs) == 0 {
+		return
+	}
+	q.wbufs = q.pending
+	_ = q.writeLocked(&q.wbufs)
+	clear(q.pending)
+	q.pending = q.pending[:0]
+	for _, i := range q.pendingReqs {
+		r := &q.reqs[i]
+		r.data = nil
+		r.active.Store(false)
+		q.free <- i
+	}
+	q.pendingReqs = q.pendingReqs[:0]
 }

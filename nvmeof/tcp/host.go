@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -70,6 +71,10 @@ type HostConfig struct {
 	// WriteTimeout bounds each write to the controller (default
 	// DefaultTimeout).
 	WriteTimeout time.Duration
+	// BusyPoll makes the queue's receive goroutine spin on non-blocking
+	// reads for up to this long before it parks on the poller, as the
+	// target's queues and the iWARP engine do (0: it sleeps at once).
+	BusyPoll time.Duration
 	// Logger receives queue events.
 	Logger *zap.Logger
 }
@@ -126,7 +131,8 @@ type HostQueue struct {
 	br     *bufio.Reader
 	doneCh chan struct{}
 
-	wmu perfcount.Mutex // one writer at a time; guards the slots' write buffers
+	wmu  perfcount.Mutex // one writer at a time; guards the slots' write buffers
+	poll *pollReader     // the busy-polling reader under br (HostConfig.BusyPoll), or nil
 
 	mu        perfcount.Mutex
 	stats     HostStats
@@ -170,8 +176,8 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 	defaults.Set(&cfg.PDUTimeout, DefaultTimeout)
 	defaults.Set(&cfg.WriteTimeout, DefaultTimeout)
 	defaults.Set(&cfg.Logger, zap.NewNop())
-	if cfg.PDUTimeout < 0 || cfg.WriteTimeout < 0 {
-		return nil, errors.New("nvme-tcp: negative timeout")
+	if cfg.PDUTimeout < 0 || cfg.WriteTimeout < 0 || cfg.BusyPoll < 0 {
+		return nil, errors.New("nvme-tcp: negative timeout or busy-poll time")
 	}
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, network, address)
@@ -181,9 +187,16 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	var src io.Reader = conn
+	var poll *pollReader
+	if sc, ok := conn.(syscall.Conn); ok && cfg.BusyPoll > 0 {
+		if poll = newPollReader(sc, cfg.BusyPoll); poll != nil {
+			src = poll
+		}
+	}
 	q := &HostQueue{
 		qid: cfg.QID, size: cfg.QueueSize, inline: cfg.InlineDataSize, cfg: cfg, conn: conn,
-		br: bufio.NewReaderSize(conn, hostReadBufferSize), doneCh: make(chan struct{}),
+		br: bufio.NewReaderSize(src, hostReadBufferSize), poll: poll, doneCh: make(chan struct{}),
 	}
 	q.log = cfg.Logger.With(zap.String("traddr", address), zap.Uint16("qid", cfg.QID))
 	if err := q.initialize(ctx); err != nil {

@@ -53,3 +53,29 @@ func TestBusyPoll(t *testing.T) {
 		h.ExpectClose()
 	}
 }
+
+// TestHostBusyPoll: with HostConfig.BusyPoll the host queue reads its
+// socket through the busy-polling reader (without, straight from the
+// connection), and I/O through it is intact.
+func TestHostBusyPoll(t *testing.T) {
+	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
+		m := newMemHandler()
+		ln := serve(t, Config{}, m)
+		q := hostConnect(t, ln.Addr().String(), 1, HostConfig{BusyPoll: spin})
+		ctx := context.Background()
+		data := bytes.Repeat([]byte{0x5a, 0xa5}, 4096)
+		var r nvmeof.HostRequest
+		rw(&r, true, 0, data)
+		if err := q.Do(ctx, &r); err != nil {
+			t.Fatalf("spin %v: write: %v", spin, err)
+		}
+		back := make([]byte, len(data))
+		rw(&r, false, 0, back)
+		if err := q.Do(ctx, &r); err != nil || !bytes.Equal(back, data) {
+			t.Fatalf("spin %v: read %v, same data %v", spin, err, bytes.Equal(back, data))
+		}
+		if (q.poll != nil) != (spin > 0) || q.poll != nil && q.poll.reads.Load() == 0 {
+			t.Errorf("spin %v: the host queue reads through the busy-polling reader: %v", spin, q.poll != nil)
+		}
+	}
+}

@@ -145,6 +145,70 @@ func TestLoopbackIO(t *testing.T) {
 	}
 }
 
+// queueHandler is memHandler that also hands out the I/O queue.
+type queueHandler struct {
+	*memHandler
+	q chan *ControllerQueue
+}
+
+func (h queueHandler) HandleCommand(r *Request) {
+	if r.SQE().IsFabrics() && r.Queue().QID() != 0 {
+		select {
+		case h.q <- r.Queue():
+		default:
+		}
+	}
+	h.memHandler.HandleCommand(r)
+}
+
+// TestResponsesBatched: the responses to a burst of commands that arrived
+// together go out in fewer writes than responses (one writev for the
+// batch), each command still answered with its data and a CapsuleResp,
+// for reads (C2HData + CapsuleResp) and in-capsule writes.
+func TestResponsesBatched(t *testing.T) {
+	m := queueHandler{newMemHandler(), make(chan *ControllerQueue, 1)}
+	ln := serve(t, Config{}, m)
+	h := dial(t, ln, wire.Digests{})
+	h.Connect(1, 32, "", 0, 0)
+	q := <-m.q
+	const n = 16
+	want := pattern(n*512, 3)
+	copy(m.mem, want)
+	for _, write := range []bool{false, true} {
+		before := q.Stats()
+		var burst []byte
+		for i := range n {
+			sqe := rawtcp.RWSQE(nvmeof.NVMRead, uint16(100+i), uint64(i), 512, false)
+			var data []byte
+			if write {
+				sqe = rawtcp.RWSQE(nvmeof.NVMWrite, uint16(100+i), uint64(i), 512, true)
+				data = want[i*512 : (i+1)*512]
+			}
+			burst = h.AppendPDU(burst, wire.TypeCapsuleCmd, 0, sqe[:], data)
+		}
+		h.Send(burst) // one write: the commands arrive together
+		got := make([]byte, n*512)
+		for i := range n {
+			into := got[i*512 : (i+1)*512]
+			if write {
+				into = nil
+			}
+			if st := h.CQE(uint16(100+i), into); st != nvmeof.StatusSuccess {
+				t.Fatalf("command %d: %v", i, st)
+			}
+		}
+		if !write && !bytes.Equal(got, want) {
+			t.Fatal("read data differs")
+		}
+		after := q.Stats()
+		pdus, writes := after.PDUsSent-before.PDUsSent, after.Writes-before.Writes
+		t.Logf("write=%v: %d commands: %d PDUs sent in %d writes", write, n, pdus, writes)
+		if writes >= n {
+			t.Errorf("write=%v: %d responses took %d writes: not batched", write, n, writes)
+		}
+	}
+}
+
 // TestHostile: PDUs that break the protocol end the queue with the
 // C2HTermReq the specification names (TCP 1.0 §3.6.2.9), stalls with a
 // close within their bounds.

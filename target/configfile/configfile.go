@@ -5,7 +5,7 @@
 // ports, subsystems and hosts that did not change keep their text and
 // comments, the rest of the file stays as it was, the file is replaced
 // atomically and kept private when it holds a literal secret. Loading
-// (viper: the file, the environment, flags) is the daemon's (cmd/nvmetd).
+// (viper: the file, the environment, flags) is the daemon's (target/daemon).
 package configfile
 
 import (

@@ -1,6 +1,6 @@
 // Package mgmtapi is nvmetd's management API: HTTP/JSON on the control
 // socket, described in docs/api.yaml (OpenAPI 3; TestOpenAPIInSync in
-// cmd/nvmetd keeps the two together): the routes, the decoding of
+// target/daemon keeps the two together): the routes, the decoding of
 // requests and the errors they answer. What a change does is the
 // daemon's (Daemon.Change).
 //

@@ -13,17 +13,24 @@ import (
 
 // The golden captures: Linux nvme-tcp (host) against Linux nvmet-tcp
 // (target) in the lab VM, 6.1 and 6.12, without and with header and data
-// digests (testdata/capture/capture.sh). Each holds an admin queue and one
+// digests, and with SQ flow control disabled (testdata/capture/capture.sh;
+// nvme connect --disable-sqflow). Each holds an admin queue and one
 // I/O queue: connect, a 4 KiB write (in-capsule), a 128 KiB write (R2T and
 // H2CData), a 4 KiB and a 128 KiB read (C2HData), a flush, a disconnect.
 var goldenCaptures = []struct {
 	file    string
 	digests Digests
+	// sqflowOff: the host disabled SQ flow control (CATTR bit 2 in its
+	// Connect commands): every successful read's response is its
+	// C2HData's SUCCESS flag, with no CapsuleResp (TCP 1.0 §3.6.2.7).
+	sqflowOff bool
 }{
-	{"linux-6.1.0-plain.pcap", Digests{}},
-	{"linux-6.1.0-digest.pcap", Digests{Header: true, Data: true}},
-	{"linux-6.12.117+deb12-plain.pcap", Digests{}},
-	{"linux-6.12.117+deb12-digest.pcap", Digests{Header: true, Data: true}},
+	{"linux-6.1.0-plain.pcap", Digests{}, false},
+	{"linux-6.1.0-digest.pcap", Digests{Header: true, Data: true}, false},
+	{"linux-6.12.117+deb12-plain.pcap", Digests{}, false},
+	{"linux-6.12.117+deb12-digest.pcap", Digests{Header: true, Data: true}, false},
+	{"linux-6.1.0-sqflow.pcap", Digests{}, true},
+	{"linux-6.12.117+deb12-sqflow.pcap", Digests{}, true},
 }
 
 // pdu is one PDU of a captured stream.
@@ -88,6 +95,7 @@ func TestGoldenLinux(t *testing.T) {
 			}
 			seen := map[PDUType]int{}
 			var sawSuccess, sawLast, sawR2T bool
+			successes := 0
 			for qi, c := range conns {
 				if c.Initiator.Gap != 0 || c.Responder.Gap != 0 {
 					t.Fatalf("queue %d: the capture lost bytes", qi)
@@ -125,8 +133,14 @@ func TestGoldenLinux(t *testing.T) {
 						}
 						switch p.h.Type {
 						case TypeCapsuleCmd:
-							if _, err := nvmeof.ParseSQE(p.raw[CommonHeaderSize:]); err != nil {
+							sqe, err := nvmeof.ParseSQE(p.raw[CommonHeaderSize:])
+							if err != nil {
 								t.Fatal(err)
+							}
+							if sqe.IsFabrics() && sqe.FCType() == nvmeof.FCTypeConnect {
+								if got := sqe.ConnectCmd().SQFlowControlDisable(); got != gc.sqflowOff {
+									t.Errorf("Connect: SQ flow control disabled %v, want %v", got, gc.sqflowOff)
+								}
 							}
 						case TypeH2CData, TypeC2HData, TypeR2T:
 							dh, _, err := ParseDataHeader(p.raw, p.h.Type.FromHost(), gc.digests, 0)
@@ -140,7 +154,10 @@ func TestGoldenLinux(t *testing.T) {
 							}
 							sawR2T = sawR2T || p.h.Type == TypeR2T
 							sawLast = sawLast || p.h.Flags&FlagLastPDU != 0
-							sawSuccess = sawSuccess || p.h.Flags&FlagSuccess != 0
+							if p.h.Flags&FlagSuccess != 0 {
+								sawSuccess = true
+								successes++
+							}
 						}
 					}
 				}
@@ -152,6 +169,12 @@ func TestGoldenLinux(t *testing.T) {
 			}
 			if !sawR2T || !sawLast {
 				t.Errorf("R2T %v LAST_PDU %v", sawR2T, sawLast)
+			}
+			if sawSuccess != gc.sqflowOff {
+				t.Errorf("C2HData with SUCCESS: %v; want %v (SQ flow control disabled: %v)", sawSuccess, gc.sqflowOff, gc.sqflowOff)
+			}
+			if gc.sqflowOff && successes != seen[TypeC2HData] {
+				t.Errorf("%d of %d C2HData with SUCCESS: every read here succeeds with DW0 zero", successes, seen[TypeC2HData])
 			}
 			t.Logf("PDUs: %v; C2HData with SUCCESS: %v", fmt.Sprint(seen), sawSuccess)
 		})

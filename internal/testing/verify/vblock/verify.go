@@ -634,6 +634,27 @@ func (w *Workload) CompletionsSince(path string, since time.Time) int {
 	return n
 }
 
+// CompletionsBetween returns the number of successful I/Os that completed
+// through path at or after from and before to (a zero to: no end), counted
+// in one pass under the log's lock: the difference of two CompletionsSince
+// calls is not, since completions land between them.
+func (w *Workload) CompletionsBetween(path string, from, to time.Time) int {
+	l := &w.paths
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := slices.Index(l.names, path)
+	if i < 0 {
+		return 0
+	}
+	n, f := 0, from.UnixNano()
+	for j := len(l.log) - 1; j >= 0 && l.log[j].at >= f; j-- {
+		if l.log[j].path == int32(i) && (to.IsZero() || l.log[j].at < to.UnixNano()) {
+			n++
+		}
+	}
+	return n
+}
+
 // WaitCompletions waits until n I/Os completed through path at or after
 // since, or ctx ends.
 func (w *Workload) WaitCompletions(ctx context.Context, path string, since time.Time, n int) error {

@@ -291,6 +291,12 @@ func TestPaths(t *testing.T) {
 	if n := w.CompletionsSince("a", switched); n > 2 {
 		t.Errorf("%d completions through a after the switch", n)
 	}
+	if before, after := w.CompletionsBetween("a", time.Time{}, switched), w.CompletionsBetween("a", switched, time.Time{}); int64(before+after) != w.Completions("a") {
+		t.Errorf("completions through a: %d before the switch + %d after != %d in all", before, after, w.Completions("a"))
+	}
+	if n, m := w.CompletionsBetween("b", switched, time.Time{}), w.CompletionsSince("b", switched); n != m {
+		t.Errorf("completions through b since the switch: %d between, %d since", n, m)
+	}
 	lastA, ok1 := w.LastCompletion("a")
 	firstB, ok2 := w.FirstCompletion("b", time.Time{})
 	if !ok1 || !ok2 || firstB.Before(switched) {

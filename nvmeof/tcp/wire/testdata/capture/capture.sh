@@ -1,7 +1,8 @@
 #!/bin/bash
 # Captures a kernel-to-kernel NVMe/TCP exchange (nvme-tcp host, nvmet-tcp
 # target, over the guest's lo) in the lab VM, once without and once with
-# header and data digests, into ../golden/linux-<kver>-{plain,digest}.pcap.
+# header and data digests, and once with SQ flow control disabled
+# (--disable-sqflow), into ../golden/linux-<kver>-{plain,digest,sqflow}.pcap.
 # The golden tests (golden_test.go) read the PDUs out of these captures.
 #
 #   nvmeof/tcp/testdata/capture/capture.sh [6.1|6.12]
@@ -16,7 +17,7 @@ mkdir -p "$OUT"
 LAB_FWD="" LAB_SIW=none $VM start
 trap '$VM stop' EXIT
 kver=$($VM exec 'uname -r' | tr -d '\r')
-for mode in plain digest; do
+for mode in ${MODES:-plain digest sqflow}; do
 	$VM run -t 180 "$HERE/guest.sh" "$mode"
 	$VM get "/host/out/nvme-tcp-$mode.pcap" "$OUT/linux-${kver%%-*}-$mode.pcap"
 done

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Guest side of capture.sh: $1 = plain | digest.
+# Guest side of capture.sh: $1 = plain | digest | sqflow (SQ flow control
+# disabled: nvmet-tcp folds a read's response into its C2HData, SUCCESS).
 MODE=${1:-plain}
 NQN=nqn.2024-01.io.nvmetd-lab:tcp-golden
 OUT=/host/out/nvme-tcp-$MODE.pcap
@@ -14,6 +15,7 @@ TP=$!
 sleep 2
 DG=""
 [ "$MODE" = digest ] && DG="-g -G"
+[ "$MODE" = sqflow ] && DG="--disable-sqflow"
 set -x
 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN -i 1 $DG
 sleep 1

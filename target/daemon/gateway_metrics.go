@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nvmetd/nvmetd/gateway/gwtarget"
+)
+
+// gatewayCollector exports the gateway's ownership to Prometheus.
+type gatewayCollector struct{ gs *gwtarget.Gateway }
+
+var (
+	gatewayOwnedDesc = prometheus.NewDesc("nvmetd_gateway_ana_group_owned",
+		"1 if this gateway owns the ANA group (optimized here), else 0.", []string{"ana_group"}, nil)
+	gatewayFencesDesc = prometheus.NewDesc("nvmetd_gateway_fences_total",
+		"Gateways this gateway fenced (blocklisted) before taking their groups.", nil, nil)
+	gatewayDegradedDesc = prometheus.NewDesc("nvmetd_gateway_degraded",
+		"1 if this gateway takes no ownership (its group configuration differs from the cluster's).", nil, nil)
+)
+
+func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- gatewayOwnedDesc
+	ch <- gatewayFencesDesc
+	ch <- gatewayDegradedDesc
+}
+
+func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.gs.Status()
+	if st == nil {
+		return
+	}
+	for _, g := range st.Groups {
+		v := 0.0
+		if g.Owned {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(gatewayOwnedDesc, prometheus.GaugeValue, v, fmt.Sprint(g.ID))
+	}
+	ch <- prometheus.MustNewConstMetric(gatewayFencesDesc, prometheus.CounterValue, float64(st.Fences))
+	deg := 0.0
+	if st.Degraded != "" {
+		deg = 1
+	}
+	ch <- prometheus.MustNewConstMetric(gatewayDegradedDesc, prometheus.GaugeValue, deg)
+}

@@ -1,0 +1,216 @@
+package daemon
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/nvmetd/nvmetd/target"
+	"github.com/nvmetd/nvmetd/target/configfile"
+	"github.com/nvmetd/nvmetd/target/mgmtapi"
+)
+
+// The management API's routes and request decoding are target/mgmtapi;
+// what a change does (on a copy of the running configuration, applied as a
+// reload, serialized with reloads by changeMu, saved on request) is the
+// daemon's, here.
+
+// maxAPIBody bounds a request body (a whole configuration at most).
+const maxAPIBody = mgmtapi.MaxBody
+
+type (
+	apiProblem   = mgmtapi.Problem
+	apiError     = mgmtapi.Error
+	changeResult = mgmtapi.ChangeResult
+)
+
+// routeMux is where routes are registered (mgmtapi.RouteMux).
+type routeMux = mgmtapi.RouteMux
+
+// mgmtRoutes registers the management API on mux.
+func (d *daemon) mgmtRoutes(mux routeMux) { mgmtapi.Routes(mux, mgmtView{d}) }
+
+// mgmtView is the daemon as the management API sees it.
+type mgmtView struct{ d *daemon }
+
+// The mgmtapi.Daemon methods.
+
+func (m mgmtView) Config() *target.Config { return m.d.config().Target }
+
+func (m mgmtView) Change(r *http.Request, what string, edit func(c *target.Config, res *changeResult) (string, error)) (any, error) {
+	return m.d.change(r, what, edit)
+}
+
+func (m mgmtView) Save(r *http.Request) (any, error) {
+	d := m.d
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
+	if err := d.persistLocked(r); err != nil {
+		return nil, err
+	}
+	return &changeResult{Changes: []string{}, Persisted: true, File: d.config().File}, nil
+}
+
+func (m mgmtView) LogLevel() string { return m.d.level.Level().String() }
+
+func (m mgmtView) SetLogLevel(r *http.Request, level string, l zapcore.Level) (any, error) {
+	d := m.d
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
+	res := &changeResult{Changes: []string{}}
+	cur := d.config()
+	if cur.Daemon.LogLevel != level {
+		lc := *cur
+		lc.Daemon.LogLevel = level
+		d.level.SetLevel(l)
+		res.Changes = append(res.Changes, "daemon.log_level: "+cur.Daemon.LogLevel+" -> "+level)
+		d.mu.Lock()
+		d.cur = &lc
+		d.unsaved = true
+		d.logLevelSet = true
+		d.lastChange = &reloadInfo{At: time.Now(), Changes: res.Changes}
+		d.mu.Unlock()
+		d.log.Info("management API: log level changed", zap.String("level", level))
+	}
+	if mgmtapi.PersistRequested(r) {
+		if err := d.persistLocked(r); err != nil {
+			return nil, err
+		}
+		res.Persisted, res.File = true, d.config().File
+	}
+	return res, nil
+}
+
+func (m mgmtView) Controllers() []target.ControllerStatus { return m.d.t.Status().Controllers }
+func (m mgmtView) Queues() []target.QueueStatus           { return m.d.t.Queues() }
+func (m mgmtView) Log() *zap.Logger                       { return m.d.log }
+
+// change applies edit to a copy of the running configuration, as a reload
+// would, and persists the result if asked. edit returns the configuration
+// path of the object it changed ("" if none).
+func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config, res *changeResult) (string, error)) (any, error) {
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
+	if d.stopping.Load() {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Message: "nvmetd is shutting down"}
+	}
+	res := &changeResult{Changes: []string{}}
+	cur := d.config()
+	nc := cur.Target.Clone()
+	prefix, err := edit(nc, res)
+	if err != nil {
+		return nil, mgmtapi.ToError(err, prefix)
+	}
+	nc.ApplyDefaults()
+	if err := nc.Validate(); err != nil {
+		return nil, mgmtapi.ToError(err, prefix)
+	}
+	// What only spells out what the target already serves (a restored
+	// export's identifiers, must_exist, default ANA states) changes nothing.
+	if k, ok := d.t.(interface{ KeepRunningEquivalents(*target.Config) }); ok {
+		k.KeepRunningEquivalents(nc)
+	}
+	diff := target.Diff(cur.Target, nc)
+	res.Changes = append(res.Changes, diff.Summary()...)
+	if !diff.Empty() {
+		info := &reloadInfo{At: time.Now(), Changes: res.Changes}
+		d.log.Info("management API: "+what, zap.Strings("changes", res.Changes))
+		err := d.t.Reload(d.targetConfig(nc))
+		var ve *target.ValidationError
+		if errors.Is(err, target.ErrReloadRefused) || errors.As(err, &ve) {
+			// Refused before anything changed (storage that does not
+			// open, an address that does not listen; or, defensively, a
+			// validation the target repeats).
+			d.log.Error("management API: refused, nothing changed:\n  " + indent(err.Error()))
+			ae := mgmtapi.ToError(err, prefix)
+			if ae.Status == http.StatusInternalServerError {
+				ae.Status = http.StatusBadRequest
+			}
+			if errors.Is(err, target.ErrGatewayGuard) {
+				// The change conflicts with the gateway group: a
+				// namespace outside its ANA groups, or an image
+				// without the exclusive-lock feature.
+				ae.Status = http.StatusConflict
+			}
+			ae.Message = err.Error()
+			return nil, ae
+		}
+		lc := *cur
+		lc.Target = nc
+		lc.Warnings = append(nc.Warnings(), unknownEnv(os.Environ())...)
+		// The warnings the change brings (not those already there).
+		old := cur.Target.Warnings()
+		for _, w := range nc.Warnings() {
+			if !slices.Contains(old, w) {
+				res.Warnings = append(res.Warnings, w)
+			}
+		}
+		if err != nil {
+			info.Error = err.Error()
+		}
+		d.mu.Lock()
+		d.cur = &lc
+		d.unsaved = true
+		d.lastChange = info
+		d.mu.Unlock()
+		if err != nil {
+			d.log.Error("management API: the target could not apply everything", zap.Error(err))
+			return nil, &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "applied with errors: " + err.Error()}
+		}
+	}
+	if mgmtapi.PersistRequested(r) {
+		if err := d.persistLocked(r); err != nil {
+			return nil, err
+		}
+		res.Persisted, res.File = true, d.config().File
+	}
+	return res, nil
+}
+
+// persistLocked writes the running configuration into the configuration
+// file and checks that the daemon's loader reads it back the same.
+// changeMu is held.
+func (d *daemon) persistLocked(r *http.Request) error {
+	cur := d.config()
+	if cur.File == "" {
+		return &apiError{Status: http.StatusConflict, Applied: true,
+			Message: "no configuration file to persist to (nvmetd runs the built-in default; start it with --config FILE)"}
+	}
+	force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
+	level := ""
+	d.mu.Lock()
+	if d.logLevelSet {
+		level = cur.Daemon.LogLevel
+	}
+	d.mu.Unlock()
+	sum, err := configfile.Save(cur.File, cur.FileSum, force, cur.Target, level)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, configfile.ErrChanged) {
+			status = http.StatusConflict
+		}
+		return &apiError{Status: status, Applied: true, Message: "not persisted: " + err.Error()}
+	}
+	lc := *cur
+	lc.FileSum = sum
+	d.mu.Lock()
+	d.cur = &lc
+	d.unsaved = false
+	d.mu.Unlock()
+	d.log.Info("management API: configuration saved", zap.String("file", cur.File))
+	// The file must read back as what runs.
+	back, err := d.load()
+	if err != nil {
+		return &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "persisted, but the file does not load: " + err.Error()}
+	}
+	if diff := target.Diff(back.Target, cur.Target); !diff.Empty() {
+		return &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "persisted, but the file reads back differently: " + diff.String()}
+	}
+	return nil
+}
