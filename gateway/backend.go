@@ -22,6 +22,13 @@ type BackendHealth struct {
 	Blocklisted uint64
 	// LastError is the last such failure.
 	LastError string
+	// Completed moves while any command of the group succeeds in its
+	// backend (a read or write, and also a flush, write zeroes or
+	// deallocation); Ended while any ends, in success or failure.
+	Completed, Ended uint64
+	// InFlight is the number of the group's commands in the target at
+	// the sample (received, their backend work not ended).
+	InFlight int64
 }
 
 // BackendObserver is implemented by an [Applier] that can report the
@@ -33,16 +40,31 @@ type BackendObserver interface {
 // backendWatch is a group's backend health as the machine follows it.
 type backendWatch struct {
 	seen    BackendHealth // the last sample
+	seenAt  time.Time     // its time
 	sampled bool
 	// failing: the first path error since the last completed I/O (zero:
 	// none, or I/O completed since).
 	failing time.Time
+	// stuck: the window started at commands that stood still in the
+	// backend rather than at a path error.
+	stuck bool
 	// downs counts the backend step-downs since the group last served
 	// I/O here: each doubles the backoff.
 	downs int
 	// reopen: the group's backend clients must be replaced before this
 	// gateway serves the group again (ActAcquire Reopen).
 	reopen bool
+	// backoff is the backoff of the last backend step-down: it runs
+	// from the release that follows it (maybeRelease), not from the
+	// decision, so that a step-down that took long to apply is not
+	// followed by a return at once.
+	backoff time.Duration
+	// down: the group is being stepped down for its backends (until
+	// its release is out); its release does not wait for the drain.
+	down bool
+	// loaded: downs was taken from the group's record (once per run:
+	// from then on this machine counts them).
+	loaded bool
 }
 
 // Defaults of the backend health rules (Config.BackendWindow,
@@ -66,6 +88,56 @@ func (m *Machine) backendBackoff() time.Duration {
 	return 2 * m.cfg.Lease
 }
 
+// backendBackoffAfter is the backoff after n backend step-downs in a row
+// (n ≥ 1): BackendBackoff × 2^(n-1), at most BackendMaxBackoff.
+func (m *Machine) backendBackoffAfter(n int) time.Duration {
+	limit := m.cfg.BackendMaxBackoff
+	if limit <= 0 {
+		limit = m.backendBackoff() << maxBackendBackoffShift
+	}
+	d := m.backendBackoff() << min(max(n-1, 0), maxBackendBackoffShift)
+	return min(d, limit)
+}
+
+// recordDowns is the Record.BackendDowns to write for g: the entries of
+// the last record seen, with this gateway's own count.
+func (m *Machine) recordDowns(g *group) map[string]uint32 {
+	out := map[string]uint32{}
+	for k, v := range g.last.BackendDowns {
+		if k != m.cfg.Name && v > 0 {
+			out[k] = v
+		}
+	}
+	if g.be.downs > 0 {
+		out[m.cfg.Name] = uint32(g.be.downs)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// loadBackendDowns takes this gateway's backend step-down count from the
+// group's record r, once per run (a restart): the backoff of the last of
+// them runs from this run's start, so that a restart does not reset it.
+func (m *Machine) loadBackendDowns(g *group, r Record) {
+	b := &g.be
+	if b.loaded {
+		return
+	}
+	b.loaded = true
+	n := int(r.BackendDowns[m.cfg.Name])
+	if n <= b.downs {
+		return
+	}
+	b.downs, b.reopen = n, true
+	if until := m.start.Add(m.backendBackoffAfter(n)); until.After(g.serveAfter) {
+		g.serveAfter = until
+		g.waitWhy = fmt.Sprintf("backend backoff: %s after %d backend step-down(s) in a row (from the group's record), until %s",
+			m.backendBackoffAfter(n), n, until.Format(time.RFC3339))
+	}
+}
+
 // BackendObserved reports a sample of the group's backend health at time
 // now. An owner steps the group down when the sample shows that its
 // backends cannot serve it:
@@ -73,10 +145,16 @@ func (m *Machine) backendBackoff() time.Duration {
 //   - a command failed with EBLOCKLISTED since the last sample: a client
 //     of the group's backends is fenced and will never serve again (an
 //     operator blocklisted it, or it was fenced for the group); at once;
-//   - commands failed with path errors (timeouts, connection errors) and
-//     none completed for BackendWindow (default: one lease) since the
-//     first of them: the gateway is cut from the image's OSDs, though
-//     perhaps not from the group object's (its renewals go on).
+//   - no command of the group succeeded for BackendWindow (default: one
+//     lease) since the window started: at the first command that failed
+//     with a path error (a timeout, a connection error), or, earlier, at
+//     the first sample that found commands in flight that were still
+//     there, with none ended, at the next sample (a command stuck in the
+//     backend: librbd's operation waits for an OSD out of reach until its
+//     op_timeout). The gateway is then cut from the image's OSDs, though
+//     perhaps not from the group object's (its renewals go on). So the
+//     step-down comes one window after the first command that got stuck
+//     (plus at most two samples), however long op_timeout is.
 //
 // The step-down is a release to nobody: inaccessible here first, then
 // (once applied) the group's namespaces are flushed and the record is
@@ -92,23 +170,34 @@ func (m *Machine) BackendObserved(id uint32, now time.Time, h BackendHealth) []A
 		return nil
 	}
 	b := &g.be
-	prev, had := b.seen, b.sampled
-	b.seen, b.sampled = h, true
+	prev, prevAt, had := b.seen, b.seenAt, b.sampled
+	b.seen, b.seenAt, b.sampled = h, now, true
 	if g.role != Owner || g.releasing || !had {
-		b.failing = time.Time{}
+		b.failing, b.stuck = time.Time{}, false
 		return nil
 	}
 	switch {
 	case h.Blocklisted != prev.Blocklisted:
 		return m.backendDown(g, now, "a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): "+h.LastError)
-	case h.Transferred != prev.Transferred:
-		b.failing, b.downs = time.Time{}, 0
+	case h.Transferred != prev.Transferred || h.Completed != prev.Completed:
+		b.failing, b.stuck, b.downs = time.Time{}, false, 0
 	case h.PathErrors != prev.PathErrors && b.failing.IsZero():
 		b.failing = now
+	case h.InFlight > 0 && prev.InFlight > 0 && h.Ended == prev.Ended && b.failing.IsZero():
+		// Nothing ended since the last sample: what was in flight then
+		// still is.
+		b.failing, b.stuck = prevAt, true
 	}
 	if !b.failing.IsZero() && !now.Before(b.failing.Add(m.backendWindow())) {
-		return m.backendDown(g, now, fmt.Sprintf("the group's I/O failed with path errors for %s and none completed (window %s): %s",
-			now.Sub(b.failing), m.backendWindow(), h.LastError))
+		why := "failed with path errors"
+		if b.stuck {
+			why = "stood still in the backend (commands in flight, none ended since " + b.failing.Format("15:04:05.000") + ")"
+		}
+		reason := fmt.Sprintf("the group's I/O %s for %s and none completed (window %s)", why, now.Sub(b.failing), m.backendWindow())
+		if h.LastError != "" {
+			reason += ": " + h.LastError
+		}
+		return m.backendDown(g, now, reason)
 	}
 	return nil
 }
@@ -117,9 +206,9 @@ func (m *Machine) BackendObserved(id uint32, now time.Time, h BackendHealth) []A
 // group (BackendObserved).
 func (m *Machine) backendDown(g *group, now time.Time, reason string) []Action {
 	b := &g.be
-	backoff := m.backendBackoff() << min(b.downs, maxBackendBackoffShift)
 	b.downs++
-	b.failing, b.reopen = time.Time{}, true
+	backoff := m.backendBackoffAfter(b.downs)
+	b.failing, b.stuck, b.reopen, b.backoff, b.down = time.Time{}, false, true, backoff, true
 	if until := now.Add(backoff); until.After(g.serveAfter) {
 		g.serveAfter = until
 	}
@@ -140,8 +229,8 @@ func (m *Machine) backendAcquireFailed(g *group) {
 	if !b.reopen {
 		return
 	}
-	backoff := m.backendBackoff() << min(b.downs, maxBackendBackoffShift)
 	b.downs++
+	backoff := m.backendBackoffAfter(b.downs)
 	if until := g.issued.Add(backoff); until.After(g.serveAfter) {
 		g.serveAfter = until
 	}

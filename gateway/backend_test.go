@@ -33,7 +33,7 @@ func TestMachineBackendBlocklisted(t *testing.T) {
 			[]string{"group 1: set-ana inaccessible", down}},
 		// More failures while it goes: nothing more.
 		step{sample(1, 400, BackendHealth{Transferred: 8192, PathErrors: 5, Blocklisted: 5}), nil},
-		step{anaDone(1, false, 500, nil), []string{"group 1: release to "}},
+		step{anaDone(1, false, 500, nil), []string{"group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		// Its own released record: not taken again during the backoff.
 		step{tick(1000), []string{"group 1: read"}},
@@ -41,15 +41,16 @@ func TestMachineBackendBlocklisted(t *testing.T) {
 		// b took it; a is the preferred owner, up for longer than the
 		// failback delay, but asks for nothing during the backoff.
 		step{tick(6000), []string{"group 1: read"}},
+		// (the backoff runs from the release, at 0.5 s, to 20.5 s)
 		step{read(1, 6000, heldBy("b"), nil), nil},
-		step{tick(20300), []string{"group 1: read"}},
-		step{read(1, 20300, heldBy("b"), nil), []string{"group 1: request-handover"}},
+		step{tick(20500), []string{"group 1: read"}},
+		step{read(1, 20500, heldBy("b"), nil), []string{"group 1: request-handover"}},
 		step{requested(1, nil), nil},
-		step{tick(23300), []string{"group 1: read"}},
+		step{tick(23500), []string{"group 1: read"}},
 		// b handed it back: a takes it on new clients.
-		step{read(1, 23300, Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-rbd"}, Released: true, HandoverTo: "a", Epoch: 2}}, nil),
+		step{read(1, 23500, Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-rbd"}, Released: true, HandoverTo: "a", Epoch: 2}}, nil),
 			[]string{"group 1: fence [b-rbd] (hand-over from b (session b-s1): its clients of the group are fenced before serving)"}},
-		step{fenceDone(1, 23400, nil), []string{"group 1: acquire (reopen)"}},
+		step{fenceDone(1, 23600, nil), []string{"group 1: acquire (reopen)"}},
 		step{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 	))
 	if st := m.Status()[0]; st.Role != Owner || !strings.Contains(st.LastError, "EBLOCKLISTED") {
@@ -68,7 +69,7 @@ func TestMachineBackendReopenWithoutSuccessor(t *testing.T) {
 		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
 			"group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): ; " +
 				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
-		step{anaDone(1, false, 300, nil), []string{"group 1: release to "}},
+		step{anaDone(1, false, 300, nil), []string{"group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		step{tick(20199), []string{"group 1: read"}},
 		step{read(1, 20199, releasedBy("a"), nil), nil},
@@ -97,7 +98,7 @@ func TestMachineBackendCutFromOSDs(t *testing.T) {
 		step{sample(1, 15000, BackendHealth{Transferred: 200, PathErrors: 9, LastError: "write: ETIMEDOUT"}),
 			[]string{"group 1: set-ana inaccessible", "group 1: step-down (backend: the group's I/O failed with path errors for 10s " +
 				"and none completed (window 10s): write: ETIMEDOUT; released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
-		step{anaDone(1, false, 15100, nil), []string{"group 1: release to "}},
+		step{anaDone(1, false, 15100, nil), []string{"group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		step{tick(35100), []string{"group 1: read"}},
 		step{read(1, 35100, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
@@ -144,17 +145,136 @@ func TestMachineBackendReopenFails(t *testing.T) {
 		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
 			"group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): ; " +
 				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
-		step{anaDone(1, false, 300, nil), []string{"group 1: release to "}},
+		step{anaDone(1, false, 300, nil), []string{"group 1: release to  (no drain)"}},
+		step{released(1, nil), nil},
+		step{tick(20299), []string{"group 1: read"}},
+		step{read(1, 20299, releasedBy("a"), nil), nil}, // the backoff runs from the release (0.3 s)
+		step{tick(23300), []string{"group 1: read"}},
+		step{read(1, 23300, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
+		step{acquired(1, errors.New("reopen the group's namespaces with new RADOS clients: timed out")), nil},
+		// b took it meanwhile: a asks for nothing until 23.3 + 40 s.
+		step{tick(26300), []string{"group 1: read"}},
+		step{read(1, 26300, heldBy("b"), nil), nil},
+		step{tick(63299), []string{"group 1: read"}},
+		step{read(1, 63299, heldBy("b"), nil), nil},
+		step{tick(66299), []string{"group 1: read"}},
+		step{read(1, 66299, heldBy("b"), nil), []string{"group 1: request-handover"}},
+	))
+}
+
+// TestMachineBackendStuck: the owner is cut from the image's OSDs and its
+// commands hang in the backend (librbd waits for the OSD until its
+// op_timeout, longer than the window here): no path error yet, but
+// commands in flight and none ended between two samples start the window
+// at the first of them, so the step-down comes one window after the
+// commands got stuck, not op_timeout + window. A command that succeeds
+// starts it over; commands that keep ending (here write zeroes, no bytes
+// transferred) are no stall.
+func TestMachineBackendStuck(t *testing.T) {
+	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
+	h := func(completed, ended uint64, inFlight int64) BackendHealth {
+		return BackendHealth{Transferred: 4096, Completed: completed, Ended: ended, InFlight: inFlight}
+	}
+	run(t, m, append(ownedSteps,
+		step{sample(1, 100, h(10, 10, 2)), nil},
+		// Commands that keep ending, and succeeding: no stall.
+		step{sample(1, 200, h(20, 20, 3)), nil},
+		step{sample(1, 300, h(30, 30, 3)), nil},
+		// Nothing ended since 300: stuck since 300.
+		step{sample(1, 400, h(30, 30, 8)), nil},
+		step{sample(1, 5000, h(30, 30, 8)), nil},
+		// One succeeds: over.
+		step{sample(1, 5100, h(31, 31, 8)), nil},
+		// Stuck again from 5100 (seen at 5200).
+		step{sample(1, 5200, h(31, 31, 8)), nil},
+		step{sample(1, 15099, h(31, 31, 8)), nil},
+		step{sample(1, 15100, h(31, 31, 8)), []string{"group 1: set-ana inaccessible",
+			"group 1: step-down (backend: the group's I/O stood still in the backend (commands in flight, none ended since " +
+				at(5100).Format("15:04:05.000") + ") for 10s and none completed (window 10s); " +
+				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
+		step{anaDone(1, false, 15100, nil), []string{"group 1: release to  (no drain)"}},
+	))
+}
+
+// TestMachineBackendBackoffFromRelease: a backend step-down whose ANA
+// change took long (here 7 s) releases without waiting for the drain and
+// is not taken back for the whole backoff from that release (before, the
+// backoff ran from the decision, and the gateway took the group back at
+// once after its late release, before a survivor could: seen in
+// TestGatewayProcessOSDCut).
+func TestMachineBackendBackoffFromRelease(t *testing.T) {
+	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
+	run(t, m, append(ownedSteps,
+		step{sample(1, 100, BackendHealth{}), nil},
+		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
+			"group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): ; " +
+				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
+		step{anaDone(1, false, 7200, nil), []string{"group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		step{tick(20200), []string{"group 1: read"}},
-		step{read(1, 20200, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
-		step{acquired(1, errors.New("reopen the group's namespaces with new RADOS clients: timed out")), nil},
-		// b took it meanwhile: a asks for nothing until 20.2 + 40 s.
-		step{tick(23200), []string{"group 1: read"}},
-		step{read(1, 23200, heldBy("b"), nil), nil},
-		step{tick(60199), []string{"group 1: read"}},
-		step{read(1, 60199, heldBy("b"), nil), nil},
-		step{tick(63199), []string{"group 1: read"}},
-		step{read(1, 63199, heldBy("b"), nil), []string{"group 1: request-handover"}},
+		step{read(1, 20200, releasedBy("a"), nil), nil},
+		step{tick(27199), []string{"group 1: read"}},
+		step{read(1, 27199, releasedBy("a"), nil), nil},
+		step{tick(30200), []string{"group 1: read"}},
+		step{read(1, 30200, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
 	))
+}
+
+// TestMachineBackendDownsSurviveRestart: the backend step-down count is
+// in the group's record (Record.BackendDowns), written on by every
+// holder: a gateway that restarts after two backend step-downs in a row
+// neither takes nor asks for the group until the backoff of the second
+// (2 × BackendBackoff) has passed since its start, and then on new
+// clients; the holder carries the other gateways' entries on.
+func TestMachineBackendDownsSurviveRestart(t *testing.T) {
+	held := heldBy("b")
+	held.Record.BackendDowns = map[string]uint32{"a": 2}
+	m := oneGroup("a")
+	m.SetReadiness(1, Readiness{Hosts: 1}) // failback gates (failback.go) open
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, held, nil), nil},
+		// Failback delay (5 s) long past, the backoff (2 × 20 s) not.
+		{tick(37000), []string{"group 1: read"}},
+		{read(1, 37000, held, nil), nil},
+		{tick(40000), []string{"group 1: read"}},
+		{read(1, 40000, held, nil), []string{"group 1: request-handover"}},
+		{requested(1, nil), nil},
+		{tick(43000), []string{"group 1: read"}},
+		{read(1, 43000, Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-rbd"}, Released: true, HandoverTo: "a",
+			Epoch: 2, BackendDowns: map[string]uint32{"a": 2}}}, nil),
+			[]string{"group 1: fence [b-rbd] (hand-over from b (session b-s1): its clients of the group are fenced before serving)"}},
+	})
+	acts := m.FenceDone(1, at(43100), nil)
+	if len(acts) != 1 || acts[0].String() != "group 1: acquire (reopen)" || acts[0].BackendDowns["a"] != 2 {
+		t.Fatalf("after the fence: %v (downs %v), want an acquisition on new clients that writes a's 2 step-downs on", acts, acts[0].BackendDowns)
+	}
+
+	// The holder (b) writes a's entry on in its renewals.
+	mb := NewMachine(testConfig("b"))
+	mb.ConfigChecked(true, "")
+	mb.Tick(at(0))
+	rel := releasedBy("a")
+	rel.Record.BackendDowns = map[string]uint32{"a": 3}
+	acts = mb.ReadDone(1, at(0), rel, nil)
+	for _, a := range acts {
+		if a.Kind == ActFence {
+			acts = mb.FenceDone(1, at(100), nil)
+		}
+	}
+	if len(acts) != 1 || acts[0].Kind != ActAcquire || acts[0].BackendDowns["a"] != 3 {
+		t.Fatalf("b's acquisition: %v, want a's 3 step-downs written on", acts)
+	}
+	mb.AcquireDone(1, nil)
+	var renew *Action
+	for _, a := range mb.Tick(at(3100)) {
+		if a.Kind == ActRenew {
+			renew = &a
+		}
+	}
+	if renew == nil || renew.BackendDowns["a"] != 3 || len(renew.BackendDowns) != 1 {
+		t.Fatalf("b's renewal: %+v, want a's 3 step-downs written on", renew)
+	}
 }

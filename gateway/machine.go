@@ -116,6 +116,13 @@ type Action struct {
 	// Failbacks (ActAcquire, ActRenew, ActRelease): the failback strike
 	// count the record carries (Record.Failbacks).
 	Failbacks uint32
+	// NoDrain (ActRelease): release without waiting for the group's
+	// commands in flight (Applier.Flush): a backend step-down, whose
+	// commands hang on storage out of reach; the successor fences them.
+	NoDrain bool
+	// BackendDowns (ActAcquire, ActRenew, ActRelease): the backend
+	// step-down counts the record carries (Record.BackendDowns).
+	BackendDowns map[string]uint32
 }
 
 func (a Action) String() string {
@@ -129,6 +136,9 @@ func (a Action) String() string {
 	case ActFence:
 		return fmt.Sprintf("group %d: fence %v (%s)", a.Group, a.Addrs, a.Reason)
 	case ActRelease:
+		if a.NoDrain {
+			return fmt.Sprintf("group %d: release to %s (no drain)", a.Group, a.To)
+		}
 		return fmt.Sprintf("group %d: release to %s", a.Group, a.To)
 	case ActStepDown:
 		return fmt.Sprintf("group %d: step-down (%s)", a.Group, a.Reason)
@@ -171,6 +181,12 @@ type Record struct {
 	// last held the group for Config.FailbackStable. Every holder writes
 	// it on, so it survives restarts of any gateway.
 	Failbacks uint32 `json:",omitempty"`
+	// BackendDowns counts, per gateway name, its backend step-downs in a
+	// row (Machine.BackendObserved): each doubles the backoff before it
+	// serves the group again, until the group serves I/O there. Every
+	// holder writes the entries on (its own as it counts it), so that a
+	// gateway that restarts keeps its backoff.
+	BackendDowns map[string]uint32 `json:",omitempty"`
 }
 
 // Observed is what ActRead found on the group object.
@@ -219,14 +235,16 @@ type Config struct {
 	FailbackStable time.Duration
 	// Groups maps each ANA group to its preferred owner's name.
 	Groups map[uint32]string
-	// BackendWindow: an owner whose group's I/O fails with path errors
-	// and none completes for this long steps down
-	// ([Machine.BackendObserved]); 0: one lease.
+	// BackendWindow: an owner whose group's I/O fails with path errors,
+	// or stands still in the backend, and none completes for this long
+	// steps down ([Machine.BackendObserved]); 0: one lease.
 	BackendWindow time.Duration
 	// BackendBackoff: a group stepped down for its backends is not taken
-	// again here for this long, doubled by each such step-down in a row
-	// (at most 32 times); 0: two leases.
+	// again here for this long after its release, doubled by each such
+	// step-down in a row (Record.BackendDowns); 0: two leases.
 	BackendBackoff time.Duration
+	// BackendMaxBackoff caps the doubled backoff; 0: 32 × BackendBackoff.
+	BackendMaxBackoff time.Duration
 }
 
 // Validate checks c.
@@ -244,8 +262,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: renew interval %s must be positive and below lease - margin (%s)", c.RenewInterval, c.Lease-c.Margin)
 	case c.FailbackDelay < 0:
 		return errors.New("gateway: failback delay is negative")
-	case c.BackendWindow < 0 || c.BackendBackoff < 0:
+	case c.BackendWindow < 0 || c.BackendBackoff < 0 || c.BackendMaxBackoff < 0:
 		return errors.New("gateway: backend window or backoff is negative")
+	case c.BackendMaxBackoff > 0 && c.BackendBackoff > 0 && c.BackendMaxBackoff < c.BackendBackoff:
+		return fmt.Errorf("gateway: backend max backoff %s must be at least the backend backoff %s", c.BackendMaxBackoff, c.BackendBackoff)
 	case c.FailbackMaxDelay < 0 || (c.FailbackMaxDelay > 0 && c.FailbackMaxDelay < c.FailbackDelay):
 		return fmt.Errorf("gateway: failback max delay %s must be at least the failback delay %s", c.FailbackMaxDelay, c.FailbackDelay)
 	case c.FailbackStable < 0:
@@ -474,7 +494,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 			m.failbackStable(g, now)
 			if !g.pending && !now.Before(g.lastRenew.Add(m.cfg.RenewInterval)) {
 				g.pending, g.issued, g.lastRenew = true, now, now
-				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch, Failbacks: g.failbacks})
+				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)})
 			}
 			acts = m.maybeRelease(acts, g, now)
 		case Standby:
@@ -495,6 +515,14 @@ func (m *Machine) stepDown(acts []Action, g *group, at time.Time, reason string)
 	m.lost(g, at)
 	g.role, g.pending, g.freeSince, g.requested, g.poke = Standby, false, time.Time{}, false, true
 	g.releasing = false
+	if g.be.down {
+		// A backend step-down overtaken (no release): its backoff runs
+		// from now.
+		g.be.down = false
+		if until := at.Add(g.be.backoff); until.After(g.serveAfter) {
+			g.serveAfter = until
+		}
+	}
 	acts = m.setANA(acts, g, false)
 	return append(acts, Action{Kind: ActStepDown, Group: g.id, Reason: reason})
 }
@@ -523,7 +551,19 @@ func (m *Machine) maybeRelease(acts []Action, g *group, now time.Time) []Action 
 		return acts
 	}
 	g.role, g.pending, g.issued, g.releasing = Releasing, true, now, false
-	return append(acts, Action{Kind: ActRelease, Group: g.id, To: g.releaseTo, Epoch: g.epoch, Failbacks: g.failbacks})
+	a := Action{Kind: ActRelease, Group: g.id, To: g.releaseTo, Epoch: g.epoch, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)}
+	if g.be.down {
+		// A backend step-down: the backoff runs from now (the ANA
+		// change may have taken long), and the release does not wait
+		// for the commands stuck in the backend: they stay counted
+		// (GroupInFlight) and the survivor fences their clients
+		// before it serves, as after every release.
+		g.be.down, a.NoDrain = false, true
+		if until := now.Add(g.be.backoff); until.After(g.serveAfter) {
+			g.serveAfter = until
+		}
+	}
+	return append(acts, a)
 }
 
 // exit ends the machine: it stops serving by exiting.
@@ -639,6 +679,7 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		}
 	} else if o.Record.Session != "" {
 		g.last = o.Record
+		m.loadBackendDowns(g, o.Record)
 	}
 	if o.Locked {
 		g.freeSince = time.Time{}
@@ -734,7 +775,7 @@ func (m *Machine) acquire(g *group, now time.Time, reopen bool) []Action {
 	if g.byFailback {
 		g.failbacks++
 	}
-	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen || g.be.reopen, Failbacks: g.failbacks}}
+	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen || g.be.reopen, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)}}
 }
 
 // FenceDone reports the result of ActFence at time now. On failure the
@@ -774,9 +815,9 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	}
 	// The lease runs from no earlier than when the request was sent.
 	g.role, g.leaseEnd, g.lastRenew, g.holder, g.requested = Owner, g.issued.Add(m.cfg.Lease), g.issued, m.cfg.Name, false
-	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch, Failbacks: g.failbacks}, true
+	g.last, g.everHeld = Record{Name: m.cfg.Name, Session: m.cfg.Session, Epoch: g.epoch, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)}, true
 	g.servingAt = time.Time{}
-	g.be.reopen = false // its clients were replaced, if they had to be
+	g.be.reopen, g.be.down = false, false // its clients were replaced, if they had to be
 	return m.setANA(m.serveUntil(nil, g), g, true)
 }
 

@@ -91,7 +91,7 @@ func TestGatewayBackendBlocklisted(t *testing.T) {
 	t.Logf("failover on a backend-only blocklist: %v (last completion through gw-a to the first through gw-b); "+
 		"bound lease + fence + 2 × KATO = %v + fence + %v", d, lease, 2*kato)
 	iDown := a.waitLog(`stepped down from group[^\n]*EBLOCKLISTED`, amark)
-	a.waitLog(`group 1: release to : done`, amark)
+	a.waitLog(`group 1: release to  \(no drain\): done`, amark)
 	b.waitLog(`group 1: set-ana optimized`, bmark)
 	blog := b.stderr.String()[bmark:]
 	if i, j := strings.Index(blog, "fencing the previous holder"), strings.Index(blog, "group 1: set-ana optimized"); i < 0 || i > j {

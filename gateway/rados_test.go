@@ -61,6 +61,17 @@ type gw struct {
 	reopen int // Reopen calls
 	// barriers: WaitForLatestOSDMap calls (group, events so far).
 	barriers [][2]int
+	// health is what BackendHealth reports for every group (zero: no
+	// I/O).
+	health gateway.BackendHealth
+}
+
+// BackendHealth: the in-process gateways have no target; the test says
+// what its backends did.
+func (g *gw) BackendHealth(uint32) gateway.BackendHealth {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.health
 }
 
 // backendOf returns group n's current backend.
@@ -741,6 +752,58 @@ func TestFailbackANAFails(t *testing.T) {
 		b.done <- nil
 	case <-time.After(hang):
 		t.Errorf("b's runner still runs")
+	}
+}
+
+// TestBackendBackoffSurvivesRestart (issue 21): the backoff after a
+// backend step-down is in the group's record (Record.BackendDowns), which
+// every holder writes on: gw a, the preferred owner, steps its group down
+// because its backend client is blocklisted (as its target reports), b
+// fences it and takes the group and writes a's count on in its renewals;
+// a restarts (a crash: it holds nothing) and must not ask for its group
+// back before the backoff (backend_backoff: two leases) has passed since
+// its start, although its failback delay (1 s) has. Before, the count
+// lived in the machine alone: the restarted a asked after its failback
+// delay.
+func TestBackendBackoffSurvivesRestart(t *testing.T) {
+	f := newFixture(t)
+	a := f.start(t, "a", "a-1", nil)
+	a.waitEvent("a optimized", 0, isANA(true))
+	b := f.start(t, "b", "b-1", nil)
+	b.waitStatus("b standby, reading", func(s gateway.GroupStatus) bool { return s.Holder == "a" })
+	a.mu.Lock()
+	a.health = gateway.BackendHealth{PathErrors: 1, Blocklisted: 1, LastError: "write: ESHUTDOWN (test)"}
+	a.mu.Unlock()
+	a.waitEvent("a's release after its backend step-down", 0, isAct(gateway.ActRelease, true))
+	b.waitEvent("b optimized", 0, isANA(true))
+	// b's record carries a's step-down (its acquisition writes it on).
+	deadline := time.Now().Add(hang)
+	for {
+		o, err := b.cl.Read(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Record.Name == "b" && o.Record.BackendDowns["a"] == 1 {
+			t.Logf("b's record: %+v", o.Record)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b's record %+v: no backend step-down of a in it", o.Record)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.stop()
+	cfg := f.config("a", "")
+	backoff := 2 * cfg.Lease // gateway.Config.BackendBackoff's default
+	start := time.Now()
+	a2 := f.start(t, "a", "a-2", nil)
+	j := a2.waitEvent("the restarted a's handover request", 0, isAct(gateway.ActRequestHandover, true))
+	a2.mu.Lock()
+	gap := a2.events[j].At.Sub(start)
+	a2.mu.Unlock()
+	t.Logf("restarted a asked for its group %s after its start (backend backoff %s, failback delay %s)", gap.Round(time.Millisecond), backoff, cfg.FailbackDelay)
+	if gap < backoff {
+		t.Errorf("the restarted gateway asked for its group %s after its start, before its backend backoff %s", gap, backoff)
 	}
 }
 

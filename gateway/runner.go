@@ -229,14 +229,14 @@ func (r *Runner) publish() {
 
 // record is this gateway's record of group g: only the clients of g's
 // namespaces, never the Cluster's own (it serves every group).
-func (r *Runner) record(g uint32, epoch uint64, failbacks uint32) Record {
+func (r *Runner) record(g uint32, a Action) Record {
 	var addrs []string
 	for _, a := range r.ap.Addrs(g) {
 		if !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
 	}
-	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs, Epoch: epoch, Failbacks: failbacks}
+	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs, Epoch: a.Epoch, Failbacks: a.Failbacks, BackendDowns: a.BackendDowns}
 }
 
 func (r *Runner) event(a Action, err error) {
@@ -333,11 +333,11 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					return fmt.Errorf("OSD-map barrier on the group's clients: %w", err)
 				}
 				// After the reopen: the record names the new clients.
-				return r.cl.Acquire(g, r.record(g, a.Epoch, a.Failbacks))
+				return r.cl.Acquire(g, r.record(g, a))
 			},
 				func(err error) []Action { return r.m.AcquireDone(g, err) })
 		case ActRenew:
-			rec := r.record(g, a.Epoch, a.Failbacks)
+			rec := r.record(g, a)
 			var req string
 			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
 				func(err error) []Action { return r.m.RenewDone(g, req, err) })
@@ -354,9 +354,13 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 					return r.m.FenceDone(g, time.Now(), err)
 				})
 		case ActRelease:
-			rec := r.record(g, a.Epoch, a.Failbacks)
+			rec := r.record(g, a)
 			rec.Released, rec.HandoverTo = true, a.To
+			noDrain := a.NoDrain
 			async(func() error {
+				if noDrain {
+					return r.cl.Release(g, rec)
+				}
 				if err := r.ap.Flush(g); err != nil {
 					return fmt.Errorf("flush before the release: %w", err)
 				}
@@ -417,7 +421,7 @@ func (r *Runner) shutdown(d time.Duration, pending int) error {
 			// The release follows once the group is inaccessible.
 			acts = append(acts, r.m.SetANADone(a.Group, a.Optimized, time.Now(), err)...)
 		case ActRelease:
-			rec := r.record(a.Group, a.Epoch, a.Failbacks)
+			rec := r.record(a.Group, a)
 			rec.Released = true
 			done := make(chan error, 1)
 			r.ops.Add(1)

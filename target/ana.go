@@ -37,7 +37,10 @@ type anaView [MaxANAGroup + 1]nvmeof.ANAState
 // inaccessible unless the port lists it: only the gateway that owns the
 // group says optimized (the daemon lists every managed group on every
 // port), so that a port the overlay missed never makes it optimized.
-func newANAView(pc *PortConfig, g *GatewayGuard) *anaView {
+//
+// A group whose state was set with Target.SetGroupANA has that state on
+// every port, whatever the configuration says (forced).
+func newANAView(pc *PortConfig, g *GatewayGuard, forced map[uint32]nvmeof.ANAState) *anaView {
 	var v anaView
 	for i := range v {
 		v[i] = nvmeof.ANAOptimized
@@ -51,6 +54,11 @@ func newANAView(pc *PortConfig, g *GatewayGuard) *anaView {
 			if err == nil {
 				v[g.ID] = st
 			}
+		}
+	}
+	for id, st := range forced {
+		if id >= 1 && int(id) < len(v) {
+			v[id] = st
 		}
 	}
 	return &v
@@ -139,7 +147,11 @@ func (c *controller) anaLogMaxSize() int {
 
 // setANA publishes a port's ANA states; it reports whether any changed.
 func (p *port) setANA(pc *PortConfig) bool {
-	nv := newANAView(pc, p.s.guard.Load())
+	var forced map[uint32]nvmeof.ANAState
+	if f := p.s.anaForced.Load(); f != nil {
+		forced = *f
+	}
+	nv := newANAView(pc, p.s.guard.Load(), forced)
 	old := p.ana.Swap(nv)
 	return old == nil || *old != *nv
 }
@@ -155,7 +167,11 @@ func (s *server) anaChanged(p *port, pc *PortConfig) {
 			n++
 		}
 	}
-	s.log.Info("ANA states changed", zap.Uint16("port_id", p.id), zap.Any("ana_groups", pc.ANAGroups), zap.Int("controllers_notified", n))
+	var forced map[uint32]nvmeof.ANAState
+	if f := s.anaForced.Load(); f != nil {
+		forced = *f
+	}
+	s.log.Info("ANA states changed", zap.Uint16("port_id", p.id), zap.Any("ana_groups", pc.ANAGroups), zap.Any("set_by_gateway", forced), zap.Int("controllers_notified", n))
 }
 
 // anaGroupsMoved tells every controller of sub that its ANA log changed

@@ -26,6 +26,17 @@ type BackendHealth struct {
 	Blocklisted uint64
 	// LastError is the last such failure ("" none).
 	LastError string
+	// Completed counts the commands whose backend work succeeded (reads,
+	// writes, flushes, write zeroes, deallocations): it moves while the
+	// group's storage serves anything.
+	Completed uint64
+	// Ended counts the commands whose backend work ended, in success or
+	// failure.
+	Ended uint64
+	// InFlight is the number of the group's commands in the target now
+	// (GroupInFlight): with Ended unchanged between two samples, each of
+	// those in flight at the first has waited at least since then.
+	InFlight int64
 }
 
 // notePathError counts a command of ns that failed with err, if err says
@@ -60,6 +71,9 @@ func (t *Target) BackendHealth(group uint32) BackendHealth {
 				continue
 			}
 			h.Transferred += ns.readBytes.Load() + ns.writeBytes.Load()
+			h.Completed += ns.succeeded.Load()
+			h.Ended += ns.readCmds.Load() + ns.writeCmds.Load() + ns.otherCmds.Load()
+			h.InFlight += ns.inFlight()
 			h.PathErrors += ns.pathErrors.Load()
 			h.Blocklisted += ns.blocklisted.Load()
 			if e := ns.lastPathError.Load(); e != nil {

@@ -170,11 +170,7 @@ func (s *server) setGuard(g *GatewayGuard) error {
 // gateway (the group must not be served optimized without it) and a
 // warning otherwise (each write tries again).
 func (s *server) syncWritable() error {
-	type item struct {
-		ns       *namespace
-		writable bool
-	}
-	var list []item
+	var list []*namespace
 	s.regMu.RLock()
 	for _, sub := range s.subsystems {
 		for _, ns := range sub.ns.Load().byID {
@@ -184,38 +180,85 @@ func (s *server) syncWritable() error {
 			if _, ok := ns.be.(backend.WriteLocker); !ok {
 				continue
 			}
-			w := false
-			for _, p := range s.ports {
-				if !p.serves(sub.nqn) {
-					continue
-				}
-				if v := p.ana.Load(); v != nil && int(ns.cfg.ANAGroup) < len(v) {
-					if st := v[ns.cfg.ANAGroup]; st == nvmeof.ANAOptimized || st == nvmeof.ANANonOptimized {
-						w = true
-					}
-				}
-			}
-			list = append(list, item{ns, w})
+			list = append(list, ns)
 		}
 	}
 	s.regMu.RUnlock()
 	var errs []error
-	for _, it := range list {
-		begin := time.Now()
-		err := it.ns.be.(backend.WriteLocker).SetWritable(it.writable)
-		if took := time.Since(begin); took > 100*time.Millisecond {
-			s.log.Info("namespace: exclusive lock", zap.String("subsystem", it.ns.nqn), zap.Uint32("nsid", it.ns.nsid),
-				zap.Bool("writable", it.writable), zap.Duration("took", took), zap.Error(err))
-		}
-		if err == nil {
+	var release []*namespace
+	for _, ns := range list {
+		s.regMu.RLock()
+		w := s.writableWanted(ns)
+		s.regMu.RUnlock()
+		if !w {
+			// A release may wait for writes stuck in librbd: it runs in
+			// the background, and the reload does not wait for it.
+			release = append(release, ns)
 			continue
 		}
-		err = fmt.Errorf("subsystem %s namespace %d: %w", it.ns.nqn, it.ns.nsid, err)
-		if it.writable && s.guard.Load() != nil {
+		if err := s.syncNamespaceWritable(ns); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		s.log.Warn("namespace: exclusive lock", zap.String("subsystem", it.ns.nqn), zap.Uint32("nsid", it.ns.nsid), zap.Bool("writable", it.writable), zap.Error(err))
+	}
+	if len(release) > 0 {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			for _, ns := range release {
+				_ = s.syncNamespaceWritable(ns)
+			}
+		}()
 	}
 	return errors.Join(errs...)
+}
+
+// writableWanted reports whether ns's backend may write: its ANA group is
+// optimized or non-optimized on a port that serves its subsystem. The
+// caller holds regMu.
+func (s *server) writableWanted(ns *namespace) bool {
+	for _, p := range s.ports {
+		if !p.serves(ns.nqn) {
+			continue
+		}
+		if v := p.ana.Load(); v != nil && int(ns.cfg.ANAGroup) < len(v) {
+			if st := v[ns.cfg.ANAGroup]; st == nvmeof.ANAOptimized || st == nvmeof.ANANonOptimized {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// syncNamespaceWritable makes ns's backend writable (taking the image's
+// exclusive lock) or not (releasing it) as the ports say now
+// (writableWanted), under ns.wmu: the state is read right before the
+// change, so that a release running late in the background (librbd waits
+// for the writes it has in flight) and an acquisition after it end in the
+// state of the latest ANA views, whatever their order. A lock that cannot
+// be taken is an error in a gateway; a release that fails is logged.
+func (s *server) syncNamespaceWritable(ns *namespace) error {
+	wl, ok := ns.be.(backend.WriteLocker)
+	if !ok {
+		return nil
+	}
+	ns.wmu.Lock()
+	defer ns.wmu.Unlock()
+	s.regMu.RLock()
+	writable := s.writableWanted(ns)
+	s.regMu.RUnlock()
+	begin := time.Now()
+	err := wl.SetWritable(writable)
+	if took := time.Since(begin); took > 100*time.Millisecond {
+		s.log.Info("namespace: exclusive lock", zap.String("subsystem", ns.nqn), zap.Uint32("nsid", ns.nsid),
+			zap.Bool("writable", writable), zap.Duration("took", took), zap.Error(err))
+	}
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("subsystem %s namespace %d: %w", ns.nqn, ns.nsid, err)
+	if writable && s.guard.Load() != nil {
+		return err
+	}
+	s.log.Warn("namespace: exclusive lock", zap.String("subsystem", ns.nqn), zap.Uint32("nsid", ns.nsid), zap.Bool("writable", writable), zap.Error(err))
+	return nil
 }

@@ -214,6 +214,7 @@ func (ns *namespace) rwDone(s *server, op uint8, n int, err error) nvmeof.Status
 	if err != nil {
 		return ns.ioFailed(s, bop, err)
 	}
+	ns.succeeded.Add(1)
 	return nvmeof.StatusSuccess
 }
 
@@ -294,6 +295,7 @@ func (ns *namespace) exec(s *server, sqe *nvmeof.SQE, data []byte) nvmeof.Status
 	if err != nil {
 		return ns.ioFailed(s, op, err)
 	}
+	ns.succeeded.Add(1)
 	return nvmeof.StatusSuccess
 }
 
@@ -308,6 +310,7 @@ func (ns *namespace) dsm(sqe *nvmeof.SQE, data []byte) nvmeof.Status {
 		return nvmeof.StatusFromError(err)
 	}
 	if !cmd.AD() {
+		ns.succeeded.Add(1)
 		return nvmeof.StatusSuccess
 	}
 	for i := 0; i < ranges.Len(); i++ {
@@ -324,12 +327,14 @@ func (ns *namespace) dsm(sqe *nvmeof.SQE, data []byte) nvmeof.Status {
 		}
 		err := ns.be.Discard(int64(rg.SLBA()<<ns.lbaShift), int64(rg.NLB())<<ns.lbaShift)
 		if errors.Is(err, backend.ErrNotSupported) {
+			ns.succeeded.Add(1)
 			return nvmeof.StatusSuccess
 		}
 		if err != nil {
 			return ns.ioFailed(nil, backend.OpDiscard, err)
 		}
 	}
+	ns.succeeded.Add(1)
 	return nvmeof.StatusSuccess
 }
 
@@ -400,8 +405,12 @@ func flushAll(sub *subsystem) nvmeof.Status {
 			continue
 		}
 		ns.otherCmds.Add(1)
-		if err := ns.be.Flush(); err != nil && st == nvmeof.StatusSuccess {
-			st = ns.ioFailed(nil, backend.OpFlush, err)
+		if err := ns.be.Flush(); err != nil {
+			if st == nvmeof.StatusSuccess {
+				st = ns.ioFailed(nil, backend.OpFlush, err)
+			}
+		} else {
+			ns.succeeded.Add(1)
 		}
 		ns.put()
 	}

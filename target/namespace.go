@@ -51,7 +51,10 @@ type namespace struct {
 	// completes them on its own goroutine (an rbd image, librbd's aio).
 	async backend.AsyncIO
 	ids   nvmeof.NSIdentifiers
-	pool  *workerPool // the shared pool, or a dedicated one (ownPool)
+	// wmu serializes the changes of the backend's writability and
+	// exclusive lock (server.syncNamespaceWritable).
+	wmu  sync.Mutex
+	pool *workerPool // the shared pool, or a dedicated one (ownPool)
 	// ownPool is set when the namespace has dedicated workers
 	// (NamespaceConfig.IOWorkers) that close with it.
 	ownPool bool
@@ -89,6 +92,8 @@ type nsCounters struct {
 	// pathErrors, blocklisted, lastPathError: BackendHealth.
 	pathErrors, blocklisted atomic.Uint64
 	lastPathError           atomic.Pointer[string]
+	// succeeded counts the commands whose backend work succeeded.
+	succeeded atomic.Uint64
 }
 
 const refClosing = int64(1) << 62

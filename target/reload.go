@@ -577,7 +577,12 @@ func (s *server) apply(p *reloadPlan, pr *prepared) error {
 		}
 		s.regMu.Lock()
 		s.ports[pc.ID] = pt
+		// A group's state set meanwhile (SetGroupANA) missed this port.
+		changed := pt.setANA(&pt.cfg)
 		s.regMu.Unlock()
+		if changed {
+			s.anaChanged(pt, &pt.cfg)
+		}
 	}
 	// Listener settings apply to new connections: re-listen without
 	// dropping the connections already accepted.

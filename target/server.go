@@ -56,6 +56,10 @@ type server struct {
 	// replaced by reloads.
 	authKeys atomic.Pointer[authKeys]
 
+	// anaForced are the ANA groups whose state SetGroupANA set, on
+	// every port (copied on write under anaMu; read by port.setANA).
+	anaForced atomic.Pointer[map[uint32]nvmeof.ANAState]
+	anaMu     sync.Mutex
 	// anaChange is the ANA change count (CHGCNT of the ANA log), bumped on
 	// every ANA state change.
 	anaChange atomic.Uint64

@@ -60,6 +60,18 @@ type Config struct {
 	// FailbackStable is how long the preferred owner serves a group
 	// before its failback strikes are cleared (default 60s).
 	FailbackStable time.Duration `mapstructure:"failback_stable"`
+	// BackendWindow is how long the owner's I/O of a group may fail with
+	// path errors, or stand still in the backend, with none completing,
+	// before it steps the group down (default: the lease; see
+	// gateway/backend.go and docs/rbd.md).
+	BackendWindow time.Duration `mapstructure:"backend_window"`
+	// BackendBackoff is how long a group stepped down for its backends is
+	// not taken again here after its release, doubled by each such
+	// step-down in a row (default: two leases).
+	BackendBackoff time.Duration `mapstructure:"backend_backoff"`
+	// BackendMaxBackoff caps the doubled backoff (default: 32 ×
+	// backend_backoff).
+	BackendMaxBackoff time.Duration `mapstructure:"backend_max_backoff"`
 	// ANAGroups are the groups and their preferred owners.
 	ANAGroups []GroupConfig `mapstructure:"ana_groups"`
 	// BlocklistExpire is how long a fence's blocklist entries last
@@ -116,6 +128,15 @@ func (g *Config) ApplyDefaults() {
 	if g.BlocklistExpire == 0 {
 		g.BlocklistExpire = gateway.DefaultBlocklistExpire
 	}
+	if g.BackendWindow == 0 {
+		g.BackendWindow = g.Lease
+	}
+	if g.BackendBackoff == 0 {
+		g.BackendBackoff = 2 * g.Lease
+	}
+	if g.BackendMaxBackoff == 0 {
+		g.BackendMaxBackoff = 32 * g.BackendBackoff
+	}
 	if g.Cluster.CephConf == "" {
 		g.Cluster.CephConf = backend.DefaultCephConf
 	}
@@ -154,6 +175,19 @@ func (g *Config) Validate(cfg *target.Config) error {
 	}
 	if g.FailbackStable < 0 || g.FailbackStable > 24*time.Hour {
 		add("failback_stable", "%s is out of range (0..24h)", g.FailbackStable)
+	}
+	// The window must span several samples (the runner samples the
+	// target every renew_interval/4, at most 250 ms) and not outlast
+	// what a host waits for a path.
+	if g.BackendWindow < g.RenewInterval || g.BackendWindow > 10*time.Minute {
+		add("backend_window", "%s is out of range (renew_interval %s..10m)", g.BackendWindow, g.RenewInterval)
+	}
+	// At least a lease: a survivor takes the released group meanwhile.
+	if g.BackendBackoff < g.Lease || g.BackendBackoff > 24*time.Hour {
+		add("backend_backoff", "%s is out of range (lease %s..24h)", g.BackendBackoff, g.Lease)
+	}
+	if g.BackendMaxBackoff < g.BackendBackoff || g.BackendMaxBackoff > 7*24*time.Hour {
+		add("backend_max_backoff", "%s is out of range (backend_backoff %s..168h)", g.BackendMaxBackoff, g.BackendBackoff)
 	}
 	// An entry that lapses lets a fenced gateway that was frozen longer
 	// write again: at least a day.
@@ -200,7 +234,8 @@ func (g *Config) machineConfig(session string) gateway.Config {
 	}
 	return gateway.Config{Name: g.Name, Session: session, Lease: g.Lease, RenewInterval: g.RenewInterval,
 		Margin: g.StepDownMargin, FailbackDelay: g.FailbackDelay, FailbackMaxDelay: g.FailbackMaxDelay,
-		FailbackStable: g.FailbackStable, Groups: groups}
+		FailbackStable: g.FailbackStable, Groups: groups,
+		BackendWindow: g.BackendWindow, BackendBackoff: g.BackendBackoff, BackendMaxBackoff: g.BackendMaxBackoff}
 }
 
 // canonicalGroupConfig is what every gateway of the group must agree on,
@@ -327,9 +362,71 @@ func (gs *Gateway) targetConfig() *target.Config {
 // applier applies ownership to the target (gateway.Applier).
 type applier struct{ gs *Gateway }
 
-// SetANA reloads the target with the group's new state (ANA change
-// events to the hosts), serialised with SIGHUP and the management API.
+// groupANASetter is the target's ANA path that is not a reload
+// (target.Target.SetGroupANA); the daemon's tests' fake target has none.
+type groupANASetter interface {
+	SetGroupANA(uint32, nvmeof.ANAState) error
+}
+
+var _ groupANASetter = (*target.Target)(nil)
+
+// SetANA sets the group's state on every port of the target (ANA change
+// events to the hosts) with target.Target.SetGroupANA, which is not a
+// reload: an inaccessible change applies at once and waits for no backend
+// I/O, no reload and no management change in progress (the change lock
+// is not taken), so that a step-down is never held by writes stuck on
+// storage out of reach. An optimized change takes the images' exclusive
+// locks; if an enabled namespace of the group is not online, the
+// namespaces that failed to open are retried first by a reload (under
+// the change lock), and a group still not servable is refused (made
+// inaccessible again). The ownership is also recorded for the overlay,
+// so that the configuration of every later reload says the same.
 func (a applier) SetANA(group uint32, optimized bool) error {
+	gs := a.gs
+	set, ok := gs.t.(groupANASetter)
+	if !ok {
+		return a.setANAByReload(group, optimized)
+	}
+	gs.mu.Lock()
+	gs.owned[group] = optimized
+	gs.mu.Unlock()
+	if !optimized {
+		return set.SetGroupANA(group, nvmeof.ANAInaccessible)
+	}
+	refuse := func(err error) error {
+		gs.mu.Lock()
+		gs.owned[group] = false
+		gs.mu.Unlock()
+		if rerr := set.SetGroupANA(group, nvmeof.ANAInaccessible); rerr != nil {
+			err = fmt.Errorf("%w; making it inaccessible again: %w", err, rerr)
+		}
+		return err
+	}
+	if unservable(group, gs.t.Status()) != "" {
+		// A namespace that failed to open is retried only by a reload.
+		gs.change.Lock()
+		err := gs.t.Reload(gs.targetConfig())
+		gs.change.Unlock()
+		if err != nil {
+			gs.log.Warn("gateway: retrying the namespaces of a group before serving it", zap.Uint32("group", group), zap.Error(err))
+		}
+		// The group is served only if it is whole: it would be
+		// optimized here with a namespace missing, and no other gateway
+		// would serve it. The machine counts it as a serve failure
+		// (failback.go) and releases the group.
+		if why := unservable(group, gs.t.Status()); why != "" {
+			return refuse(fmt.Errorf("ANA group %d cannot be served here: %s", group, why))
+		}
+	}
+	if err := set.SetGroupANA(group, nvmeof.ANAOptimized); err != nil {
+		return refuse(err)
+	}
+	return nil
+}
+
+// setANAByReload is SetANA as a reload of the target with the group's new
+// state, for a target without SetGroupANA.
+func (a applier) setANAByReload(group uint32, optimized bool) error {
 	gs := a.gs
 	gs.change.Lock()
 	defer gs.change.Unlock()
@@ -338,11 +435,6 @@ func (a applier) SetANA(group uint32, optimized bool) error {
 	gs.mu.Unlock()
 	err := gs.t.Reload(gs.targetConfig())
 	if err == nil && optimized {
-		// The reload retried every namespace that had failed to open:
-		// a group with a namespace still not open is not served (it
-		// would be optimized here with the namespace missing, and no
-		// other gateway would serve it). The machine counts it as a
-		// serve failure (failback.go) and releases the group.
 		if why := unservable(group, gs.t.Status()); why != "" {
 			err = fmt.Errorf("ANA group %d cannot be served here: %s", group, why)
 			gs.mu.Lock()
@@ -530,7 +622,8 @@ func (a applier) BackendHealth(group uint32) gateway.BackendHealth {
 		return gateway.BackendHealth{}
 	}
 	h := t.BackendHealth(group)
-	return gateway.BackendHealth{Transferred: h.Transferred, PathErrors: h.PathErrors, Blocklisted: h.Blocklisted, LastError: h.LastError}
+	return gateway.BackendHealth{Transferred: h.Transferred, PathErrors: h.PathErrors, Blocklisted: h.Blocklisted, LastError: h.LastError,
+		Completed: h.Completed, Ended: h.Ended, InFlight: h.InFlight}
 }
 
 // WaitForLatestOSDMap is the OSD-map barrier on the RADOS clients of the

@@ -88,6 +88,9 @@ ports:
 		{"gateway: {name: a, cluster: {pool: rbd}, lease: 500ms, ana_groups: [{id: 3, preferred: a}]}", "gateway.lease: 500ms is out of range"},
 		{"gateway: {name: a, cluster: {pool: rbd}, lease: 4s, renew_interval: 3s, ana_groups: [{id: 3, preferred: a}]}", "gateway.renew_interval: 3s must be positive and below lease - step_down_margin (3s)"},
 		{"gateway: {name: a, cluster: {pool: rbd}, leese: 4s, ana_groups: [{id: 3, preferred: a}]}", "gateway.leese: unknown key"},
+		{"gateway: {name: a, cluster: {pool: rbd}, backend_window: 1s, ana_groups: [{id: 3, preferred: a}]}", "gateway.backend_window: 1s is out of range (renew_interval 2.5s..10m)"},
+		{"gateway: {name: a, cluster: {pool: rbd}, backend_backoff: 5s, ana_groups: [{id: 3, preferred: a}]}", "gateway.backend_backoff: 5s is out of range (lease 10s..24h)"},
+		{"gateway: {name: a, cluster: {pool: rbd}, backend_backoff: 1m, backend_max_backoff: 30s, ana_groups: [{id: 3, preferred: a}]}", "gateway.backend_max_backoff: 30s is out of range (backend_backoff 1m0s..168h)"},
 	} {
 		isolate(t)
 		f := filepath.Join(t.TempDir(), "c.yaml")
