@@ -289,6 +289,9 @@ func member(g *Config, cfg *target.Config) gateway.Member {
 type Target interface {
 	Reload(cfg *target.Config) error
 	ReopenNamespaces(anaGroup uint32) error
+	// SetGroupANA is the one path of an ANA change of the group (not a
+	// reload: it waits for no backend I/O).
+	SetGroupANA(anaGroup uint32, st nvmeof.ANAState) error
 	Status() target.Status
 	Queues() []target.QueueStatus
 }
@@ -362,14 +365,6 @@ func (gs *Gateway) targetConfig() *target.Config {
 // applier applies ownership to the target (gateway.Applier).
 type applier struct{ gs *Gateway }
 
-// groupANASetter is the target's ANA path that is not a reload
-// (target.Target.SetGroupANA); the daemon's tests' fake target has none.
-type groupANASetter interface {
-	SetGroupANA(uint32, nvmeof.ANAState) error
-}
-
-var _ groupANASetter = (*target.Target)(nil)
-
 // SetANA sets the group's state on every port of the target (ANA change
 // events to the hosts) with target.Target.SetGroupANA, which is not a
 // reload: an inaccessible change applies at once and waits for no backend
@@ -383,10 +378,7 @@ var _ groupANASetter = (*target.Target)(nil)
 // so that the configuration of every later reload says the same.
 func (a applier) SetANA(group uint32, optimized bool) error {
 	gs := a.gs
-	set, ok := gs.t.(groupANASetter)
-	if !ok {
-		return a.setANAByReload(group, optimized)
-	}
+	set := gs.t
 	gs.mu.Lock()
 	gs.owned[group] = optimized
 	gs.mu.Unlock()
@@ -422,39 +414,6 @@ func (a applier) SetANA(group uint32, optimized bool) error {
 		return refuse(err)
 	}
 	return nil
-}
-
-// setANAByReload is SetANA as a reload of the target with the group's new
-// state, for a target without SetGroupANA.
-func (a applier) setANAByReload(group uint32, optimized bool) error {
-	gs := a.gs
-	gs.change.Lock()
-	defer gs.change.Unlock()
-	gs.mu.Lock()
-	gs.owned[group] = optimized
-	gs.mu.Unlock()
-	err := gs.t.Reload(gs.targetConfig())
-	if err == nil && optimized {
-		if why := unservable(group, gs.t.Status()); why != "" {
-			err = fmt.Errorf("ANA group %d cannot be served here: %s", group, why)
-			gs.mu.Lock()
-			gs.owned[group] = false
-			gs.mu.Unlock()
-			if rerr := gs.t.Reload(gs.targetConfig()); rerr != nil {
-				err = fmt.Errorf("%w; making it inaccessible again: %w", err, rerr)
-			}
-			return err
-		}
-	}
-	if err != nil && optimized {
-		// Not served: a later reload (SIGHUP, the API) must not make it
-		// optimized behind the gateway's back. A failed inaccessible
-		// change stays wanted: the next reload applies it.
-		gs.mu.Lock()
-		gs.owned[group] = false
-		gs.mu.Unlock()
-	}
-	return err
 }
 
 // unservable says why the target of st cannot serve ANA group group ("" if

@@ -23,6 +23,7 @@ import (
 	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/internal/dhchapkey"
 	"github.com/nvmetd/nvmetd/internal/metricserve"
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -37,6 +38,7 @@ type targetService interface {
 	HealthReport(nqn string, nsid uint32) (string, error)
 	Queues() []target.QueueStatus
 	ReopenNamespaces(anaGroup uint32) error
+	SetGroupANA(anaGroup uint32, st nvmeof.ANAState) error
 }
 
 // newTargetService creates the target; tests replace it.

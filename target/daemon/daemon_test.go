@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -120,6 +121,8 @@ func (f *fakeTarget) Status() target.Status {
 func (f *fakeTarget) Queues() []target.QueueStatus { return nil }
 
 func (f *fakeTarget) ReopenNamespaces(uint32) error { return nil }
+
+func (f *fakeTarget) SetGroupANA(uint32, nvmeof.ANAState) error { return nil }
 
 func (f *fakeTarget) set(fn func(f *fakeTarget)) {
 	f.mu.Lock()
