@@ -618,20 +618,7 @@ func (w *Workload) Completions(path string) int64 {
 // CompletionsSince returns the number of successful I/Os that completed
 // through path at or after since.
 func (w *Workload) CompletionsSince(path string, since time.Time) int {
-	l := &w.paths
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	i := slices.Index(l.names, path)
-	if i < 0 {
-		return 0
-	}
-	n, t := 0, since.UnixNano()
-	for j := len(l.log) - 1; j >= 0 && l.log[j].at >= t; j-- {
-		if l.log[j].path == int32(i) {
-			n++
-		}
-	}
-	return n
+	return w.CompletionsBetween(path, since, time.Time{})
 }
 
 // CompletionsBetween returns the number of successful I/Os that completed
