@@ -244,6 +244,24 @@ func (q *ControllerQueue) run() {
 	q.ticket.Release()
 	q.stop.Do(func() { close(q.closing) })
 	defer close(q.closedCh)
+	// Commands still waiting for the host's data (an R2T unanswered) can
+	// get it no more: they end here, with the error, so that the
+	// controller logic completes them and releases what they hold (their
+	// namespace among it); the PDU timeout's timer would only close the
+	// queue again.
+	why := err
+	if why == nil {
+		why = net.ErrClosed
+	}
+	for i := range q.reqs {
+		r := &q.reqs[i]
+		if r.r2t.CompareAndSwap(true, false) {
+			if r.r2tTimer != nil {
+				r.r2tTimer.Stop()
+			}
+			q.h.DataReady(r, fmt.Errorf("nvme-tcp: the queue ended before the host sent the data of its R2T: %w", why))
+		}
+	}
 	q.h.QueueClosed(q, err)
 }
 

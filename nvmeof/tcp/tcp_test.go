@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -447,5 +448,44 @@ func TestAdmittedOutlivesConnectTimeout(t *testing.T) {
 	case err := <-m.closed:
 		t.Fatalf("the queue ended: %v", err)
 	default:
+	}
+}
+
+// dataHandler is memHandler that reports the errors DataReady gets.
+type dataHandler struct {
+	*memHandler
+	errs chan error
+}
+
+func (h dataHandler) DataReady(r *Request, err error) {
+	if err != nil {
+		h.errs <- err
+	}
+	h.memHandler.DataReady(r, err)
+}
+
+// TestR2TEndsWithQueue: a write waiting for the host's data (R2T sent, no
+// H2CData) when the connection ends is handed back to the controller logic
+// with an error at once, so that it completes and releases what it holds;
+// before, it stayed held until the PDU timeout's timer, which only closed
+// the queue again (a removed port's queue then kept its namespace busy and
+// the target's Shutdown waited for it).
+func TestR2TEndsWithQueue(t *testing.T) {
+	m := dataHandler{newMemHandler(), make(chan error, 4)}
+	ln := serve(t, Config{PDUTimeout: time.Hour}, m)
+	h := dial(t, ln, wire.Digests{})
+	h.Connect(1, 32, "", 0, 0)
+	h.Capsule(rawtcp.RWSQE(nvmeof.NVMWrite, 77, 0, 64<<10, false), nil)
+	if hd, _, _ := h.Recv(); hd.Type != wire.TypeR2T {
+		t.Fatalf("got %s, want the R2T", hd.Type)
+	}
+	_ = h.Conn.Close()
+	select {
+	case err := <-m.errs:
+		if !strings.Contains(err.Error(), "R2T") {
+			t.Errorf("DataReady error %v", err)
+		}
+	case <-time.After(time.Minute): // a hang guard (the PDU timeout is an hour)
+		t.Fatal("the write waiting for its data was not handed back when the queue ended")
 	}
 }
