@@ -9,6 +9,9 @@
 #
 #   COUNT=5 test/bench/benchstat.sh OLD NEW [OUTDIR]
 #
+# BENCH narrows the benchmarks (go test -bench's regexp, default all), to
+# bisect one of them: BENCH='TargetIO/memory/seqwrite/128KiB/qd8' PKGS=target.
+#
 # OUTDIR (default test/bench/results/benchstat/<date>-<old>-<new>) gets
 # old.txt, new.txt (go test -bench output) and benchstat.txt.
 # benchstat: go install golang.org/x/perf/cmd/benchstat@latest (or the
@@ -18,6 +21,7 @@ OLD=${1:?usage: benchstat.sh OLD NEW [OUTDIR]}
 NEW=${2:?usage: benchstat.sh OLD NEW [OUTDIR]}
 COUNT=${COUNT:-5}
 BENCHTIME=${BENCHTIME:-1s}
+BENCH=${BENCH:-.}
 # The packages with benchmarks that run without a cluster (backend's RBD
 # benchmark needs one and the rbd tag).
 PKGS=${PKGS:-"iwarp nvmeof nvmeof/auth nvmeof/rdma target initiator backend"}
@@ -46,7 +50,7 @@ for v in old new; do
 	done
 done
 {
-	echo "# benchstat.sh: $(date -u +%FT%TZ), old $o, new $n, count $COUNT, benchtime $BENCHTIME, $(nproc) CPUs, kernel $(uname -r)"
+	echo "# benchstat.sh: $(date -u +%FT%TZ), old $o, new $n, count $COUNT, benchtime $BENCHTIME, bench $BENCH, pkgs $PKGS, $(nproc) CPUs, kernel $(uname -r)"
 	echo "# load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/run.txt"
 : > "$OUT/old.txt"
@@ -57,7 +61,7 @@ for i in $(seq "$COUNT"); do
 			b="$tmp/bin/$v/$(echo "$p" | tr / _).test"
 			[ -x "$b" ] || continue
 			# Each binary runs in its package's directory (testdata).
-			(cd "$tmp/$v/$p" && "$b" -test.run '^$' -test.bench . -test.benchmem -test.benchtime "$BENCHTIME" -test.count 1) |
+			(cd "$tmp/$v/$p" && "$b" -test.run '^$' -test.bench "$BENCH" -test.benchmem -test.benchtime "$BENCHTIME" -test.count 1) |
 				grep -E '^(Benchmark|goos|goarch|pkg|cpu)' >> "$OUT/$v.txt" || true
 		done
 	done
