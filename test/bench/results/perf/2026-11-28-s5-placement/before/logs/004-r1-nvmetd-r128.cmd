@@ -1,0 +1,1 @@
+env GOMAXPROCS=1 /tmp/exp/bin/nvmeof bench -t rdma -a 127.0.0.1 -s 4520 -n nqn.2024-01.io.nvmetd:bench -i 1 --nsid 1 --runtime 4s --busy-poll 0s --rw read --bs 131072 --iodepth 16 -o json 
