@@ -134,53 +134,96 @@ func sectypeStr(t uint8) string {
 	return "unrecognized"
 }
 
+// discoveryField is one field of a discovery log entry as nvme-cli prints
+// it (nvme_show_discovery_log and its JSON form): the one description both
+// outputs are made from, in nvme-cli's order.
+type discoveryField struct {
+	key   string                                // the JSON key
+	label string                                // the normal output's label, nvme-cli's padding
+	only  uint8                                 // the transport the field belongs to (0: every entry)
+	text  func(e *nvmeof.DiscoveryEntry) string // the value as the normal output prints it
+	json  func(e *nvmeof.DiscoveryEntry) any    // the JSON value (nil: text)
+}
+
+var discoveryFields = []discoveryField{
+	{key: "trtype", label: "trtype:  ", text: func(e *nvmeof.DiscoveryEntry) string { return trtypeStr(e.TrType) }},
+	{key: "adrfam", label: "adrfam:  ",
+		// nvme-cli prints no address family where there is no address,
+		// but names it in JSON.
+		text: func(e *nvmeof.DiscoveryEntry) string {
+			if e.TrAddr == "" {
+				return ""
+			}
+			return adrfamStr(e.AdrFam)
+		},
+		json: func(e *nvmeof.DiscoveryEntry) any { return adrfamStr(e.AdrFam) }},
+	{key: "subtype", label: "subtype: ", text: func(e *nvmeof.DiscoveryEntry) string { return subtypeStr(e.SubType) }},
+	{key: "treq", label: "treq:    ", text: func(e *nvmeof.DiscoveryEntry) string { return treqStr(e.TReq) }},
+	{key: "portid", label: "portid:  ", text: func(e *nvmeof.DiscoveryEntry) string { return fmt.Sprint(e.PortID) },
+		json: func(e *nvmeof.DiscoveryEntry) any { return e.PortID }},
+	{key: "trsvcid", label: "trsvcid: ", text: func(e *nvmeof.DiscoveryEntry) string { return e.TrSvcID }},
+	{key: "subnqn", label: "subnqn:  ", text: func(e *nvmeof.DiscoveryEntry) string { return e.SubNQN }},
+	{key: "traddr", label: "traddr:  ", text: func(e *nvmeof.DiscoveryEntry) string { return e.TrAddr }},
+	{key: "eflags", label: "eflags:  ", text: func(e *nvmeof.DiscoveryEntry) string { return eflagsStr(e.EFlags) }},
+	{key: "rdma_prtype", label: "rdma_prtype: ", only: nvmeof.TrTypeRDMA, text: func(e *nvmeof.DiscoveryEntry) string { return prtypeStr(e.RDMAPRType) }},
+	{key: "rdma_qptype", label: "rdma_qptype: ", only: nvmeof.TrTypeRDMA, text: func(e *nvmeof.DiscoveryEntry) string { return qptypeStr(e.RDMAQPType) }},
+	{key: "rdma_cms", label: "rdma_cms:    ", only: nvmeof.TrTypeRDMA, text: func(e *nvmeof.DiscoveryEntry) string { return cmsStr(e.RDMACMS) }},
+	{key: "rdma_pkey", label: "rdma_pkey: ", only: nvmeof.TrTypeRDMA,
+		text: func(e *nvmeof.DiscoveryEntry) string { return fmt.Sprintf("0x%04x", e.RDMAPKey) },
+		json: func(e *nvmeof.DiscoveryEntry) any { return int(e.RDMAPKey) }},
+	// nvme-cli's nvmf_sectype_str: TCP ports only.
+	{key: "sectype", label: "sectype: ", only: nvmeof.TrTypeTCP, text: func(e *nvmeof.DiscoveryEntry) string { return sectypeStr(e.TCPSecType) }},
+}
+
+// applies: the field is printed for entry e.
+func (f *discoveryField) applies(e *nvmeof.DiscoveryEntry) bool {
+	return f.only == 0 || f.only == e.TrType
+}
+
 // WriteDiscovery prints a discovery log like nvme-cli's stdout output.
 func WriteDiscovery(w io.Writer, l *nvmeof.DiscoveryLog) {
 	fmt.Fprintf(w, "\nDiscovery Log Number of Records %d, Generation counter %d\n", len(l.Entries), l.GenCtr)
-	for i, e := range l.Entries {
+	for i := range l.Entries {
+		e := &l.Entries[i]
 		fmt.Fprintf(w, "=====Discovery Log Entry %d======\n", i)
-		fmt.Fprintf(w, "trtype:  %s\n", trtypeStr(e.TrType))
-		adrfam := ""
-		if e.TrAddr != "" {
-			adrfam = adrfamStr(e.AdrFam)
-		}
-		fmt.Fprintf(w, "adrfam:  %s\n", adrfam)
-		fmt.Fprintf(w, "subtype: %s\n", subtypeStr(e.SubType))
-		fmt.Fprintf(w, "treq:    %s\n", treqStr(e.TReq))
-		fmt.Fprintf(w, "portid:  %d\n", e.PortID)
-		fmt.Fprintf(w, "trsvcid: %s\n", e.TrSvcID)
-		fmt.Fprintf(w, "subnqn:  %s\n", e.SubNQN)
-		fmt.Fprintf(w, "traddr:  %s\n", e.TrAddr)
-		fmt.Fprintf(w, "eflags:  %s\n", eflagsStr(e.EFlags))
-		if e.TrType == nvmeof.TrTypeRDMA {
-			fmt.Fprintf(w, "rdma_prtype: %s\n", prtypeStr(e.RDMAPRType))
-			fmt.Fprintf(w, "rdma_qptype: %s\n", qptypeStr(e.RDMAQPType))
-			fmt.Fprintf(w, "rdma_cms:    %s\n", cmsStr(e.RDMACMS))
-			fmt.Fprintf(w, "rdma_pkey: 0x%04x\n", e.RDMAPKey)
-		}
-		if e.TrType == nvmeof.TrTypeTCP {
-			// nvme-cli's nvme_show_discovery_log (nvmf_sectype_str).
-			fmt.Fprintf(w, "sectype: %s\n", sectypeStr(e.TCPSecType))
+		for j := range discoveryFields {
+			if f := &discoveryFields[j]; f.applies(e) {
+				fmt.Fprintf(w, "%s%s\n", f.label, f.text(e))
+			}
 		}
 	}
 }
 
-// discoveryRecord is one entry in nvme-cli's JSON output.
-type discoveryRecord struct {
-	TrType     string `json:"trtype"`
-	AdrFam     string `json:"adrfam"`
-	SubType    string `json:"subtype"`
-	TReq       string `json:"treq"`
-	PortID     uint16 `json:"portid"`
-	TrSvcID    string `json:"trsvcid"`
-	SubNQN     string `json:"subnqn"`
-	TrAddr     string `json:"traddr"`
-	EFlags     string `json:"eflags"`
-	RDMAPRType string `json:"rdma_prtype,omitempty"`
-	RDMAQPType string `json:"rdma_qptype,omitempty"`
-	RDMACMS    string `json:"rdma_cms,omitempty"`
-	RDMAPKey   *int   `json:"rdma_pkey,omitempty"`
-	SecType    string `json:"sectype,omitempty"`
+// discoveryRecord is one entry in nvme-cli's JSON output: the fields that
+// apply to it, in the table's order.
+type discoveryRecord struct{ e *nvmeof.DiscoveryEntry }
+
+func (r discoveryRecord) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for j := range discoveryFields {
+		f := &discoveryFields[j]
+		if !f.applies(r.e) {
+			continue
+		}
+		var v any
+		if f.json != nil {
+			v = f.json(r.e)
+		} else {
+			v = f.text(r.e)
+		}
+		kv, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, f.key...)
+		b = append(b, '"', ':')
+		b = append(b, kv...)
+	}
+	return append(b, '}'), nil
 }
 
 // discoveryJSON is nvme-cli's JSON discovery output.
@@ -191,24 +234,14 @@ type discoveryJSON struct {
 
 func discoveryToJSON(l *nvmeof.DiscoveryLog) discoveryJSON {
 	d := discoveryJSON{GenCtr: l.GenCtr, Records: []discoveryRecord{}}
-	for _, e := range l.Entries {
-		r := discoveryRecord{
-			TrType: trtypeStr(e.TrType), AdrFam: adrfamStr(e.AdrFam), SubType: subtypeStr(e.SubType),
-			TReq: treqStr(e.TReq), PortID: e.PortID, TrSvcID: e.TrSvcID, SubNQN: e.SubNQN, TrAddr: e.TrAddr,
-			EFlags: eflagsStr(e.EFlags),
-		}
-		if e.TrType == nvmeof.TrTypeRDMA {
-			pkey := int(e.RDMAPKey)
-			r.RDMAPRType, r.RDMAQPType, r.RDMACMS, r.RDMAPKey = prtypeStr(e.RDMAPRType), qptypeStr(e.RDMAQPType), cmsStr(e.RDMACMS), &pkey
-		}
-		if e.TrType == nvmeof.TrTypeTCP {
-			r.SecType = sectypeStr(e.TCPSecType)
-		}
-		d.Records = append(d.Records, r)
+	for i := range l.Entries {
+		d.Records = append(d.Records, discoveryRecord{&l.Entries[i]})
 	}
 	return d
 }
 
+// WriteDiscoveryJSON prints a discovery log like nvme-cli's JSON output
+// (-o json).
 func WriteDiscoveryJSON(w io.Writer, l *nvmeof.DiscoveryLog) {
 	b, _ := json.MarshalIndent(discoveryToJSON(l), "", "  ")
 	fmt.Fprintf(w, "%s\n", b)
