@@ -28,13 +28,13 @@ import (
 
 // singlePathGW is what the phase needs of testLinuxHostGateway.
 type singlePathGW struct {
-	vm       *lab.VM
-	procs    [2]*gwProc
-	ctrlOf   map[int]string // port → nvmeX
-	dev      string         // the multipath disk, nvmeXnY
-	sampler  *ioSampler
-	vw       *linuxWriter
-	events   map[string]time.Time
+	vm      *lab.VM
+	procs   [2]*gwProc
+	ctrlOf  map[int]string // port → nvmeX
+	dev     string         // the multipath disk, nvmeXnY
+	sampler *ioSampler
+	vw      *linuxWriter
+	events  map[string]time.Time
 }
 
 // singlePathTakeover runs the phase; it returns the survivor's fence time
