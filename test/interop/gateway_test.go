@@ -358,6 +358,7 @@ resume:
 		time.Sleep(100 * time.Millisecond)
 	}
 	vw.waitWrites(200, "after gw-a's resume")
+	fences = append(fences, singlePathTakeover(t, singlePathGW{vm: vm, procs: procs, ctrlOf: ctrlOf, dev: dev, sampler: sampler, vw: vw, events: events}))
 
 	sum, off := vw.stop()
 	reportKernelFailovers(t, sampler.stop(), events)
