@@ -74,7 +74,8 @@ func singlePathTakeover(t *testing.T, g singlePathGW) time.Duration {
 	// is the only one of the subsystem's namespace 1. (Checked before the
 	// waits for writes: without the in-place reopen every I/O on the old
 	// head fails and the waits would only time out.)
-	heads := strings.Fields(step(t, g.vm, time.Minute, fmt.Sprintf(`for b in /sys/block/nvme*n*; do `+
+	// (The hidden per-path disks, nvmeXcYnZ, are in /sys/block too.)
+	heads := strings.Fields(step(t, g.vm, time.Minute, fmt.Sprintf(`for b in /sys/block/nvme*n*; do case ${b##*/} in nvme*c*) continue;; esac; `+
 		`[ "$(cat $b/device/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $b/nsid 2>/dev/null)" = 1 ] && basename $b; done; true`, gatewayNQN)))
 	d := dmesgSince(t, g.vm, mark)
 	if len(heads) != 1 || heads[0] != g.dev || strings.Contains(d, "no available path") {
