@@ -23,8 +23,11 @@ import (
 // gateways and vwriter, before vwriter's stop: that run's sweep of the
 // whole disk judges these writes too.
 //
-// DRAFT (session 5, after the lead's 19:56 notice): compiled, never run.
-// See NOTES-s5-singlepath.md.
+// Without 618da4d (the old reopen: a reload with the group's namespaces
+// disabled, then one with them enabled) the phase passes on 6.12 when the
+// two reloads follow each other faster than the host rescans, and fails
+// (a new head nvme0n2, "no available path - failing I/O") with 3 s between
+// them, as on a loaded machine: test/bench/results/gateway/2026-11-28-s6-singlepath.
 
 // singlePathGW is what the phase needs of testLinuxHostGateway.
 type singlePathGW struct {
@@ -41,6 +44,8 @@ type singlePathGW struct {
 // (for the stall bound) and leaves the host with the survivor's path only.
 func singlePathTakeover(t *testing.T, g singlePathGW) time.Duration {
 	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("single path: the phase took %.1fs", time.Since(start).Seconds()) }()
 	// The owner is the gateway whose path is optimized (gw-a after its
 	// failback; gw-b if gw-a did not take the group back).
 	states := step(t, g.vm, time.Minute, fmt.Sprintf(`for c in %s %s; do echo $c $(cat /sys/class/nvme/$c/nvme*c*n1/ana_state 2>/dev/null); done`,
