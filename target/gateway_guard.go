@@ -104,7 +104,11 @@ func (s *server) guardNamespace(ns *namespace) {
 	if err != nil {
 		_ = ns.close(nil)
 		ns.be = nil
-		ns.state, ns.err, ns.field = NamespaceFailed, "refused in a gateway: "+err.Error(), ns.field+".backend"
+		// ErrGatewayGuard in the cause: the management API answers 409
+		// (a conflict with the gateway group, as for an ANA group it does
+		// not manage), not 400 (storage that does not open).
+		ns.cause = fmt.Errorf("%w: %w", ErrGatewayGuard, err)
+		ns.state, ns.err, ns.field = NamespaceFailed, ns.cause.Error(), ns.field+".backend"
 	}
 }
 

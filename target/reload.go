@@ -231,7 +231,7 @@ func (s *server) prepare(p *reloadPlan) (*prepared, error) {
 		pr.subs = append(pr.subs, sub)
 		for _, ns := range list {
 			if ns.state == NamespaceFailed {
-				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err})
+				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err, Err: ns.cause})
 			}
 		}
 	}
@@ -253,7 +253,7 @@ func (s *server) prepare(p *reloadPlan) (*prepared, error) {
 		s.regMu.RUnlock()
 		for _, ns := range list {
 			if ns.state == NamespaceFailed && !sp.retry[ns.nsid] {
-				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err})
+				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err, Err: ns.cause})
 			}
 		}
 	}

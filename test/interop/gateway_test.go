@@ -271,6 +271,7 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 	vw := startLinuxWriter(t, vm, dev, "gw")
 	sampler.waitProgress(t, 0, 500, "before the gateway is killed")
 	vw.waitWrites(200, "before the gateway is killed")
+	guardLinuxHost(t, vm, c, a, b, ctrlOf, vw, image)
 	events := map[string]time.Time{}
 	// fenceTime is gw-b's fence of gw-a, from its log since mark: from
 	// "fencing the previous holder" to "group 1: set-ana optimized" (the
