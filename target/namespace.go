@@ -218,6 +218,9 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 		ns.state, ns.err, ns.field = NamespaceFailed, fe.Reason, field+"."+fe.Field
 		return ns
 	}
+	if f := s.backendOpening.Load(); f != nil {
+		(*f)(nqn, cfg)
+	}
 	bc, err := cfg.BackendConfig()
 	if err == nil {
 		bc.DeferClaim = deferClaim
