@@ -487,8 +487,13 @@ type Request struct {
 	sge      [1][]byte
 	csge     [1][]byte
 	active   bool
-	answered bool // Complete ran
+	answered bool // Complete or Answer ran
 	want     int  // data buffer size while waiting for one
+	// Answer's state: held (the owner keeps the context and its buffer
+	// until Release), sent (the answer's Send completed: its send queue
+	// room is back), released (Release ran before that Send completed).
+	held, sent, released bool
+	sqeCopy              nvmeof.SQE // the SQE after Answer (its receive buffer is the host's again)
 }
 
 // token is the work request ID of the request's current use: its index and
@@ -561,11 +566,11 @@ func (r *Request) Complete(st nvmeof.Status) {
 	// The SQE and any in-capsule data are used up: give the buffer back to
 	// the host before answering (as nvmet does).
 	if err := q.qp.PostRecv(&q.recvWRs[r.recvSlot]); err != nil {
-		q.release(r)
+		q.unsent(r)
 		return
 	}
 	n := 0
-	if st == nvmeof.StatusSuccess && dir == nvmeof.DirControllerToHost && len(r.data) > 0 && !r.inCap {
+	if st == nvmeof.StatusSuccess && dir == nvmeof.DirControllerToHost && len(r.data) > 0 && !r.inCap && !r.held {
 		r.sge[0] = r.data
 		r.wrs[0] = iwarp.SendWR{ID: r.token(), Opcode: iwarp.WRWrite, Local: r.sge[:], RemoteSTag: r.key, RemoteTO: r.addr}
 		n++
@@ -579,8 +584,69 @@ func (r *Request) Complete(st nvmeof.Status) {
 	// The room was reserved when the command arrived: this fails only on
 	// a queue that is ending, and then nothing of the response was posted.
 	if err := q.qp.PostSendChain(r.wrs[:n]); err != nil {
-		q.release(r)
+		q.unsent(r)
 	}
+}
+
+// unsent releases a request whose response could not be posted (the queue
+// is ending); one that Answer answered stays its owner's until Release.
+func (q *ControllerQueue) unsent(r *Request) {
+	q.mu.Lock()
+	if r.held && !r.released {
+		r.sent = true
+		q.sqAvail += sqPerCommand
+		q.mu.Unlock()
+		return
+	}
+	q.releaseLocked(r)
+}
+
+// Answer answers the command now with st, as Complete does for an error
+// status (no data goes to the host), but keeps the context and its data
+// buffer for the caller: whoever still reads or fills Data() (a backend
+// that has not returned) may go on until Release, which frees them. The
+// host may reuse the command's CID at once; the context matches no later
+// completion (no RDMA Read or Write of it is left, and it is not reused
+// before Release). It may be called from any goroutine, instead of
+// Complete, once; Release must follow exactly once.
+//
+// It reports false, and does nothing, for a command whose data came in
+// its capsule: that data is in the receive buffer, which the host's next
+// command would overwrite once given back; such a command is completed as
+// usual. A command answered already (Complete or Answer) is false too.
+func (r *Request) Answer(st nvmeof.Status) bool {
+	q := r.q
+	if r.answered || r.inCap {
+		return false
+	}
+	// The SQE is in the receive buffer, given back below: keep a copy
+	// for whoever reads SQE() until Release.
+	r.sqeCopy = *r.sqe
+	r.sqe = &r.sqeCopy
+	q.mu.Lock()
+	r.held = true
+	q.mu.Unlock()
+	r.Complete(st)
+	return true
+}
+
+// Release frees the context and data buffer of a request that Answer
+// answered, once its owner no longer uses them (the backend returned). It
+// is safe after the queue ended.
+func (r *Request) Release() {
+	q := r.q
+	q.mu.Lock()
+	if !r.active || !r.held || r.released {
+		q.mu.Unlock()
+		return
+	}
+	if !r.sent {
+		// The answer's Send has not completed: its completion frees.
+		r.released = true
+		q.mu.Unlock()
+		return
+	}
+	q.releaseLocked(r)
 }
 
 // onWC handles completions on the engine goroutines. A completion names
@@ -768,6 +834,18 @@ func (q *ControllerQueue) releaseID(id uint64) {
 		q.mu.Unlock()
 		return
 	}
+	if r.held && !r.released {
+		// An answer sent early: its send queue room is back, the
+		// context and buffer stay with the owner until Release.
+		r.sent = true
+		q.sqAvail += sqPerCommand
+		if q.wHead == len(q.waiting) && q.bHead == len(q.backlog) {
+			q.mu.Unlock()
+			return
+		}
+		q.drainLocked()
+		return
+	}
 	q.releaseLocked(r)
 }
 
@@ -780,9 +858,11 @@ func (q *ControllerQueue) releaseLocked(r *Request) {
 	if r.pool != nil {
 		r.pool.put(r.dataOff, cap(r.data))
 	}
+	if !r.held || !r.sent {
+		q.sqAvail += sqPerCommand
+	}
 	*r = Request{q: q, index: r.index, gen: r.gen + 1}
 	q.free = append(q.free, r.index)
-	q.sqAvail += sqPerCommand
 	if q.wHead == len(q.waiting) && q.bHead == len(q.backlog) {
 		q.mu.Unlock() // nothing waits: no drain
 		return
