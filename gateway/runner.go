@@ -83,6 +83,15 @@ type Applier interface {
 	Readiness(group uint32) Readiness
 }
 
+// InFlightAnswerer is an Applier that can answer the group's commands still
+// in their backends at once with an ANA path error, keeping their buffers
+// until the backends return (target.Target.AnswerGroupInFlight): the
+// runner's ActAnswerInFlight. It must not block or do I/O; it returns how
+// many commands it answered.
+type InFlightAnswerer interface {
+	AnswerInFlight(group uint32) (int, error)
+}
+
 // Event is an action the runner carried out, with its outcome, for
 // tests, logs and metrics.
 type Event struct {
@@ -295,6 +304,18 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 				err := r.ap.SetANA(g, a.Optimized)
 				r.results <- func() []Action { return report(err) }
 			}()
+		case ActAnswerInFlight:
+			// At once, on the loop (no I/O): after the inaccessible
+			// change it follows.
+			if an, ok := r.ap.(InFlightAnswerer); ok {
+				n, err := an.AnswerInFlight(g)
+				r.event(a, err)
+				if err != nil {
+					r.log.Warn("gateway: "+a.String()+" failed", zap.Error(err))
+				} else {
+					r.log.Info("gateway: "+a.String(), zap.Int("answered", n))
+				}
+			}
 		case ActServeUntil:
 			// At once, on the loop: before the ActSetANA optimized that
 			// may follow, and before anything is served past it.

@@ -642,6 +642,22 @@ func (a applier) Reopen(group uint32) error {
 	return nil
 }
 
+// AnswerInFlight answers the group's commands still in the target's
+// backends at once with ANA Inaccessible (target.Target.AnswerGroupInFlight;
+// the runner calls it only when their clients are fenced or blocklisted:
+// gateway.ActAnswerInFlight). A target without it answers nothing.
+func (a applier) AnswerInFlight(group uint32) (int, error) {
+	t, ok := a.gs.t.(interface {
+		AnswerGroupInFlight(uint32) (int, error)
+	})
+	if !ok {
+		return 0, nil
+	}
+	return t.AnswerGroupInFlight(group)
+}
+
+var _ gateway.InFlightAnswerer = applier{}
+
 // reopenTarget is the target's reopen in two halves (*target.Target has
 // it): the opens, then the swap.
 type reopenTarget interface {
