@@ -72,8 +72,8 @@ func (q *queue) answerGroup(group uint32, st nvmeof.Status) int {
 			ans = ctrl.logError(q.qid, r.SQE(), st) // an error log entry, as respondAt's
 		}
 		if !r.Answer(ans) {
-			// The binding cannot (RDMA in-capsule data: in a receive
-			// buffer the host reuses): the backend's return answers it.
+			// The binding refused (answered already: not expected):
+			// the backend's return answers it.
 			if !c.io.CompareAndSwap(answering, run) {
 				c.io.Store(ioIdle)
 				q.respondAt(r, c.doneSt, c.doneAt)
@@ -98,9 +98,9 @@ func (q *queue) answerGroup(group uint32, st nvmeof.Status) int {
 // (nvme_failover_req) after it reads the ANA log. Each such command's
 // context and data buffer stay held until its backend returns (the backend
 // still reads or fills the buffer), then they are freed; GroupInFlight
-// counts it until then. A command the binding cannot answer early (RDMA
-// in-capsule data) is answered by its backend's return as usual. It
-// returns how many were answered.
+// counts it until then (over RDMA a command whose data came in its capsule
+// keeps its receive buffer, and the slot gets a spare). It returns how
+// many were answered.
 //
 // The group must be inaccessible (or in persistent loss) on every port
 // (SetGroupANA), so that the host's retry cannot come back here. Answering

@@ -100,7 +100,7 @@ func TestAnswerGroupInFlight(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			ns1 := memNS(1, "16MiB")
 			ns1.ANAGroup = 1
-			ns1.IOWorkers = 4
+			ns1.IOWorkers = 8
 			cfg := testConfig(t, ns1)
 			cfg.Ports = append(cfg.Ports, PortConfig{ID: 2, Address: "127.0.0.1", ServiceID: freePort(t), Transport: TransportTCP, Subsystems: []string{testSubNQN}})
 			s := startServer(t, cfg)
@@ -127,12 +127,17 @@ func TestAnswerGroupInFlight(t *testing.T) {
 			tio := rawtcp.Dial(t, portAddr(s, 2), wire.Digests{})
 			tio.Connect(1, 32, testSubNQN, cntlid, testKATO)
 
-			// Three RDMA writes (16 KiB: keyed, not in the capsule) and
-			// one NVMe/TCP write stick in the backend.
-			const nRDMA = 3
+			// Four RDMA writes (three of 16 KiB: keyed; one of 4 KiB: in
+			// the capsule, its data in a receive buffer) and one NVMe/TCP
+			// write stick in the backend.
+			const nRDMA = 4
 			var results []<-chan error
 			for i := range nRDMA {
-				data := bytes.Repeat([]byte{0xEE}, 16<<10)
+				size := 16 << 10
+				if i == nRDMA-1 {
+					size = 4096
+				}
+				data := bytes.Repeat([]byte{0xEE}, size)
 				data[1] = byte(i)
 				results = append(results, submit(t, h.io[0], rw(true, 1, uint64(i*32), data, 512)))
 			}

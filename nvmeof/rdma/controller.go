@@ -271,15 +271,18 @@ type ControllerQueue struct {
 	poolMR   *iwarp.MR
 	recvBufs [][]byte
 	recvWRs  []iwarp.RecvWR
-	reqs     []*Request // every request context, by index
-	free     []int32
-	sqAvail  int       // send queue entries not reserved
-	backlog  []capsule // commands waiting for a context and send queue room, from bHead
-	bHead    int
-	waiting  []*Request // commands waiting for a data buffer, in order, from wHead
-	wHead    int
-	closed   bool
-	stats    Stats
+	// spareRecv are receive buffers that early answers of in-capsule
+	// commands kept and gave back (Request.Answer), under mu.
+	spareRecv [][]byte
+	reqs      []*Request // every request context, by index
+	free      []int32
+	sqAvail   int       // send queue entries not reserved
+	backlog   []capsule // commands waiting for a context and send queue room, from bHead
+	bHead     int
+	waiting   []*Request // commands waiting for a data buffer, in order, from wHead
+	wHead     int
+	closed    bool
+	stats     Stats
 }
 
 // capsule is a received command waiting for resources.
@@ -494,6 +497,7 @@ type Request struct {
 	// room is back), released (Release ran before that Send completed).
 	held, sent, released bool
 	sqeCopy              nvmeof.SQE // the SQE after Answer (its receive buffer is the host's again)
+	heldRecv             []byte     // the receive buffer Answer kept (in-capsule data): a spare after Release
 }
 
 // token is the work request ID of the request's current use: its index and
@@ -610,21 +614,39 @@ func (q *ControllerQueue) unsent(r *Request) {
 // before Release). It may be called from any goroutine, instead of
 // Complete, once; Release must follow exactly once.
 //
-// It reports false, and does nothing, for a command whose data came in
-// its capsule: that data is in the receive buffer, which the host's next
-// command would overwrite once given back; such a command is completed as
-// usual. A command answered already (Complete or Answer) is false too.
+// A command whose data came in its capsule keeps its receive buffer (the
+// data is there): the slot gets a spare buffer for the host's next command
+// (one made on the first such answer, reused after Release), so the host
+// has as many receives as before. A command answered already (Complete or
+// Answer) is refused (false, nothing done).
 func (r *Request) Answer(st nvmeof.Status) bool {
 	q := r.q
-	if r.answered || r.inCap {
+	if r.answered {
 		return false
 	}
-	// The SQE is in the receive buffer, given back below: keep a copy
-	// for whoever reads SQE() until Release.
+	// The SQE is in the receive buffer, given back below (or kept, with
+	// in-capsule data): a copy for whoever reads SQE() until Release.
 	r.sqeCopy = *r.sqe
 	r.sqe = &r.sqeCopy
 	q.mu.Lock()
 	r.held = true
+	if r.inCap {
+		old := q.recvBufs[r.recvSlot]
+		var spare []byte
+		if n := len(q.spareRecv); n > 0 {
+			spare, q.spareRecv = q.spareRecv[n-1], q.spareRecv[:n-1]
+		}
+		if spare == nil {
+			// Only on an early answer, never on the I/O path: at most
+			// one per context held at a time.
+			spare = make([]byte, len(old))
+		}
+		// The slot's receive is not posted while its command runs:
+		// Complete below posts it with the spare.
+		r.heldRecv = old
+		q.recvBufs[r.recvSlot] = spare
+		q.recvWRs[r.recvSlot].Buf = spare
+	}
 	q.mu.Unlock()
 	r.Complete(st)
 	return true
@@ -857,6 +879,9 @@ func (q *ControllerQueue) releaseLocked(r *Request) {
 	}
 	if r.pool != nil {
 		r.pool.put(r.dataOff, cap(r.data))
+	}
+	if r.heldRecv != nil {
+		q.spareRecv = append(q.spareRecv, r.heldRecv)
 	}
 	if !r.held || !r.sent {
 		q.sqAvail += sqPerCommand

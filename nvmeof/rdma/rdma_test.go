@@ -887,8 +887,12 @@ func TestAnswerHoldsContext(t *testing.T) {
 			t.Fatalf("held read %d: its data buffer was reused before Release", i)
 		}
 	}
-	// An in-capsule write is not answered early.
-	w := &HostRequest{Data: pattern(512, 1), Write: true, Done: func(*HostRequest) {}}
+	// An in-capsule write answered early keeps its data, which is in the
+	// receive buffer, until Release, while more in-capsule writes go
+	// through every receive slot (one would overwrite it if the slot
+	// were given back with it).
+	icData := pattern(512, 0x3C)
+	w := &HostRequest{Data: icData, Write: true}
 	w.SQE.BuildWrite(1, 0, 1)
 	wdone := make(chan struct{})
 	w.Done = func(*HostRequest) { close(wdone) }
@@ -901,22 +905,44 @@ func TestAnswerHoldsContext(t *testing.T) {
 	case <-time.After(hang):
 		t.Fatal("the in-capsule write did not reach the controller")
 	}
-	if wr.Answer(nvmeof.StatusANAInaccessible) {
-		t.Fatal("Answer of an in-capsule write accepted")
+	if !wr.inCap {
+		t.Fatal("the 512-byte write did not come in its capsule")
 	}
-	wr.Complete(nvmeof.StatusSuccess)
+	mu.Lock()
+	held[wr.Index()] = true
+	mu.Unlock()
+	if !wr.Answer(nvmeof.StatusANAInaccessible) {
+		t.Fatal("Answer of an in-capsule write refused")
+	}
 	select {
 	case <-wdone:
 	case <-time.After(hang):
-		t.Fatal("the in-capsule write was not completed")
+		t.Fatal("the in-capsule write was not answered")
 	}
-	if err := w.Status(); err != nil {
-		t.Fatal(err)
+	if st, ok := w.Status().(nvmeof.Status); !ok || st != nvmeof.StatusANAInaccessible {
+		t.Fatalf("in-capsule write answered early: %v", w.Status())
 	}
+	for i := range 4 * qsize {
+		w := &HostRequest{Data: pattern(512, byte(i)), Write: true}
+		w.SQE.BuildWrite(1, uint64(i), 1)
+		go func() { (<-m.holdW).Complete(nvmeof.StatusSuccess) }()
+		if err := do(t, q, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	if len(reused) > 0 {
+		t.Fatalf("held contexts %v given to new commands before Release", reused)
+	}
+	mu.Unlock()
+	if !bytes.Equal(wr.Data(), icData) || wr.SQE().Opcode() != nvmeof.NVMWrite {
+		t.Fatal("the held in-capsule write's data or SQE changed before Release")
+	}
+	parked = append(parked, wr)
 
 	cq := parked[0].Queue()
 	before := cq.Stats()
-	if before.PoolBytesInUse < n*8192 {
+	if before.PoolBytesInUse < n*8192 { // the in-capsule write holds no pool buffer
 		t.Fatalf("pool bytes in use %d with %d held 8 KiB buffers", before.PoolBytesInUse, n)
 	}
 	mu.Lock()
