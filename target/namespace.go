@@ -223,6 +223,9 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 		ns.state, ns.err, ns.field, ns.cause = NamespaceFailed, fe.Reason, field+"."+fe.Field, fe.Err
 		return ns
 	}
+	if f := s.backendOpening.Load(); f != nil {
+		(*f)(nqn, cfg)
+	}
 	bc, err := cfg.BackendConfig()
 	if err == nil {
 		bc.DeferClaim = deferClaim

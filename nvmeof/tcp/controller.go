@@ -762,6 +762,59 @@ func (r *Request) Complete(st nvmeof.Status) {
 	r.finish(k)
 }
 
+// Answer answers the command now with st, as Complete does for an error
+// status (a CapsuleResp, no data goes to the host), but keeps the context
+// and its data buffer for the caller: whoever still reads or fills Data()
+// (a backend that has not returned) may go on until Release, which frees
+// them. The host may reuse the command's CID at once; the context matches
+// no H2CData (only a context in R2T does) and is not given to a new
+// command before Release. It may be called from any goroutine, instead of
+// Complete, once; Release must follow exactly once. It reports false, and
+// does nothing, for a command answered already or waiting for the host's
+// data (an R2T outstanding).
+func (r *Request) Answer(st nvmeof.Status) bool {
+	q := r.q
+	if r.answered || !r.active.Load() || r.r2t.Load() {
+		return false
+	}
+	r.answered = true
+	sqhd := uint32(0xFFFF) // SQ flow control disabled
+	for !q.sqFlowOff.Load() {
+		old := q.sqHead.Load()
+		sqhd = (old + 1) % uint32(q.size)
+		if q.sqHead.CompareAndSwap(old, sqhd) {
+			break
+		}
+	}
+	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[:])
+	cqe := wire.CapsuleCQE(r.out[:])
+	cqe.Complete(&r.sqe, q.qid, uint16(sqhd), uint32(r.result), st)
+	cqe.SetDW1(uint32(r.result >> 32))
+	n := wire.CapsuleRespHLen
+	if q.d.Header {
+		wire.PutDigest(r.out[n:], wire.HeaderDigest(r.out[:n]))
+		n += wire.DigestSize
+	}
+	// Written now, not gathered in the receive goroutine's batch: the
+	// batch frees the contexts it writes, and this one stays held.
+	r.iov[0] = r.out[:n]
+	r.bufs = r.iov[:1]
+	q.pdusSent.Add(1)
+	_ = q.write(&r.bufs)
+	r.iov = [3][]byte{}
+	return true
+}
+
+// Release frees the context and data buffer of a request that Answer
+// answered, once its owner no longer uses them (the backend returned). It
+// is safe after the queue ended.
+func (r *Request) Release() {
+	if !r.answered || !r.active.Load() {
+		return
+	}
+	r.release()
+}
+
 // finish writes the first k of r.iov in one writev and frees the context,
 // or, while the receive goroutine gathers responses, adds them to its
 // batch (flush writes it and frees the context).
