@@ -178,7 +178,7 @@ func (m *Machine) BackendObserved(id uint32, now time.Time, h BackendHealth) []A
 	}
 	switch {
 	case h.Blocklisted != prev.Blocklisted:
-		return m.backendDown(g, now, "a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): "+h.LastError)
+		return m.backendDown(g, now, "a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): "+h.LastError, true)
 	case h.Transferred != prev.Transferred || h.Completed != prev.Completed:
 		b.failing, b.stuck, b.downs = time.Time{}, false, 0
 	case h.PathErrors != prev.PathErrors && b.failing.IsZero():
@@ -197,14 +197,14 @@ func (m *Machine) BackendObserved(id uint32, now time.Time, h BackendHealth) []A
 		if h.LastError != "" {
 			reason += ": " + h.LastError
 		}
-		return m.backendDown(g, now, reason)
+		return m.backendDown(g, now, reason, false)
 	}
 	return nil
 }
 
 // backendDown steps an owner down because its backends cannot serve the
 // group (BackendObserved).
-func (m *Machine) backendDown(g *group, now time.Time, reason string) []Action {
+func (m *Machine) backendDown(g *group, now time.Time, reason string, blocklisted bool) []Action {
 	b := &g.be
 	b.downs++
 	backoff := m.backendBackoffAfter(b.downs)
@@ -214,6 +214,9 @@ func (m *Machine) backendDown(g *group, now time.Time, reason string) []Action {
 	}
 	g.releasing, g.releaseTo = true, ""
 	g.lastErr = "backend: " + reason // nvmetd status: last_error
+	// The commands stuck in the backends are answered early once their
+	// clients cannot land a write any more (ActAnswerInFlight).
+	g.answer, g.answerFenced, g.answerEpoch = true, blocklisted, g.epoch
 	acts := m.setANA(nil, g, false)
 	return append(acts, Action{Kind: ActStepDown, Group: g.id,
 		Reason: fmt.Sprintf("backend: %s; released to a survivor, not taken again here for %s, and only on new RADOS clients", reason, backoff)})

@@ -33,7 +33,7 @@ func TestMachineBackendBlocklisted(t *testing.T) {
 			[]string{"group 1: set-ana inaccessible", down}},
 		// More failures while it goes: nothing more.
 		step{sample(1, 400, BackendHealth{Transferred: 8192, PathErrors: 5, Blocklisted: 5}), nil},
-		step{anaDone(1, false, 500, nil), []string{"group 1: release to  (no drain)"}},
+		step{anaDone(1, false, 500, nil), []string{"group 1: answer-in-flight (stepped down for its backends: their RADOS client is blocklisted)", "group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		// Its own released record: not taken again during the backoff.
 		step{tick(1000), []string{"group 1: read"}},
@@ -69,7 +69,7 @@ func TestMachineBackendReopenWithoutSuccessor(t *testing.T) {
 		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
 			"group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): ; " +
 				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
-		step{anaDone(1, false, 300, nil), []string{"group 1: release to  (no drain)"}},
+		step{anaDone(1, false, 300, nil), []string{"group 1: answer-in-flight (stepped down for its backends: their RADOS client is blocklisted)", "group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		step{tick(20199), []string{"group 1: read"}},
 		step{read(1, 20199, releasedBy("a"), nil), nil},
@@ -145,7 +145,7 @@ func TestMachineBackendReopenFails(t *testing.T) {
 		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
 			"group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): ; " +
 				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
-		step{anaDone(1, false, 300, nil), []string{"group 1: release to  (no drain)"}},
+		step{anaDone(1, false, 300, nil), []string{"group 1: answer-in-flight (stepped down for its backends: their RADOS client is blocklisted)", "group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		step{tick(20299), []string{"group 1: read"}},
 		step{read(1, 20299, releasedBy("a"), nil), nil}, // the backoff runs from the release (0.3 s)
@@ -193,8 +193,27 @@ func TestMachineBackendStuck(t *testing.T) {
 			"group 1: step-down (backend: the group's I/O stood still in the backend (commands in flight, none ended since " +
 				at(5100).Format("15:04:05.000") + ") for 10s and none completed (window 10s); " +
 				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
+		// Not blocklisted: the commands stuck in the backend are not
+		// answered early yet (a write of theirs could still land).
 		step{anaDone(1, false, 15100, nil), []string{"group 1: release to  (no drain)"}},
+		step{released(1, nil), nil},
+		step{tick(16000), []string{"group 1: read"}},
+		// Its own released record: nobody fenced its clients yet.
+		step{read(1, 16000, releasedBy("a"), nil), nil},
+		step{tick(19000), []string{"group 1: read"}},
+		// b holds the group (a later record): it fenced a's clients
+		// before it took it; the stuck commands are answered now, once.
+		step{read(1, 19000, takenBy("b", 2), nil), []string{"group 1: answer-in-flight (b holds the group (epoch 2): it fenced this gateway's clients of the group)"}},
+		step{tick(22000), []string{"group 1: read"}},
+		step{read(1, 22000, takenBy("b", 2), nil), nil},
 	))
+}
+
+// takenBy is group 1 locked by name with a record of epoch epoch.
+func takenBy(name string, epoch uint64) Observed {
+	o := heldBy(name)
+	o.Record.Epoch = epoch
+	return o
 }
 
 // TestMachineBackendBackoffFromRelease: a backend step-down whose ANA
@@ -211,7 +230,7 @@ func TestMachineBackendBackoffFromRelease(t *testing.T) {
 		step{sample(1, 200, BackendHealth{PathErrors: 1, Blocklisted: 1}), []string{"group 1: set-ana inaccessible",
 			"group 1: step-down (backend: a RADOS client of the group's backends is blocklisted (EBLOCKLISTED): ; " +
 				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
-		step{anaDone(1, false, 7200, nil), []string{"group 1: release to  (no drain)"}},
+		step{anaDone(1, false, 7200, nil), []string{"group 1: answer-in-flight (stepped down for its backends: their RADOS client is blocklisted)", "group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		step{tick(20200), []string{"group 1: read"}},
 		step{read(1, 20200, releasedBy("a"), nil), nil},

@@ -51,6 +51,9 @@ func (p *gwProc) post(path, body string) (int, string) {
 //     field named;
 //   - the management API adds the image of namespace 1 again as namespace
 //     3: refused, the image named as already open;
+//   - the management API adds an image without the exclusive-lock feature:
+//     409 (ErrGatewayGuard), the command that enables it named; one whose
+//     metadata sets rbd_cache=true: 400, as on a stand-alone target;
 //   - SIGHUP with a file that adds group 7 to the gateway section and a
 //     namespace in it (the gateway section is read at start only, so the
 //     target would serve group 7 unmanaged): refused;
@@ -105,6 +108,32 @@ func TestGatewayProcessGuard(t *testing.T) {
 	t.Logf("POST namespace 3 on the image of namespace 1: %d %s", status, body)
 	if status != http.StatusBadRequest || !strings.Contains(body, `"backend.image"`) || !strings.Contains(body, "is also the image of") {
 		t.Errorf("POST namespace 3 on the image of namespace 1: %d %s; want 400 naming backend.image", status, body)
+	}
+	// An image without the exclusive-lock feature: a gateway rule (a
+	// stand-alone target serves it, with a warning), so 409 as for group 7,
+	// the command that enables the feature named.
+	noLock := c.CreateImage(t, 16<<20)
+	if out, err := c.RBD("feature", "disable", c.Pool+"/"+noLock, "fast-diff", "object-map", "exclusive-lock"); err != nil {
+		t.Fatalf("rbd feature disable: %v\n%s", err, out)
+	}
+	status, body = p.post(path, `{"nsid": 2, "ana_group": 1, "backend": `+rbdBackend(noLock)+`}`)
+	t.Logf("POST namespace 2 on an image without exclusive-lock: %d %s", status, body)
+	if want := "rbd feature enable " + c.Pool + "/" + noLock + " exclusive-lock"; status != http.StatusConflict ||
+		!strings.Contains(body, `"backend"`) || !strings.Contains(body, "refused in a gateway") || !strings.Contains(body, want) {
+		t.Errorf("POST namespace 2 on an image without exclusive-lock: %d %s; want 409 naming backend and %q", status, body, want)
+	}
+	// An image whose metadata turns librbd's write-back cache on: refused
+	// by every target (the backend does not open), so 400, as any storage
+	// that does not open; the setting and its removal named.
+	cached := c.CreateImage(t, 16<<20)
+	if out, err := c.RBD("config", "image", "set", c.Pool+"/"+cached, "rbd_cache", "true"); err != nil {
+		t.Fatalf("rbd config image set: %v\n%s", err, out)
+	}
+	status, body = p.post(path, `{"nsid": 2, "ana_group": 1, "backend": `+rbdBackend(cached)+`}`)
+	t.Logf("POST namespace 2 on an image with rbd_cache=true: %d %s", status, body)
+	if status != http.StatusBadRequest || !strings.Contains(body, `"backend"`) || !strings.Contains(body, "rbd_cache=true") ||
+		!strings.Contains(body, "rbd config image rm") {
+		t.Errorf("POST namespace 2 on an image with rbd_cache=true: %d %s; want 400 naming backend and rbd_cache=true", status, body)
 	}
 	if n := nsCount(); n != 1 {
 		t.Errorf("%d namespaces after the API's refusals, want 1", n)

@@ -82,12 +82,24 @@ const (
 	// frozen or whose renewals stalled does no I/O past it, whatever its
 	// loop has not yet noticed (Target.SetServingDeadline).
 	ActServeUntil
+	// ActAnswerInFlight answers the group's commands still in their
+	// backend (stuck: storage out of reach) at once with an ANA path
+	// error, so that the hosts retry them on another path
+	// (Applier's optional AnswerInFlight: target.Target.AnswerGroupInFlight).
+	// Local; no result. The machine emits it only when no write of those
+	// commands can land after a newer one: the group is inaccessible
+	// here, and this gateway's clients of the group are fenced (a
+	// successor holds the group: every successor fences the previous
+	// holder's clients before it serves) or blocklisted (EBLOCKLISTED
+	// seen, or this gateway was fenced and exits). Never on a graceful
+	// release: that one drains.
+	ActAnswerInFlight
 )
 
 var actionNames = map[ActionKind]string{
 	ActRead: "read", ActAcquire: "acquire", ActRenew: "renew", ActFence: "fence", ActSetANA: "set-ana",
 	ActRelease: "release", ActRequestHandover: "request-handover", ActStepDown: "step-down", ActExitFenced: "exit-fenced",
-	ActExitStepDownFailed: "exit-step-down-failed", ActServeUntil: "serve-until",
+	ActExitStepDownFailed: "exit-step-down-failed", ActServeUntil: "serve-until", ActAnswerInFlight: "answer-in-flight",
 }
 
 func (k ActionKind) String() string {
@@ -104,7 +116,7 @@ type Action struct {
 	Addrs     []string // ActFence: the addresses to blocklist
 	Optimized bool     // ActSetANA: optimized (true) or inaccessible
 	To        string   // ActRelease: the gateway the group is handed to
-	Reason    string   // ActStepDown, ActFence, ActExitFenced: why
+	Reason    string   // ActStepDown, ActFence, ActExitFenced, ActAnswerInFlight: why
 	// Epoch is the epoch of the record that ActAcquire, ActRenew and
 	// ActRelease write.
 	Epoch uint64
@@ -142,6 +154,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("group %d: release to %s", a.Group, a.To)
 	case ActStepDown:
 		return fmt.Sprintf("group %d: step-down (%s)", a.Group, a.Reason)
+	case ActAnswerInFlight:
+		return fmt.Sprintf("group %d: answer-in-flight (%s)", a.Group, a.Reason)
 	case ActExitFenced:
 		return "exit-fenced (" + a.Reason + ")"
 	case ActExitStepDownFailed:
@@ -366,6 +380,16 @@ type group struct {
 	releaseTo string
 	// be: the health of the group's backends (BackendObserved).
 	be backendWatch
+	// answer: the group was stepped down for its backends with commands
+	// that may still be stuck in them; they are answered early
+	// (ActAnswerInFlight) once that is safe: answerFenced says the
+	// clients are blocklisted already (then once the group is
+	// inaccessible here), else once a successor holds the group
+	// (ReadDone). answerEpoch is this gateway's record epoch at the
+	// step-down: a holder of a later record fenced its clients.
+	answer       bool
+	answerFenced bool
+	answerEpoch  uint64
 
 	// Failback (failback.go).
 	ready      Readiness // the target's last report (SetReadiness)
@@ -592,6 +616,13 @@ func (m *Machine) SetANADone(id uint32, optimized bool, now time.Time, err error
 	switch {
 	case err == nil && !optimized:
 		g.anaSafe, g.anaFailed = true, time.Time{}
+		if g.answer && g.answerFenced && !g.anaWant {
+			// The clients are blocklisted: nothing stuck in them can
+			// land any more.
+			g.answer = false
+			acts = append(acts, Action{Kind: ActAnswerInFlight, Group: g.id,
+				Reason: "stepped down for its backends: their RADOS client is blocklisted"})
+		}
 	case err == nil:
 		g.anaFailed = time.Time{}
 		if g.anaWant && g.role == Owner {
@@ -630,6 +661,15 @@ func (m *Machine) fenced(err error) ([]Action, bool) {
 		if !g.anaSafe || g.anaWant {
 			g.anaWant, g.anaPending = false, true
 			acts = append(acts, Action{Kind: ActSetANA, Group: g.id, Optimized: false})
+		}
+		if g.everHeld || g.role != Standby || g.answer {
+			// Its commands stuck in the backends are answered before
+			// the exit (after the inaccessible change: the driver
+			// carries these out in order). Safe: this gateway is
+			// fenced and stops; every next holder fences the clients
+			// its record names before serving.
+			g.answer = false
+			acts = append(acts, Action{Kind: ActAnswerInFlight, Group: g.id, Reason: "this gateway was fenced"})
 		}
 		g.role, g.pending = Standby, false
 	}
@@ -694,15 +734,25 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 			return m.acquire(g, now, false)
 		}
 		g.holder = o.Record.Name
+		var acts []Action
+		if g.answer && !lost && o.Record.Session != m.cfg.Session && o.Record.Epoch > g.answerEpoch && g.anaSafe && !g.anaWant {
+			// A successor holds the group: it fenced this gateway's
+			// clients of the group (the record names them) before it
+			// took it, so nothing stuck in them can land after its
+			// writes; the hosts retry there.
+			g.answer = false
+			acts = append(acts, Action{Kind: ActAnswerInFlight, Group: g.id,
+				Reason: fmt.Sprintf("%s holds the group (epoch %d): it fenced this gateway's clients of the group", o.Record.Name, o.Record.Epoch)})
+		}
 		// Failback: the preferred owner asks for its group back once it
 		// can serve it, a host is connected to it, and its backoff has
 		// passed (failback.go).
 		if g.preferred == m.cfg.Name && m.configOK && o.HandoverRequest != m.cfg.Name && m.failbackDue(g, now, o.Record) &&
 			!now.Before(g.serveAfter) {
 			g.pending, g.issued, g.requested = true, now, true
-			return []Action{{Kind: ActRequestHandover, Group: g.id}}
+			return append(acts, Action{Kind: ActRequestHandover, Group: g.id})
 		}
-		return nil
+		return acts
 	}
 	if !m.configOK || now.Before(g.serveAfter) {
 		return nil
@@ -769,6 +819,7 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 // fences them), so they are replaced first.
 func (m *Machine) acquire(g *group, now time.Time, reopen bool) []Action {
 	g.role, g.pending, g.issued, g.epoch = Acquiring, true, now, g.last.Epoch+1
+	g.answer = false // taken back before a successor: nothing was answered early
 	// A group stepped down for its backends is served again only on new
 	// clients (BackendObserved).
 	g.failbacks = g.last.Failbacks

@@ -312,7 +312,7 @@ func TestMachineFencedExits(t *testing.T) {
 		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 		{read(2, 0, heldBy("b"), nil), nil},
 		{tick(3000), []string{"group 1: renew", "group 2: read"}},
-		{renewed(1, "", fenced), []string{"group 1: set-ana inaccessible",
+		{renewed(1, "", fenced), []string{"group 1: set-ana inaccessible", "group 1: answer-in-flight (this gateway was fenced)",
 			"exit-fenced (renew: gateway: this gateway was fenced (its RADOS client is blocklisted))"}},
 		{read(2, 3000, free, nil), nil},
 		{tick(4000), nil},
@@ -331,7 +331,10 @@ func TestMachineFrozenOwner(t *testing.T) {
 		step{tick(60000), []string{"group 1: set-ana inaccessible", "group 1: step-down (no successful renewal for 1m0s (lease 10s, margin 2s))"}},
 		step{anaDone(1, false, 60000, nil), nil},
 		step{tick(60001), []string{"group 1: read"}},
-		step{read(1, 60001, heldBy("b"), fmt.Errorf("read: %w", ErrFenced)), []string{"exit-fenced (read: gateway: this gateway was fenced (its RADOS client is blocklisted))"}},
+		// Fenced: what may still be stuck in its backends is answered
+		// before the exit (the renewal step-down answered nothing).
+		step{read(1, 60001, heldBy("b"), fmt.Errorf("read: %w", ErrFenced)), []string{"group 1: answer-in-flight (this gateway was fenced)",
+			"exit-fenced (read: gateway: this gateway was fenced (its RADOS client is blocklisted))"}},
 	))
 }
 

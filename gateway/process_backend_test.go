@@ -92,6 +92,16 @@ func TestGatewayBackendBlocklisted(t *testing.T) {
 		"bound lease + fence + 2 × KATO = %v + fence + %v", d, lease, 2*kato)
 	iDown := a.waitLog(`stepped down from group[^\n]*EBLOCKLISTED`, amark)
 	a.waitLog(`group 1: release to  \(no drain\): done`, amark)
+	// Its client is blocklisted: what was still in its backends (if
+	// anything) is answered at once, after the inaccessible change and
+	// without an error (target.AnswerGroupInFlight accepted it).
+	iAns := a.waitLog(`gateway: group 1: answer-in-flight \(stepped down for its backends: their RADOS client is blocklisted\)`, amark)
+	if ans := a.stderr.String()[amark:iAns]; !strings.Contains(ans, "group 1: set-ana inaccessible") {
+		t.Errorf("gw-a answered the group's commands early before its inaccessible change:\n%s", grepLines(ans, "set-ana|answer"))
+	}
+	if strings.Contains(a.stderr.String()[amark:], "answer-in-flight (stepped down for its backends: their RADOS client is blocklisted) failed") {
+		t.Errorf("gw-a's early answer failed:\n%s", grepLines(a.stderr.String()[amark:], "answer"))
+	}
 	b.waitLog(`group 1: set-ana optimized`, bmark)
 	blog := b.stderr.String()[bmark:]
 	if i, j := strings.Index(blog, "fencing the previous holder"), strings.Index(blog, "group 1: set-ana optimized"); i < 0 || i > j {

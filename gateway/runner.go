@@ -83,6 +83,15 @@ type Applier interface {
 	Readiness(group uint32) Readiness
 }
 
+// InFlightAnswerer is an Applier that can answer the group's commands still
+// in their backends at once with an ANA path error, keeping their buffers
+// until the backends return (target.Target.AnswerGroupInFlight): the
+// runner's ActAnswerInFlight, run off the runner's loop (the answers are
+// socket writes). It returns how many commands it answered.
+type InFlightAnswerer interface {
+	AnswerInFlight(group uint32) (int, error)
+}
+
 // Event is an action the runner carried out, with its outcome, for
 // tests, logs and metrics.
 type Event struct {
@@ -294,6 +303,35 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 				defer r.ops.Done()
 				err := r.ap.SetANA(g, a.Optimized)
 				r.results <- func() []Action { return report(err) }
+			}()
+		case ActAnswerInFlight:
+			an, ok := r.ap.(InFlightAnswerer)
+			if !ok {
+				continue
+			}
+			report := func(n int, err error) []Action {
+				r.event(a, err)
+				if err != nil {
+					r.log.Warn("gateway: "+a.String()+" failed", zap.Error(err))
+				} else {
+					r.log.Info("gateway: "+a.String(), zap.Int("answered", n))
+				}
+				return nil
+			}
+			if r.m.Exited() {
+				// On the way out (fenced): at once, before the exit.
+				report(an.AnswerInFlight(g))
+				continue
+			}
+			// Off the loop: an answer is a socket write, which a host
+			// that does not read can hold up to the write timeout, and
+			// nothing may delay renewals. Nothing waits for it.
+			*pending++
+			r.ops.Add(1)
+			go func() {
+				defer r.ops.Done()
+				n, err := an.AnswerInFlight(g)
+				r.results <- func() []Action { return report(n, err) }
 			}()
 		case ActServeUntil:
 			// At once, on the loop: before the ActSetANA optimized that

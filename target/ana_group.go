@@ -1,7 +1,6 @@
 package target
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 
@@ -27,7 +26,10 @@ import (
 // namespace references meanwhile: GroupInFlight counts them); made
 // optimized or non-optimized, they take it before SetGroupANA returns, and
 // a lock that cannot be taken in a gateway is its error (the group must
-// not be served then: the caller makes it inaccessible again).
+// not be served then: the caller makes it inaccessible again). Each member
+// follows its own state (applyWritable, the one decision a reload makes
+// too): a member whose subsystem no port serves is released in the
+// background whatever st is.
 func (t *Target) SetGroupANA(group uint32, st nvmeof.ANAState) error {
 	return t.s.setGroupANA(group, st)
 }
@@ -70,29 +72,7 @@ func (s *server) setGroupANA(group uint32, st nvmeof.ANAState) error {
 	for _, p := range changed {
 		s.anaChanged(p, &p.cfg)
 	}
-	if st != nvmeof.ANAOptimized && st != nvmeof.ANANonOptimized {
-		// Not writable here any more: the release may wait for writes
-		// stuck in librbd (an OSD out of reach: up to its op timeout);
-		// nothing waits for it. A later acquisition waits for it
-		// (namespace.wmu) and then applies the latest state.
-		if len(members) > 0 {
-			s.bg.Add(1)
-			go func() {
-				defer s.bg.Done()
-				for _, ns := range members {
-					_ = s.syncNamespaceWritable(ns)
-				}
-			}()
-		}
-		return nil
-	}
-	var errs []error
-	for _, ns := range members {
-		if err := s.syncNamespaceWritable(ns); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := s.applyWritable(members); err != nil {
 		return fmt.Errorf("target: ANA group %d: %w", group, err)
 	}
 	return nil

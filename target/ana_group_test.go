@@ -114,3 +114,68 @@ func TestSetGroupANA(t *testing.T) {
 		t.Fatalf("optimized again: %v, writable %v", st, be.writable.Load())
 	}
 }
+
+// TestSetGroupANAOneDecision (issue 21): an ANA change of the gateway
+// (SetGroupANA) and a reload (syncWritable) decide each namespace's
+// writability the same way, per namespace (applyWritable): a member of the
+// group whose subsystem no port serves may not write, whatever state the
+// group is given, and its lock release (which may wait for writes stuck
+// in librbd) runs in the background on both paths. Before, SetGroupANA
+// chose by the state it was given: made optimized, it released that
+// namespace's lock in the foreground and hung on the stuck release (the
+// test fails at its hang bound).
+func TestSetGroupANAOneDecision(t *testing.T) {
+	const otherNQN = "nqn.2024-01.io.nvmetd.test:unserved"
+	ns1 := memNS(1, "1MiB")
+	ns1.ANAGroup = 1
+	cfg := testConfig(t, ns1)
+	cfg.Subsystems = append(cfg.Subsystems, SubsystemConfig{NQN: otherNQN, AllowAnyHost: true, Namespaces: []NamespaceConfig{ns1}})
+	s := startServer(t, cfg)
+	tg := &Target{s: s}
+	if err := tg.SetGatewayGuard(GatewayGuard{ANAGroups: []uint32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	s.regMu.RLock()
+	served := s.subsystems[testSubNQN].ns.Load().byID[1]
+	unserved := s.subsystems[otherNQN].ns.Load().byID[1]
+	s.regMu.RUnlock()
+	sbe := &stuckLocker{Backend: served.be, release: make(chan struct{})}
+	ube := &stuckLocker{Backend: unserved.be, release: make(chan struct{})}
+	served.be, unserved.be = sbe, ube
+	ube.writable.Store(true) // so that a release shows
+
+	done := make(chan error, 1)
+	go func() { done <- tg.SetGroupANA(1, nvmeof.ANAOptimized) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(hang):
+		close(ube.release)
+		close(sbe.release)
+		t.Fatalf("SetGroupANA optimized did not return in %s: it released the lock of a namespace no port serves in the foreground", hang)
+	}
+	if !sbe.writable.Load() {
+		t.Fatal("the served namespace is not writable after SetGroupANA optimized")
+	}
+	if ube.released.Load() != 0 {
+		t.Fatal("the unserved namespace's release returned before the test let it")
+	}
+	close(ube.release)
+	waitFor(t, "the unserved namespace released in the background", hang, func() bool { return ube.released.Load() == 1 && !ube.writable.Load() })
+
+	// The reload path decides the same: the served one stays writable
+	// (no release), the unserved one is released again in the background.
+	if err := guardReload(t, tg, func(c *Config) error {
+		c.Ports[0].ANAGroups = []ANAGroupConfig{{ID: 1, State: "optimized"}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reload's background release", hang, func() bool { return ube.released.Load() == 2 })
+	if !sbe.writable.Load() || sbe.released.Load() != 0 {
+		t.Fatalf("after a reload: served writable %v, released %d", sbe.writable.Load(), sbe.released.Load())
+	}
+	close(sbe.release)
+}

@@ -37,6 +37,7 @@ func (s *server) tryAsync(c *command) bool {
 	}
 	// From here c belongs to the backend until IODone, which may run
 	// before Start returns.
+	c.enterBackend()
 	var ok bool
 	if op == nvmeof.NVMRead {
 		ok = ns.async.StartReadAt(r.Data(), off, c)
@@ -44,6 +45,7 @@ func (s *server) tryAsync(c *command) bool {
 		ok = ns.async.StartWriteAt(r.Data(), off, rw.FUA(), c)
 	}
 	if !ok {
+		c.io.Store(ioIdle)
 		c.ctrl = nil
 		ctrl.io.put()
 	}
@@ -64,7 +66,7 @@ func (c *command) IODone(err error) {
 	st := ns.rwDone(q.s, op, len(r.Data()), err)
 	c.putNS()
 	ctrl.io.put()
-	q.respondAt(r, st, t1)
+	q.finishIO(c, r, st, t1)
 }
 
 var _ backend.Completion = (*command)(nil)

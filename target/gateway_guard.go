@@ -104,7 +104,11 @@ func (s *server) guardNamespace(ns *namespace) {
 	if err != nil {
 		_ = ns.close(nil)
 		ns.be = nil
-		ns.state, ns.err, ns.field = NamespaceFailed, "refused in a gateway: "+err.Error(), ns.field+".backend"
+		// ErrGatewayGuard in the cause: the management API answers 409
+		// (a conflict with the gateway group, as for an ANA group it does
+		// not manage), not 400 (storage that does not open).
+		ns.cause = fmt.Errorf("%w: %w", ErrGatewayGuard, err)
+		ns.state, ns.err, ns.field = NamespaceFailed, ns.cause.Error(), ns.field+".backend"
 	}
 }
 
@@ -184,15 +188,30 @@ func (s *server) syncWritable() error {
 		}
 	}
 	s.regMu.RUnlock()
+	return s.applyWritable(list)
+}
+
+// applyWritable is the one place that decides how each namespace of list
+// follows its ANA state (writableWanted, per namespace, from the ports'
+// views now): the ones that may write take the image's exclusive lock
+// before applyWritable returns (a lock that cannot be taken is its error
+// in a gateway); the others release it in the background, because a
+// release may wait for writes stuck in librbd (an OSD out of reach: up to
+// its op timeout) and nothing (an ANA change, a reload) may wait for that.
+// A later acquisition waits for a release still running (namespace.wmu),
+// then applies the latest state. SetGroupANA and every reload
+// (syncWritable) go through it.
+func (s *server) applyWritable(list []*namespace) error {
 	var errs []error
 	var release []*namespace
 	for _, ns := range list {
+		if _, ok := ns.be.(backend.WriteLocker); !ok {
+			continue
+		}
 		s.regMu.RLock()
 		w := s.writableWanted(ns)
 		s.regMu.RUnlock()
 		if !w {
-			// A release may wait for writes stuck in librbd: it runs in
-			// the background, and the reload does not wait for it.
 			release = append(release, ns)
 			continue
 		}

@@ -243,16 +243,23 @@ func (s *server) execIO(c *command) {
 	case cmdFlushAll:
 		st = flushAll(ctrl.sub)
 	case cmdIO:
+		c.enterBackend()
 		if !s.timed.Load() {
 			st = c.ns.exec(s, sqe, r.Data())
 			c.putNS()
-			break
+			ctrl.io.put()
+			q.finishIO(c, r, st, t1)
+			return
 		}
+		op := sqe.Opcode()
 		t0 := time.Now()
 		st = c.ns.exec(s, sqe, r.Data())
 		t1 = time.Now() // also the response's time (one clock read less)
-		c.ns.met.observe(sqe.Opcode(), t1.Sub(t0))
+		c.ns.met.observe(op, t1.Sub(t0))
 		c.putNS()
+		ctrl.io.put()
+		q.finishIO(c, r, st, t1)
+		return
 	default:
 		st = nvmeof.StatusInternalError | nvmeof.StatusDNR
 	}
@@ -260,7 +267,9 @@ func (s *server) execIO(c *command) {
 	q.respondAt(r, st, t1)
 }
 
-// exec does the backend work of one command.
+// exec does the backend work of one command. It reads sqe only before the
+// backend call: a command answered early (AnswerGroupInFlight) may have
+// given the SQE's receive buffer back to the host meanwhile.
 func (ns *namespace) exec(s *server, sqe *nvmeof.SQE, data []byte) nvmeof.Status {
 	if ns.pastServingDeadline(s) {
 		ns.errors.Add(1)
@@ -277,8 +286,9 @@ func (ns *namespace) exec(s *server, sqe *nvmeof.SQE, data []byte) nvmeof.Status
 	case nvmeof.NVMWriteZeroes:
 		op = backend.OpWriteZeroes
 		wz := sqe.WriteZeroesCmd()
+		fua := wz.FUA() // read before the backend call: see execIO
 		err = ns.be.WriteZeroes(int64(wz.SLBA()<<ns.lbaShift), int64(wz.Blocks())<<ns.lbaShift, wz.CDW12()&nvmeof.WZDEAC != 0)
-		if err == nil && wz.FUA() {
+		if err == nil && fua {
 			err = ns.be.Flush()
 		}
 		ns.otherCmds.Add(1)

@@ -29,6 +29,11 @@ type namespace struct {
 	cfg   NamespaceConfig
 	state string // NamespaceOnline, NamespaceDisabled or NamespaceFailed
 	err   string // why it failed
+	// cause is the typed error of a failure, if there is one (the
+	// backend's, or ErrGatewayGuard's): a refused reload carries it in
+	// its FieldError, so that callers can tell the causes apart
+	// (errors.Is).
+	cause error
 	// field is the configuration field a failure is about
 	// ("subsystems[0].namespaces[1].backend.path").
 	field string
@@ -215,8 +220,11 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 		return ns
 	}
 	if fe := cfg.check(); fe != nil {
-		ns.state, ns.err, ns.field = NamespaceFailed, fe.Reason, field+"."+fe.Field
+		ns.state, ns.err, ns.field, ns.cause = NamespaceFailed, fe.Reason, field+"."+fe.Field, fe.Err
 		return ns
+	}
+	if f := s.backendOpening.Load(); f != nil {
+		(*f)(nqn, cfg)
 	}
 	bc, err := cfg.BackendConfig()
 	if err == nil {
@@ -224,7 +232,7 @@ func (s *server) openNamespace(field, nqn string, cfg NamespaceConfig, deferClai
 		ns.be, err = backend.Open(bc)
 	}
 	if err != nil {
-		ns.state, ns.err, ns.field = NamespaceFailed, err.Error(), field+".backend"
+		ns.state, ns.err, ns.field, ns.cause = NamespaceFailed, err.Error(), field+".backend", err
 		var ce *backend.ConfigError
 		if errors.As(err, &ce) {
 			ns.err, ns.field = ce.Reason, field+".backend."+ce.Field

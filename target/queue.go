@@ -28,6 +28,12 @@ type request interface {
 	FetchData()
 	// Complete sends the response (and controller-to-host data); once.
 	Complete(st nvmeof.Status)
+	// Answer sends an error response now, instead of Complete, and keeps
+	// the context and data buffer until Release (the backend may still
+	// use them); false: it cannot (nothing was sent), Complete later.
+	Answer(st nvmeof.Status) bool
+	// Release frees what Answer kept.
+	Release()
 }
 
 // link is the binding's side of a queue (its connection), whatever the
@@ -123,6 +129,13 @@ type command struct {
 	// path (tryAsync), for its completion (IODone).
 	ctrl   *controller
 	issued time.Time
+	// io is the command's place in its backend call, for an early answer
+	// (early_answer.go): ANA group << ioGroupShift | phase.
+	io atomic.Uint32
+	// doneSt and doneAt are the backend's result of a command that
+	// returned while it was being answered early (ioDone).
+	doneSt nvmeof.Status
+	doneAt time.Time
 }
 
 // cmdKind says what a command in execution is, for the continuations

@@ -47,7 +47,7 @@ func wantField(t *testing.T, what string, err error, field, want string) {
 // once the target is a gateway's the group is inaccessible and the lock
 // is released, and taken again when the group becomes optimized. In a
 // gateway an image without the exclusive-lock feature is refused, naming
-// the command that enables it.
+// the command that enables it (ErrGatewayGuard, backend.ErrNoExclusiveLock).
 func TestRBDNamespaceClaim(t *testing.T) {
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 8<<20)
@@ -148,4 +148,8 @@ func TestRBDNamespaceClaim(t *testing.T) {
 	})
 	wantField(t, "an image without exclusive-lock in a gateway", err, "subsystems[0].namespaces[1].backend",
 		"rbd feature enable "+c.Pool+"/"+plain+" exclusive-lock")
+	// Typed: the management API answers 409 on ErrGatewayGuard.
+	if !errors.Is(err, ErrGatewayGuard) || !errors.Is(err, backend.ErrNoExclusiveLock) {
+		t.Fatalf("an image without exclusive-lock in a gateway: %v, want ErrGatewayGuard and backend.ErrNoExclusiveLock", err)
+	}
 }

@@ -231,7 +231,7 @@ func (s *server) prepare(p *reloadPlan) (*prepared, error) {
 		pr.subs = append(pr.subs, sub)
 		for _, ns := range list {
 			if ns.state == NamespaceFailed {
-				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err})
+				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err, Err: ns.cause})
 			}
 		}
 	}
@@ -253,7 +253,7 @@ func (s *server) prepare(p *reloadPlan) (*prepared, error) {
 		s.regMu.RUnlock()
 		for _, ns := range list {
 			if ns.state == NamespaceFailed && !sp.retry[ns.nsid] {
-				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err})
+				problems = append(problems, &FieldError{Field: ns.field, Reason: ns.err, Err: ns.cause})
 			}
 		}
 	}
@@ -299,6 +299,7 @@ func (s *server) reload(nc *Config) error {
 		s.regMu.Lock()
 		s.cfg = nc
 		s.regMu.Unlock()
+		s.applies++
 		return nil
 	}
 	// Key files are read again on every reload (a rotated key may keep
@@ -315,6 +316,7 @@ func (s *server) reload(nc *Config) error {
 		s.regMu.Lock()
 		s.cfg = nc
 		s.regMu.Unlock()
+		s.applies++
 		return nil
 	}
 	begin := time.Now()
@@ -354,6 +356,7 @@ func (s *server) namespaceStates() (failed, online map[nsKey]bool) {
 // listen after all, a namespace that does not drain in time) is reported;
 // the configuration of record is then the new one.
 func (s *server) apply(p *reloadPlan, pr *prepared) error {
+	s.applies++
 	var errs []error
 	nc := p.cfg
 

@@ -25,36 +25,111 @@ import (
 // (ErrReloadRefused). An error after the swap (an old backend whose flush
 // fails: a fenced RADOS client's does) is returned with the new backends in
 // place. A group with no online namespace is no error.
+//
+// The backends open outside the target's operation lock (an rbd open can
+// take as long as the cluster's timeouts), so a slow open of one group
+// holds no reload, no other group's reopen and no management change; the
+// swap is then made under it, if nothing was swapped meanwhile (else the
+// reopen is prepared again, up to reopenTries times).
 func (t *Target) ReopenNamespaces(grp uint32) error {
-	return t.s.reopenGroup(grp)
+	for try := 1; ; try++ {
+		r, err := t.PrepareReopen(grp)
+		if err != nil {
+			return err
+		}
+		err = r.Apply()
+		if errors.Is(err, ErrReopenStale) && try < reopenTries {
+			continue
+		}
+		return err
+	}
 }
 
-func (s *server) reopenGroup(grp uint32) error {
+// reopenTries bounds the reopens that ReopenNamespaces prepares again
+// because a reload or another reopen swapped backends meanwhile.
+const reopenTries = 3
+
+// ErrReopenStale is the error of PreparedReopen.Apply when a reload or
+// another reopen swapped namespaces after the reopen was prepared: nothing
+// changed, the new backends are closed, and the reopen is to be prepared
+// again.
+var ErrReopenStale = errors.New("namespaces changed while the reopen was prepared")
+
+// PreparedReopen is ReopenNamespaces' first half: the new backends of an
+// ANA group's online namespaces, open, not yet swapped in; Apply swaps
+// them in (or closes them).
+type PreparedReopen struct {
+	s       *server
+	grp     uint32
+	p       *reloadPlan
+	pr      *prepared
+	applies uint64
+	begin   time.Time
+}
+
+// PrepareReopen opens new backends for every online namespace of ANA group
+// grp (see ReopenNamespaces) without holding the target's operation lock
+// across the opens. If one cannot be opened, nothing changes and the error
+// says why (ErrReloadRefused). A group with no online namespace gives a
+// PreparedReopen whose Apply does nothing.
+func (t *Target) PrepareReopen(grp uint32) (*PreparedReopen, error) {
+	s := t.s
 	s.opMu.Lock()
-	defer s.opMu.Unlock()
 	if s.stopped {
-		return errors.New("target: reopen after shutdown")
+		s.opMu.Unlock()
+		return nil, errors.New("target: reopen after shutdown")
 	}
+	r := &PreparedReopen{s: s, grp: grp, applies: s.applies, begin: time.Now()}
 	if !s.started {
-		return nil
+		s.opMu.Unlock()
+		return r, nil
 	}
 	_, online := s.namespaceStates()
-	p := planReopen(s.cfg, online, grp)
-	if len(p.subs) == 0 {
-		return nil
+	r.p = planReopen(s.cfg, online, grp)
+	s.opMu.Unlock()
+	if len(r.p.subs) == 0 {
+		r.p = nil
+		return r, nil
 	}
-	begin := time.Now()
-	s.log.Info("reopening the backends of an ANA group's namespaces", zap.Uint32("ana_group", grp), zap.Int("subsystems", len(p.subs)))
-	pr, err := s.prepare(p)
+	s.log.Info("reopening the backends of an ANA group's namespaces", zap.Uint32("ana_group", grp), zap.Int("subsystems", len(r.p.subs)))
+	pr, err := s.prepare(r.p)
 	if err != nil {
 		s.log.Error("reopen refused, nothing changed:\n  " + indentLines(err.Error()))
-		return fmt.Errorf("target: reopen ANA group %d: %w:\n%w", grp, ErrReloadRefused, err)
+		return nil, fmt.Errorf("target: reopen ANA group %d: %w:\n%w", grp, ErrReloadRefused, err)
 	}
-	if err := s.apply(p, pr); err != nil {
-		s.log.Warn("reopen applied with errors", zap.Uint32("ana_group", grp), zap.Error(err))
-		return fmt.Errorf("target: reopen ANA group %d: %w", grp, err)
+	r.pr = pr
+	return r, nil
+}
+
+// Apply swaps the prepared backends in (under the target's operation
+// lock, ordered with reloads) unless a reload or another reopen swapped
+// namespaces since PrepareReopen: then it closes them and returns
+// ErrReopenStale, nothing changed. An error after the swap (an old
+// backend whose flush fails: a fenced RADOS client's does) is returned with
+// the new backends in place.
+func (r *PreparedReopen) Apply() error {
+	if r.pr == nil {
+		return nil
 	}
-	s.log.Info("ANA group's backends reopened", zap.Uint32("ana_group", grp), zap.Duration("took", time.Since(begin)))
+	s := r.s
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	pr := r.pr
+	r.pr = nil
+	if s.stopped {
+		pr.close()
+		return errors.New("target: reopen after shutdown")
+	}
+	if s.applies != r.applies {
+		pr.close()
+		s.log.Info("reopen prepared again: namespaces were swapped meanwhile", zap.Uint32("ana_group", r.grp))
+		return fmt.Errorf("target: reopen ANA group %d: %w", r.grp, ErrReopenStale)
+	}
+	if err := s.apply(r.p, pr); err != nil {
+		s.log.Warn("reopen applied with errors", zap.Uint32("ana_group", r.grp), zap.Error(err))
+		return fmt.Errorf("target: reopen ANA group %d: %w", r.grp, err)
+	}
+	s.log.Info("ANA group's backends reopened", zap.Uint32("ana_group", r.grp), zap.Duration("took", time.Since(r.begin)))
 	return nil
 }
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nvmetd/nvmetd/backend"
 	"github.com/nvmetd/nvmetd/nvmeof"
@@ -45,7 +47,7 @@ func TestReopenNamespacesInPlace(t *testing.T) {
 	}
 	before := backends()
 	aen := h.aer()
-	if err := s.reopenGroup(2); err != nil {
+	if err := (&Target{s: s}).ReopenNamespaces(2); err != nil {
 		t.Fatalf("reopen group 2: %v", err)
 	}
 	waitAEN(t, aen, nvmeof.AENNSAttrChanged)
@@ -74,7 +76,83 @@ func TestReopenNamespacesInPlace(t *testing.T) {
 		t.Fatalf("open of namespace 2's file by another opener: %v, want ErrBusy", err)
 	}
 	// A group with no namespace: nothing to do.
-	if err := s.reopenGroup(9); err != nil {
+	if err := (&Target{s: s}).ReopenNamespaces(9); err != nil {
 		t.Fatalf("reopen of an empty group: %v", err)
+	}
+}
+
+// TestReopenOpensOutsideTheLock (issue 21): ReopenNamespaces opens the new
+// backends outside the target's operation lock, so that a slow open of one
+// group (an rbd open waits for the cluster: up to its timeouts) holds no
+// reload, no other group's reopen and no ANA change; the swap comes after,
+// under the lock, and one prepared while a reload swapped namespaces is
+// prepared again. Before, the reopen held the operation lock across its
+// opens, and the reload and the other group's reopen waited for it (the
+// test fails at its hang bound).
+func TestReopenOpensOutsideTheLock(t *testing.T) {
+	dir := t.TempDir()
+	ns1, ns2 := fileNS(1, filepath.Join(dir, "ns1.img"), "1MiB"), memNS(2, "1MiB")
+	ns2.ANAGroup = 2
+	cfg := testConfig(t, ns1, ns2)
+	s := startServer(t, cfg)
+	tg := &Target{s: s}
+	held, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(nqn string, nc NamespaceConfig) {
+		if nc.NSID == 1 {
+			once.Do(func() { close(held); <-gate })
+		}
+	}
+	s.backendOpening.Store(&hook)
+	var gateOnce sync.Once
+	release := func() { gateOnce.Do(func() { close(gate) }) }
+	defer release()
+
+	reopened := make(chan error, 1)
+	go func() { reopened <- tg.ReopenNamespaces(1) }()
+	select {
+	case <-held:
+	case <-time.After(hang):
+		t.Fatal("group 1's reopen did not reach its open")
+	}
+	others := make(chan error, 3)
+	go func() { others <- tg.ReopenNamespaces(2) }()
+	go func() {
+		others <- guardReload(t, tg, func(c *Config) error {
+			c.Ports[0].ANAGroups = []ANAGroupConfig{{ID: 2, State: "non-optimized"}}
+			return nil
+		})
+	}()
+	go func() { others <- tg.SetGroupANA(2, nvmeof.ANAOptimized) }()
+	for range 3 {
+		select {
+		case err := <-others:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(hang):
+			release()
+			t.Fatalf("a reload, another group's reopen or an ANA change waited %s for group 1's open", hang)
+		}
+	}
+	// Namespaces were swapped meanwhile: the first prepared reopen is
+	// stale, and ReopenNamespaces prepares it again and applies it.
+	s.regMu.RLock()
+	before := s.subsystems[testSubNQN].ns.Load().byID[1].be
+	s.regMu.RUnlock()
+	release()
+	select {
+	case err := <-reopened:
+		if err != nil {
+			t.Fatalf("group 1's reopen: %v", err)
+		}
+	case <-time.After(hang):
+		t.Fatal("group 1's reopen did not end once its open could")
+	}
+	s.regMu.RLock()
+	after := s.subsystems[testSubNQN].ns.Load().byID[1].be
+	s.regMu.RUnlock()
+	if after == before {
+		t.Fatal("group 1's namespace kept its backend")
 	}
 }

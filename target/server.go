@@ -39,9 +39,13 @@ type server struct {
 	// nanoseconds (0: none; SetServingDeadline).
 	serveUntil [MaxANAGroup + 1]atomic.Int64
 	opMu       sync.Mutex
-	started    bool
-	stopped    bool
-	startedAt  time.Time
+	// applies counts the swaps (apply) and configuration changes under
+	// opMu: a reopen prepared outside opMu is applied only if none came
+	// in between (PrepareReopen).
+	applies   uint64
+	started   bool
+	stopped   bool
+	startedAt time.Time
 	// phase mirrors started/stopped for Status and Healthy, which must not
 	// wait for a Reload or Shutdown in progress: phaseNew, phaseRunning,
 	// phaseStopped. startedAt is written before phaseRunning is stored.
@@ -67,6 +71,10 @@ type server struct {
 	// is called on the admin queue's goroutine right after a Get Log
 	// Page built its page: a test scripts what happens in between.
 	logPageBuilt atomic.Pointer[func(c *controller, lid uint8)]
+	// backendOpening, if set (by this package's tests only), is called
+	// right before a namespace's backend opens: a test holds an open there
+	// as a slow rbd open would be held by the cluster.
+	backendOpening atomic.Pointer[func(nqn string, cfg NamespaceConfig)]
 
 	// genctr is the discovery log generation counter, bumped on every
 	// change a discovery log may show.

@@ -601,10 +601,14 @@ func (a applier) WaitForLatestOSDMap(group uint32) error {
 // stay attached, so a host whose only path is this gateway keeps its disk;
 // the group is inaccessible here meanwhile. If a new client cannot open the
 // image, nothing changes and the acquisition fails.
+//
+// The new backends open outside the change lock (an rbd open waits for the
+// cluster, up to its timeouts), so a slow open of this group holds no
+// reload, no ANA change of another group and no management change; only
+// the swap is made under it, ordered with the daemon's reloads (a swap
+// prepared while one ran is prepared again).
 func (a applier) Reopen(group uint32) error {
 	gs := a.gs
-	gs.change.Lock()
-	defer gs.change.Unlock()
 	_, enabled := a.groupImages(group)
 	if len(enabled) == 0 {
 		return nil
@@ -613,8 +617,8 @@ func (a applier) Reopen(group uint32) error {
 	for _, c := range backend.CephClients() {
 		before[c.Addrs] = true
 	}
-	if err := gs.t.ReopenNamespaces(group); err != nil {
-		if errors.Is(err, target.ErrReloadRefused) {
+	if err := a.reopen(group); err != nil {
+		if errors.Is(err, target.ErrReloadRefused) || errors.Is(err, target.ErrReopenStale) {
 			return fmt.Errorf("reopen the rbd namespaces of ANA group %d: %w", group, err)
 		}
 		// Expected when the old clients were fenced: their flush at
@@ -636,6 +640,57 @@ func (a applier) Reopen(group uint32) error {
 		}
 	}
 	return nil
+}
+
+// AnswerInFlight answers the group's commands still in the target's
+// backends at once with ANA Inaccessible (target.Target.AnswerGroupInFlight;
+// the runner calls it only when their clients are fenced or blocklisted:
+// gateway.ActAnswerInFlight). A target without it answers nothing.
+func (a applier) AnswerInFlight(group uint32) (int, error) {
+	t, ok := a.gs.t.(interface {
+		AnswerGroupInFlight(uint32) (int, error)
+	})
+	if !ok {
+		return 0, nil
+	}
+	return t.AnswerGroupInFlight(group)
+}
+
+var _ gateway.InFlightAnswerer = applier{}
+
+// reopenTarget is the target's reopen in two halves (*target.Target has
+// it): the opens, then the swap.
+type reopenTarget interface {
+	PrepareReopen(anaGroup uint32) (*target.PreparedReopen, error)
+}
+
+// reopenTries bounds the reopens prepared again because a reload swapped
+// namespaces while the new backends opened.
+const reopenTries = 3
+
+// reopen reopens the group's namespaces: the opens without the change
+// lock, the swap under it.
+func (a applier) reopen(group uint32) error {
+	gs := a.gs
+	rt, ok := gs.t.(reopenTarget)
+	if !ok {
+		gs.change.Lock()
+		defer gs.change.Unlock()
+		return gs.t.ReopenNamespaces(group)
+	}
+	for try := 1; ; try++ {
+		r, err := rt.PrepareReopen(group)
+		if err != nil {
+			return err
+		}
+		gs.change.Lock()
+		err = r.Apply()
+		gs.change.Unlock()
+		if errors.Is(err, target.ErrReopenStale) && try < reopenTries {
+			continue
+		}
+		return err
+	}
 }
 
 // retryNamespaces reloads the target, in the background and at most once

@@ -259,27 +259,27 @@ type ControllerQueue struct {
 	log      *zap.Logger
 	pd       *iwarp.PD
 	qp       *iwarp.QP
-	sqHead   atomic.Uint32 // SQ head pointer reported in completions
-	// sqFlowOff: the host disabled SQ flow control (Connect CATTR bit 2):
-	// completions report SQHD FFFFh.
-	sqFlowOff atomic.Bool
-	closedCh  chan struct{} // closed after the handler's QueueClosed returned
-	admitted  atomic.Bool
+	sq       nvmeof.SQHead // the SQ head the completions report (FFFFh: flow control off)
+	closedCh chan struct{} // closed after the handler's QueueClosed returned
+	admitted atomic.Bool
 
 	mu       perfcount.Mutex
 	pool     *bufferPool // data buffers (a small one until Admit)
 	poolMR   *iwarp.MR
 	recvBufs [][]byte
 	recvWRs  []iwarp.RecvWR
-	reqs     []*Request // every request context, by index
-	free     []int32
-	sqAvail  int       // send queue entries not reserved
-	backlog  []capsule // commands waiting for a context and send queue room, from bHead
-	bHead    int
-	waiting  []*Request // commands waiting for a data buffer, in order, from wHead
-	wHead    int
-	closed   bool
-	stats    Stats
+	// spareRecv are receive buffers that early answers of in-capsule
+	// commands kept and gave back (Request.Answer), under mu.
+	spareRecv [][]byte
+	reqs      []*Request // every request context, by index
+	free      []int32
+	sqAvail   int       // send queue entries not reserved
+	backlog   []capsule // commands waiting for a context and send queue room, from bHead
+	bHead     int
+	waiting   []*Request // commands waiting for a data buffer, in order, from wHead
+	wHead     int
+	closed    bool
+	stats     Stats
 }
 
 // capsule is a received command waiting for resources.
@@ -372,7 +372,7 @@ func (q *ControllerQueue) addContexts(n int) {
 
 // DisableSQFlowControl makes every later completion report SQHD FFFFh
 // (Fabrics 1.1 §3.3: the host disabled SQ flow control in its Connect).
-func (q *ControllerQueue) DisableSQFlowControl() { q.sqFlowOff.Store(true) }
+func (q *ControllerQueue) DisableSQFlowControl() { q.sq.DisableFlowControl() }
 
 // Admit gives the queue its full resources once the controller logic has
 // accepted the host (a successful Fabrics Connect; call it before the
@@ -487,8 +487,14 @@ type Request struct {
 	sge      [1][]byte
 	csge     [1][]byte
 	active   bool
-	answered bool // Complete ran
+	answered bool // Complete or Answer ran
 	want     int  // data buffer size while waiting for one
+	// Answer's state: held (the owner keeps the context and its buffer
+	// until Release), sent (the answer's Send completed: its send queue
+	// room is back), released (Release ran before that Send completed).
+	held, sent, released bool
+	sqeCopy              nvmeof.SQE // the SQE after Answer (its receive buffer is the host's again)
+	heldRecv             []byte     // the receive buffer Answer kept (in-capsule data): a spare after Release
 }
 
 // token is the work request ID of the request's current use: its index and
@@ -545,27 +551,18 @@ func (r *Request) Complete(st nvmeof.Status) {
 		return
 	}
 	r.answered = true
-	// As nvmet_update_sq_head: the SQ head advances when a command
-	// completes, so SQHD grows in completion order.
-	sqhd := uint32(0xFFFF) // SQ flow control disabled
-	for !q.sqFlowOff.Load() {
-		old := q.sqHead.Load()
-		sqhd = (old + 1) % uint32(q.size)
-		if q.sqHead.CompareAndSwap(old, sqhd) {
-			break
-		}
-	}
-	r.cqe.Complete(r.sqe, q.qid, uint16(sqhd), uint32(r.result), st)
+	sqhd := q.sq.Advance(q.size) // as nvmet_update_sq_head
+	r.cqe.Complete(r.sqe, q.qid, sqhd, uint32(r.result), st)
 	r.cqe.SetDW1(uint32(r.result >> 32))
 	dir := r.sqe.DataDirection()
 	// The SQE and any in-capsule data are used up: give the buffer back to
 	// the host before answering (as nvmet does).
 	if err := q.qp.PostRecv(&q.recvWRs[r.recvSlot]); err != nil {
-		q.release(r)
+		q.unsent(r)
 		return
 	}
 	n := 0
-	if st == nvmeof.StatusSuccess && dir == nvmeof.DirControllerToHost && len(r.data) > 0 && !r.inCap {
+	if st == nvmeof.StatusSuccess && dir == nvmeof.DirControllerToHost && len(r.data) > 0 && !r.inCap && !r.held {
 		r.sge[0] = r.data
 		r.wrs[0] = iwarp.SendWR{ID: r.token(), Opcode: iwarp.WRWrite, Local: r.sge[:], RemoteSTag: r.key, RemoteTO: r.addr}
 		n++
@@ -579,8 +576,87 @@ func (r *Request) Complete(st nvmeof.Status) {
 	// The room was reserved when the command arrived: this fails only on
 	// a queue that is ending, and then nothing of the response was posted.
 	if err := q.qp.PostSendChain(r.wrs[:n]); err != nil {
-		q.release(r)
+		q.unsent(r)
 	}
+}
+
+// unsent releases a request whose response could not be posted (the queue
+// is ending); one that Answer answered stays its owner's until Release.
+func (q *ControllerQueue) unsent(r *Request) {
+	q.mu.Lock()
+	if r.held && !r.released {
+		r.sent = true
+		q.sqAvail += sqPerCommand
+		q.mu.Unlock()
+		return
+	}
+	q.releaseLocked(r)
+}
+
+// Answer answers the command now with st, as Complete does for an error
+// status (no data goes to the host), but keeps the context and its data
+// buffer for the caller: whoever still reads or fills Data() (a backend
+// that has not returned) may go on until Release, which frees them. The
+// host may reuse the command's CID at once; the context matches no later
+// completion (no RDMA Read or Write of it is left, and it is not reused
+// before Release). It may be called from any goroutine, instead of
+// Complete, once; Release must follow exactly once.
+//
+// A command whose data came in its capsule keeps its receive buffer (the
+// data is there): the slot gets a spare buffer for the host's next command
+// (one made on the first such answer, reused after Release), so the host
+// has as many receives as before. A command answered already (Complete or
+// Answer) is refused (false, nothing done).
+func (r *Request) Answer(st nvmeof.Status) bool {
+	q := r.q
+	if r.answered {
+		return false
+	}
+	// The SQE is in the receive buffer, given back below (or kept, with
+	// in-capsule data): a copy for whoever reads SQE() until Release.
+	r.sqeCopy = *r.sqe
+	r.sqe = &r.sqeCopy
+	q.mu.Lock()
+	r.held = true
+	if r.inCap {
+		old := q.recvBufs[r.recvSlot]
+		var spare []byte
+		if n := len(q.spareRecv); n > 0 {
+			spare, q.spareRecv = q.spareRecv[n-1], q.spareRecv[:n-1]
+		}
+		if spare == nil {
+			// Only on an early answer, never on the I/O path: at most
+			// one per context held at a time.
+			spare = make([]byte, len(old))
+		}
+		// The slot's receive is not posted while its command runs:
+		// Complete below posts it with the spare.
+		r.heldRecv = old
+		q.recvBufs[r.recvSlot] = spare
+		q.recvWRs[r.recvSlot].Buf = spare
+	}
+	q.mu.Unlock()
+	r.Complete(st)
+	return true
+}
+
+// Release frees the context and data buffer of a request that Answer
+// answered, once its owner no longer uses them (the backend returned). It
+// is safe after the queue ended.
+func (r *Request) Release() {
+	q := r.q
+	q.mu.Lock()
+	if !r.active || !r.held || r.released {
+		q.mu.Unlock()
+		return
+	}
+	if !r.sent {
+		// The answer's Send has not completed: its completion frees.
+		r.released = true
+		q.mu.Unlock()
+		return
+	}
+	q.releaseLocked(r)
 }
 
 // onWC handles completions on the engine goroutines. A completion names
@@ -768,6 +844,18 @@ func (q *ControllerQueue) releaseID(id uint64) {
 		q.mu.Unlock()
 		return
 	}
+	if r.held && !r.released {
+		// An answer sent early: its send queue room is back, the
+		// context and buffer stay with the owner until Release.
+		r.sent = true
+		q.sqAvail += sqPerCommand
+		if q.wHead == len(q.waiting) && q.bHead == len(q.backlog) {
+			q.mu.Unlock()
+			return
+		}
+		q.drainLocked()
+		return
+	}
 	q.releaseLocked(r)
 }
 
@@ -780,9 +868,14 @@ func (q *ControllerQueue) releaseLocked(r *Request) {
 	if r.pool != nil {
 		r.pool.put(r.dataOff, cap(r.data))
 	}
+	if r.heldRecv != nil {
+		q.spareRecv = append(q.spareRecv, r.heldRecv)
+	}
+	if !r.held || !r.sent {
+		q.sqAvail += sqPerCommand
+	}
 	*r = Request{q: q, index: r.index, gen: r.gen + 1}
 	q.free = append(q.free, r.index)
-	q.sqAvail += sqPerCommand
 	if q.wHead == len(q.waiting) && q.bHead == len(q.backlog) {
 		q.mu.Unlock() // nothing waits: no drain
 		return

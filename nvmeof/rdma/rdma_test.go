@@ -27,7 +27,9 @@ type memCtrl struct {
 	closed   chan error
 	queues   atomic.Int32
 	commands atomic.Int64
-	hold     chan *Request // if set, Read commands park here
+	hold     chan *Request  // if set, Read commands park here
+	holdW    chan *Request  // if set, Write commands park here once their data is in
+	seen     func(*Request) // if set, called with every command as it arrives
 }
 
 func newMemCtrl(size int) *memCtrl {
@@ -36,6 +38,9 @@ func newMemCtrl(size int) *memCtrl {
 
 func (m *memCtrl) HandleCommand(r *Request) {
 	m.commands.Add(1)
+	if m.seen != nil {
+		m.seen(r)
+	}
 	sqe := r.SQE()
 	switch {
 	case r.Queue().QID() == 0 && sqe.Opcode() == nvmeof.AdminIdentify:
@@ -84,6 +89,10 @@ func (m *memCtrl) run(r *Request, f func() nvmeof.Status) {
 func (m *memCtrl) DataReady(r *Request, err error) {
 	if err != nil {
 		r.Complete(nvmeof.StatusDataTransferError)
+		return
+	}
+	if m.holdW != nil {
+		m.holdW <- r
 		return
 	}
 	m.run(r, func() nvmeof.Status {
@@ -773,5 +782,199 @@ func TestCRCPolicyValues(t *testing.T) {
 	}
 	if _, err := ParseCRCPolicy("sometimes"); err == nil {
 		t.Error("ParseCRCPolicy accepted nonsense")
+	}
+}
+
+// TestAnswerHoldsContext (issue 21): Answer answers a command at once (the
+// host gets the status, and a read's buffer no data) while its context and
+// registered data buffer stay held until Release: commands that arrive
+// meanwhile never get that context or buffer (the holder, a backend that
+// has not returned, still writes into it), no completion of the held
+// context is stale, and Release gives both back. A command whose data came
+// in its capsule is not answered early (its data is in a receive buffer the
+// host's next command would reuse). Before, the binding had only Complete,
+// which freed the context once the answer went out.
+func TestAnswerHoldsContext(t *testing.T) {
+	m := newMemCtrl(4 << 20)
+	m.hold = make(chan *Request, 64)
+	m.holdW = make(chan *Request, 64)
+	var mu sync.Mutex
+	held := map[int]bool{}
+	var reused []int
+	m.seen = func(r *Request) {
+		mu.Lock()
+		if held[r.Index()] {
+			reused = append(reused, r.Index())
+		}
+		mu.Unlock()
+	}
+	ln := serve(t, ControllerConfig{}, m)
+	const qsize = 16
+	q := dialQ(t, ln.Addr().String(), HostConfig{QID: 1, QueueSize: qsize, InlineDataSize: DefaultInlineDataSize})
+
+	// Eight reads park in the controller; each is answered early with
+	// ANA Inaccessible, after its data buffer was filled with a canary.
+	const n = 8
+	canary := pattern(8192, 0xA5)
+	var wg sync.WaitGroup
+	wg.Add(n)
+	reads := make([]*HostRequest, n)
+	for i := range reads {
+		r := &HostRequest{Data: bytes.Repeat([]byte{0xEE}, 8192), Done: func(*HostRequest) { wg.Done() }}
+		r.SQE.BuildRead(1, uint64(i*16), 16)
+		reads[i] = r
+		if err := q.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var parked []*Request
+	for range n {
+		var r *Request
+		select {
+		case r = <-m.hold:
+		case <-time.After(hang):
+			t.Fatal("the reads did not reach the controller")
+		}
+		copy(r.Data(), canary)
+		mu.Lock()
+		held[r.Index()] = true
+		mu.Unlock()
+		if !r.Answer(nvmeof.StatusANAInaccessible) {
+			t.Fatal("Answer of a keyed read refused")
+		}
+		if r.Answer(nvmeof.StatusANAInaccessible) {
+			t.Fatal("a second Answer accepted")
+		}
+		parked = append(parked, r)
+	}
+	waitWG(t, &wg)
+	for i, r := range reads {
+		if st, ok := r.Status().(nvmeof.Status); !ok || st != nvmeof.StatusANAInaccessible {
+			t.Fatalf("read %d answered early: %v, want ANA Inaccessible", i, r.Status())
+		}
+		if !bytes.Equal(r.Data, bytes.Repeat([]byte{0xEE}, 8192)) {
+			t.Fatalf("read %d: data reached the host's buffer with an error answer", i)
+		}
+	}
+	// Many more commands than the queue holds, through every free
+	// context: writes of another pattern, which would overwrite a held
+	// buffer if it were given out.
+	const more = 4 * qsize
+	wg.Add(more)
+	for i := range more {
+		w := &HostRequest{Data: pattern(8192, byte(i)), Write: true, Done: func(*HostRequest) { wg.Done() }}
+		w.SQE.BuildWrite(1, uint64(i*16), 16)
+		for {
+			err := q.Submit(w)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrQueueFull) {
+				t.Fatal(err)
+			}
+			runtime.Gosched()
+		}
+		go func() { (<-m.holdW).Complete(nvmeof.StatusSuccess) }()
+	}
+	waitWG(t, &wg)
+	mu.Lock()
+	if len(reused) > 0 {
+		t.Fatalf("held contexts %v given to new commands before Release", reused)
+	}
+	mu.Unlock()
+	for i, r := range parked {
+		if !bytes.Equal(r.Data(), canary) {
+			t.Fatalf("held read %d: its data buffer was reused before Release", i)
+		}
+	}
+	// An in-capsule write answered early keeps its data, which is in the
+	// receive buffer, until Release, while more in-capsule writes go
+	// through every receive slot (one would overwrite it if the slot
+	// were given back with it).
+	icData := pattern(512, 0x3C)
+	w := &HostRequest{Data: icData, Write: true}
+	w.SQE.BuildWrite(1, 0, 1)
+	wdone := make(chan struct{})
+	w.Done = func(*HostRequest) { close(wdone) }
+	if err := q.Submit(w); err != nil {
+		t.Fatal(err)
+	}
+	var wr *Request
+	select {
+	case wr = <-m.holdW:
+	case <-time.After(hang):
+		t.Fatal("the in-capsule write did not reach the controller")
+	}
+	if !wr.inCap {
+		t.Fatal("the 512-byte write did not come in its capsule")
+	}
+	mu.Lock()
+	held[wr.Index()] = true
+	mu.Unlock()
+	if !wr.Answer(nvmeof.StatusANAInaccessible) {
+		t.Fatal("Answer of an in-capsule write refused")
+	}
+	select {
+	case <-wdone:
+	case <-time.After(hang):
+		t.Fatal("the in-capsule write was not answered")
+	}
+	if st, ok := w.Status().(nvmeof.Status); !ok || st != nvmeof.StatusANAInaccessible {
+		t.Fatalf("in-capsule write answered early: %v", w.Status())
+	}
+	for i := range 4 * qsize {
+		w := &HostRequest{Data: pattern(512, byte(i)), Write: true}
+		w.SQE.BuildWrite(1, uint64(i), 1)
+		go func() { (<-m.holdW).Complete(nvmeof.StatusSuccess) }()
+		if err := do(t, q, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	if len(reused) > 0 {
+		t.Fatalf("held contexts %v given to new commands before Release", reused)
+	}
+	mu.Unlock()
+	if !bytes.Equal(wr.Data(), icData) || wr.SQE().Opcode() != nvmeof.NVMWrite {
+		t.Fatal("the held in-capsule write's data or SQE changed before Release")
+	}
+	parked = append(parked, wr)
+
+	cq := parked[0].Queue()
+	before := cq.Stats()
+	if before.PoolBytesInUse < n*8192 { // the in-capsule write holds no pool buffer
+		t.Fatalf("pool bytes in use %d with %d held 8 KiB buffers", before.PoolBytesInUse, n)
+	}
+	mu.Lock()
+	clear(held)
+	mu.Unlock()
+	for _, r := range parked {
+		r.Release()
+		r.Release() // a second Release does nothing
+	}
+	waitFor(t, "the held buffers back in the pool", func() bool { return cq.Stats().PoolBytesInUse == 0 })
+	if st := cq.Stats(); st.StaleCompletions != 0 {
+		t.Fatalf("stale completions %d", st.StaleCompletions)
+	}
+	// The queue goes on with every context.
+	for i := range qsize - 1 {
+		w := &HostRequest{Data: pattern(8192, byte(i)), Write: true}
+		w.SQE.BuildWrite(1, uint64(i*16), 16)
+		go func() { (<-m.holdW).Complete(nvmeof.StatusSuccess) }()
+		if err := do(t, q, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after hang.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(hang)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

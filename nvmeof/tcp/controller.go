@@ -79,14 +79,13 @@ type ControllerQueue struct {
 	killed   atomic.Pointer[error] // why the Admission ended the queue
 	admitted atomic.Bool
 	live     atomic.Bool
-	sqHead   atomic.Uint32
-	// sqFlowOff: the host disabled SQ flow control in its Connect:
-	// completions report SQHD FFFFh and a successful read's response is
+	// sq: the SQ head the completions report; flow control off (the
+	// host's Connect): SQHD FFFFh and a successful read's response is
 	// folded into its C2HData (SUCCESS).
-	sqFlowOff atomic.Bool
-	closedCh  chan struct{}
-	closing   chan struct{}
-	stop      sync.Once
+	sq       nvmeof.SQHead
+	closedCh chan struct{}
+	closing  chan struct{}
+	stop     sync.Once
 
 	wmu perfcount.Mutex // one writer at a time
 
@@ -211,7 +210,7 @@ func (q *ControllerQueue) Stats() QueueStats {
 // alone, with the SUCCESS flag (TCP 1.0 §3.6.2.7: allowed only when SQ flow
 // control is disabled), as nvmet-tcp does (nvmet_setup_c2h_data_pdu sets
 // NVME_TCP_F_DATA_SUCCESS when sqhd_disabled and sends no response).
-func (q *ControllerQueue) DisableSQFlowControl() { q.sqFlowOff.Store(true) }
+func (q *ControllerQueue) DisableSQFlowControl() { q.sq.DisableFlowControl() }
 
 // kill ends the queue for the Admission (evicted to make room, or not
 // admitted within the connect timeout).
@@ -700,15 +699,8 @@ func (r *Request) Complete(st nvmeof.Status) {
 	}
 	r.answered = true
 	r.r2t.Store(false)
-	sqhd := uint32(0xFFFF) // SQ flow control disabled
-	flowOff := q.sqFlowOff.Load()
-	for !flowOff {
-		old := q.sqHead.Load()
-		sqhd = (old + 1) % uint32(q.size)
-		if q.sqHead.CompareAndSwap(old, sqhd) {
-			break
-		}
-	}
+	flowOff := q.sq.FlowControlOff()
+	sqhd := q.sq.Advance(q.size)
 	k := 0
 	n := 0
 	if st == nvmeof.StatusSuccess && r.sqe.DataDirection() == nvmeof.DirControllerToHost && len(r.data) > 0 {
@@ -746,20 +738,65 @@ func (r *Request) Complete(st nvmeof.Status) {
 		}
 		q.pdusSent.Add(1) // the C2HData; the CapsuleResp below
 	}
-	start := n
-	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[n:])
-	cqe := wire.CapsuleCQE(r.out[n:])
-	cqe.Complete(&r.sqe, q.qid, uint16(sqhd), uint32(r.result), st)
-	cqe.SetDW1(uint32(r.result >> 32))
-	n += wire.CapsuleRespHLen
-	if q.d.Header {
-		wire.PutDigest(r.out[n:], wire.HeaderDigest(r.out[start:n]))
-		n += wire.DigestSize
-	}
+	n += r.putCapsuleResp(r.out[n:], sqhd, st)
 	r.iov[k] = r.out[:n]
 	k++
 	q.pdusSent.Add(1)
 	r.finish(k)
+}
+
+// Answer answers the command now with st, as Complete does for an error
+// status (a CapsuleResp, no data goes to the host), but keeps the context
+// and its data buffer for the caller: whoever still reads or fills Data()
+// (a backend that has not returned) may go on until Release, which frees
+// them. The host may reuse the command's CID at once; the context matches
+// no H2CData (only a context in R2T does) and is not given to a new
+// command before Release. It may be called from any goroutine, instead of
+// Complete, once; Release must follow exactly once. It reports false, and
+// does nothing, for a command answered already or waiting for the host's
+// data (an R2T outstanding).
+func (r *Request) Answer(st nvmeof.Status) bool {
+	q := r.q
+	if r.answered || !r.active.Load() || r.r2t.Load() {
+		return false
+	}
+	r.answered = true
+	n := r.putCapsuleResp(r.out[:], q.sq.Advance(q.size), st)
+	// Written now, not gathered in the receive goroutine's batch: the
+	// batch frees the contexts it writes, and this one stays held.
+	r.iov[0] = r.out[:n]
+	r.bufs = r.iov[:1]
+	q.pdusSent.Add(1)
+	_ = q.write(&r.bufs)
+	r.iov = [3][]byte{}
+	return true
+}
+
+// putCapsuleResp puts the command's CapsuleResp PDU (its CQE with sqhd and
+// st, and the header digest if negotiated) at the start of b and returns
+// its length.
+func (r *Request) putCapsuleResp(b []byte, sqhd uint16, st nvmeof.Status) int {
+	q := r.q
+	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(b)
+	cqe := wire.CapsuleCQE(b)
+	cqe.Complete(&r.sqe, q.qid, sqhd, uint32(r.result), st)
+	cqe.SetDW1(uint32(r.result >> 32))
+	n := wire.CapsuleRespHLen
+	if q.d.Header {
+		wire.PutDigest(b[n:], wire.HeaderDigest(b[:n]))
+		n += wire.DigestSize
+	}
+	return n
+}
+
+// Release frees the context and data buffer of a request that Answer
+// answered, once its owner no longer uses them (the backend returned). It
+// is safe after the queue ended.
+func (r *Request) Release() {
+	if !r.answered || !r.active.Load() {
+		return
+	}
+	r.release()
 }
 
 // finish writes the first k of r.iov in one writev and frees the context,

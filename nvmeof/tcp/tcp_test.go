@@ -489,3 +489,116 @@ func TestR2TEndsWithQueue(t *testing.T) {
 		t.Fatal("the write waiting for its data was not handed back when the queue ended")
 	}
 }
+
+// holdHandler is memHandler whose reads park in hold, and which records
+// every command's context as it arrives.
+type holdHandler struct {
+	*memHandler
+	hold chan *Request
+	seen func(*Request)
+}
+
+func (h holdHandler) HandleCommand(r *Request) {
+	if !r.SQE().IsFabrics() {
+		h.seen(r)
+		if r.SQE().Opcode() == nvmeof.NVMRead {
+			h.hold <- r
+			return
+		}
+	}
+	h.memHandler.HandleCommand(r)
+}
+
+// TestAnswerHoldsContext (issue 21): Answer answers a command at once (a
+// CapsuleResp with the status, no data) while its context and data buffer
+// stay held until Release: commands that arrive meanwhile never get that
+// context or buffer (the holder, a backend that has not returned, still
+// writes into it), and Release gives them back: the queue then runs every
+// context again. Before, the binding had only Complete, which freed the
+// context once the answer was written.
+func TestAnswerHoldsContext(t *testing.T) {
+	var mu sync.Mutex
+	held := map[int]bool{}
+	var reused []int
+	m := holdHandler{newMemHandler(), make(chan *Request, 16), func(r *Request) {
+		mu.Lock()
+		if held[r.Index()] {
+			reused = append(reused, r.Index())
+		}
+		mu.Unlock()
+	}}
+	ln := serve(t, Config{}, m)
+	h := dial(t, ln, wire.Digests{})
+	const qsize = 16
+	h.Connect(1, qsize, "", 0, 0)
+	const n = 8
+	canary := pattern(4096, 0xA5)
+	var parked []*Request
+	for i := range n {
+		cid := h.NextCID()
+		h.Capsule(rawtcp.RWSQE(nvmeof.NVMRead, cid, uint64(i*8), 4096, false), nil)
+		var r *Request
+		select {
+		case r = <-m.hold:
+		case <-time.After(time.Minute):
+			t.Fatal("the read did not reach the controller")
+		}
+		copy(r.Data(), canary)
+		mu.Lock()
+		held[r.Index()] = true
+		mu.Unlock()
+		if !r.Answer(nvmeof.StatusANAInaccessible) {
+			t.Fatal("Answer refused")
+		}
+		if r.Answer(nvmeof.StatusANAInaccessible) {
+			t.Fatal("a second Answer accepted")
+		}
+		r.Complete(nvmeof.StatusSuccess) // after Answer: nothing
+		if st := h.CQE(cid, nil); st != nvmeof.StatusANAInaccessible {
+			t.Fatalf("read %d answered early: %v, want ANA Inaccessible", i, st)
+		}
+		parked = append(parked, r)
+	}
+	// Many commands through every free context: writes of another
+	// pattern, which would overwrite a held buffer if it were given out.
+	for i := range 4 * qsize {
+		data := pattern(4096, byte(i))
+		cid := h.NextCID()
+		h.Capsule(rawtcp.RWSQE(nvmeof.NVMWrite, cid, uint64(i*8), len(data), true), data)
+		if st := h.CQE(cid, nil); st != nvmeof.StatusSuccess {
+			t.Fatalf("write %d: %v", i, st)
+		}
+	}
+	mu.Lock()
+	if len(reused) > 0 {
+		t.Fatalf("held contexts %v given to new commands before Release", reused)
+	}
+	clear(held)
+	mu.Unlock()
+	cq := parked[0].q
+	if free := len(cq.free); free != qsize-n {
+		t.Fatalf("%d free contexts with %d of %d held", free, n, qsize)
+	}
+	for i, r := range parked {
+		if !bytes.Equal(r.Data(), canary) {
+			t.Fatalf("held read %d: its data buffer was reused before Release", i)
+		}
+		r.Release()
+		r.Release() // a second Release does nothing
+	}
+	if free := len(cq.free); free != qsize {
+		t.Fatalf("%d free contexts of %d after Release", free, qsize)
+	}
+	// Every context again: a burst of a full queue of writes.
+	var burst []byte
+	for i := range qsize - 1 {
+		sqe := rawtcp.RWSQE(nvmeof.NVMWrite, uint16(1000+i), uint64(i), 512, true)
+		burst = h.AppendPDU(burst, wire.TypeCapsuleCmd, 0, sqe[:], pattern(512, byte(i)))
+	}
+	h.Send(burst)
+	for i := range qsize - 1 {
+		if st := h.CQE(uint16(1000+i), nil); st != nvmeof.StatusSuccess {
+			t.Fatalf("burst write %d: %v", i, st)
+		}
+	}
+}
