@@ -380,6 +380,16 @@ func (a applier) SetANA(group uint32, optimized bool) error {
 	gs := a.gs
 	set := gs.t
 	gs.mu.Lock()
+	was := gs.owned[group]
+	gs.mu.Unlock()
+	if !optimized && was {
+		// A test build's injected failure (faultinject.go): nothing
+		// changes, the ports still say optimized.
+		if err := stepDownFault(group); err != nil {
+			return err
+		}
+	}
+	gs.mu.Lock()
 	gs.owned[group] = optimized
 	gs.mu.Unlock()
 	if !optimized {
@@ -774,6 +784,9 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 	gs.mu.Unlock()
 	log.Info("gateway: member of the group", zap.String("name", g.Name), zap.String("group", g.Group),
 		zap.String("session", session), zap.String("client", cl.Addrs()), zap.Duration("lease", g.Lease))
+	if note := faultInjectorNote(); note != "" {
+		log.Warn("gateway: " + note)
+	}
 	go func() { gs.done <- r.Run(ctx, g.Lease/2) }()
 	return nil
 }

@@ -1,0 +1,218 @@
+package interop_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/internal/testing/faultinject"
+	"github.com/nvmetd/nvmetd/test/interop/lab"
+)
+
+// The failback while the holder's step-down fails (issue 21, path 4: "a
+// failed ANA change does not stop the hand-over"), with the Linux host. It
+// is testLinuxHostGateway's failback: gw-b holds group 1 after gw-a's
+// SIGKILL, and gw-a, its preferred owner, is restarted and asks for it
+// back. In a real process the holder's step-down (SetGroupANA
+// inaccessible) cannot fail, so the test's gateways are built with the
+// test-only fault injector (build tag faultinject, inert unless armed:
+// gateway/gwtarget/faultinject.go) and gw-b's next anaFailRefusals
+// step-downs are refused. The product must stop the hand-over: gw-b writes
+// no release while its ports say optimized, retries its step-down (the
+// fault is used up), and releases only after a step-down that succeeded;
+// gw-a serves only after that (the gateways' logs, one clock) and after
+// fencing gw-b's client of the group. In the guest the ANA states of both
+// controllers are sampled throughout (a shell loop, about every 50 ms):
+// never both live and optimized. vwriter writes throughout; the run's
+// final sweep (0 regressed, no I/O error) judges these writes too, and the
+// stall of the hand-over is logged with the run's others.
+
+// anaFailRefusals is how many of gw-b's step-downs are refused: fewer than
+// a lease of retries (one each renew_interval, 1 s, against a 5 s lease),
+// so that gw-b retries and hands over (a lease of refusals makes it exit:
+// the Go host's TestGatewayProcessFailbackStepDownFails covers that).
+const anaFailRefusals = 3
+
+// anaFailGW is what the phase needs of testLinuxHostGateway.
+type anaFailGW struct {
+	vm      *lab.VM
+	a, b    *gwProc
+	ctrlOf  map[int]string // port → nvmeX
+	sampler *ioSampler
+	vw      *linuxWriter
+	events  map[string]time.Time
+}
+
+// anaFailFailback restarts gw-a (SIGKILLed, group 1 with gw-b) and runs
+// the failback with gw-b's step-down refused; it returns once gw-a carries
+// the host's I/O.
+func anaFailFailback(t *testing.T, g anaFailGW) {
+	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("failback with refused step-downs: the phase took %.1fs", time.Since(start).Seconds()) }()
+	a, b, vm := g.a, g.b, g.vm
+	ca, cb := g.ctrlOf[a.port], g.ctrlOf[b.port]
+	fault := filepath.Join(b.dir, "stepdown.fault")
+	if err := faultinject.ArmStepDown(fault, anaFailRefusals); err != nil {
+		t.Fatal(err)
+	}
+	// The guest's sampler: uptime, then per controller its state and the
+	// ANA state of its path to namespace 1 (the state read first: Linux
+	// reads the ANA log of a (re)connecting controller before it goes
+	// live, so a live state read before the ANA state vouches for it).
+	step(t, vm, time.Minute, fmt.Sprintf(`rm -f /root/gw.ana.*; (while [ ! -e /root/gw.ana.stop ]; do read up _ < /proc/uptime; `+
+		`sa=-; read sa < /sys/class/nvme/%[1]s/state; aa=-; for f in /sys/class/nvme/%[1]s/nvme*c*n1/ana_state; do read aa < $f; done; `+
+		`sb=-; read sb < /sys/class/nvme/%[2]s/state; ab=-; for f in /sys/class/nvme/%[2]s/nvme*c*n1/ana_state; do read ab < $f; done; `+
+		`echo $up $sa $aa $sb $ab; sleep 0.05; done > /root/gw.ana.samples 2>/dev/null; echo 0 > /root/gw.ana.rc) >/dev/null 2>&1 &`+"\n"+
+		`echo sampling`, ca, cb))
+	amark, bmark := a.logSize(), b.logSize()
+	ev := fmt.Sprintf("restart gw-a (failback; gw-b's step-down refused %d times)", anaFailRefusals)
+	g.events[ev] = time.Now()
+	a.start()
+	waitGuest := func(ctrl, file, want string) {
+		t.Helper()
+		step(t, vm, 2*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do s=$(cat /sys/class/nvme/%s/%s 2>/dev/null); case " %s " in *" $s "*) echo $s; exit 0;; esac; sleep 0.1; done; echo $s; exit 1`,
+			ctrl, file, want))
+	}
+	waitGuest(ca, "state", "live")
+	waitGuest(ca, "nvme*c*n1/ana_state", "optimized")
+	waitGuest(cb, "nvme*c*n1/ana_state", "inaccessible")
+	g.sampler.waitProgress(t, 0, 500, "after the failback to gw-a")
+	g.vw.waitWrites(200, "after the failback to gw-a")
+	b.waitLogFrom(`group 1: release to gw-a: done`, bmark)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	samples, err := vm.Exec(ctx, `touch /root/gw.ana.stop; for i in $(seq 1 100); do [ -s /root/gw.ana.rc ] && break; sleep 0.1; done; cat /root/gw.ana.samples`)
+	cancel()
+	if err != nil {
+		t.Fatalf("the guest's ANA samples: %v", err)
+	}
+	anaFailSamples(t, samples)
+
+	blog, alog := b.logSince(bmark), a.logSince(amark)
+	stepped := anaFailStepDown(t, blog)
+	if left, err := faultinject.StepDownLeft(fault); err != nil || left != 0 {
+		t.Errorf("FINDING: gw-b's fault file has %d refusals left (%v), want 0: it did not retry its step-down", left, err)
+	}
+	fenceAt, ok1 := gwLogTime(alog, `fencing the previous holder`)
+	optAt, ok2 := gwLogTime(alog, `group 1: set-ana optimized`)
+	if !ok1 || !ok2 || optAt.Before(fenceAt) {
+		t.Errorf("gw-a did not fence gw-b's client of the group before serving it:\n%s", grepRe(alog, `fenc|set-ana`))
+	}
+	if ok2 && !stepped.IsZero() && optAt.Before(stepped) {
+		t.Errorf("FINDING: gw-a served group 1 at %s, before gw-b's step-down succeeded at %s", optAt.Format(time.StampMilli), stepped.Format(time.StampMilli))
+	}
+	if reqAt, ok := gwLogTime(alog, `group 1: request-handover`); ok && ok2 && !stepped.IsZero() {
+		t.Logf("failback with %d refused step-downs: gw-a asked at %s; gw-b's step-down succeeded %.1fs later (its refusals retried every renew_interval); gw-a served %.1fs after asking (fence %.1fs)",
+			anaFailRefusals, reqAt.Format(time.StampMilli), stepped.Sub(reqAt).Seconds(), optAt.Sub(reqAt).Seconds(), optAt.Sub(fenceAt).Seconds())
+	}
+}
+
+// anaFailSamples checks the guest's samples (uptime, then state and ANA
+// state of gw-a's and gw-b's controllers): never both live and optimized.
+// It logs the samples' span and the host's view of the hand-over: the
+// last sample with gw-b's path optimized and the first with gw-a's.
+func anaFailSamples(t *testing.T, out string) {
+	t.Helper()
+	var (
+		n, both          int
+		first, last      float64
+		lastB, firstA    float64 = -1, -1
+		bothAt           []string
+		optimizedLive    = func(st, ana string) bool { return st == "live" && ana == "optimized" }
+		interesting      []string
+		prevA, prevB     string
+		lastLineB, lineA string
+	)
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 5 {
+			continue
+		}
+		up, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		if n == 0 {
+			first = up
+		}
+		n, last = n+1, up
+		oa, ob := optimizedLive(f[1], f[2]), optimizedLive(f[3], f[4])
+		if oa && ob {
+			both++
+			if len(bothAt) < 10 {
+				bothAt = append(bothAt, l)
+			}
+		}
+		if ob {
+			lastB, lastLineB = up, l
+		}
+		if oa && firstA < 0 {
+			firstA, lineA = up, l
+		}
+		// The changes, for the log.
+		if sa, sb := f[1]+" "+f[2], f[3]+" "+f[4]; sa != prevA || sb != prevB {
+			interesting = append(interesting, l)
+			prevA, prevB = sa, sb
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the guest's ANA sampler wrote no sample:\n%s", out)
+	}
+	t.Logf("the guest's ANA samples (uptime, gw-a's controller state and ANA state, gw-b's), the changes of %d samples over %.1fs:\n%s",
+		n, last-first, strings.Join(interesting, "\n"))
+	if both > 0 {
+		t.Errorf("FINDING: the Linux host saw group 1 optimized on both gateways' live paths in %d of %d samples:\n%s", both, n, strings.Join(bothAt, "\n"))
+	}
+	if lastB >= 0 && firstA >= 0 {
+		t.Logf("the host's view of the hand-over: gw-b's path optimized last at %s, gw-a's first at %s: %.2fs with neither", lastLineB, lineA, firstA-lastB)
+	}
+}
+
+// anaFailStepDown checks gw-b's log of the failback: anaFailRefusals
+// refused step-downs, each the injected fault, then one that succeeded,
+// and the release only after it. It returns that success's time.
+func anaFailStepDown(t *testing.T, log string) time.Time {
+	t.Helper()
+	t.Logf("gw-b's step-down and release:\n%s", grepRe(log, `set-ana|release|step-down|could not be made`))
+	failed := regexp.MustCompile(`(?m)^.*group 1: set-ana inaccessible failed.*$`).FindAllStringIndex(log, -1)
+	ok := regexp.MustCompile(`(?m)^.*group 1: set-ana inaccessible$`).FindStringIndex(log)
+	rel := strings.Index(log, "group 1: release to gw-a")
+	if len(failed) != anaFailRefusals {
+		t.Errorf("gw-b: %d refused step-downs, want %d", len(failed), anaFailRefusals)
+	}
+	for _, f := range failed {
+		if !strings.Contains(log[f[0]:f[1]], "fault injected") {
+			t.Errorf("a refused step-down that is not the injected fault: %s", log[f[0]:f[1]])
+		}
+	}
+	if ok == nil {
+		t.Errorf("FINDING: gw-b's step-down never succeeded:\n%s", log)
+		return time.Time{}
+	}
+	if len(failed) > 0 && ok[0] < failed[len(failed)-1][0] {
+		t.Errorf("gw-b's step-down succeeded before its last refusal")
+	}
+	if rel < 0 || rel < ok[0] {
+		t.Errorf("FINDING: gw-b wrote its release (byte %d of its log) before its step-down succeeded (byte %d): its ports still said optimized", rel, ok[0])
+	}
+	at, _ := gwLogTime(log[ok[0]:], `set-ana inaccessible$`)
+	return at
+}
+
+// grepRe returns the lines of s that match re.
+func grepRe(s, re string) string {
+	rx := regexp.MustCompile(re)
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if rx.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
