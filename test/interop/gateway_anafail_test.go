@@ -27,8 +27,8 @@ import (
 // fault is used up), and releases only after a step-down that succeeded;
 // gw-a serves only after that (the gateways' logs, one clock) and after
 // fencing gw-b's client of the group. In the guest the ANA states of both
-// controllers are sampled throughout (a shell loop, about every 50 ms):
-// never both live and optimized. vwriter writes throughout; the run's
+// controllers are sampled throughout (a shell loop sleeping 50 ms: about
+// every 115 ms under TCG): never both live and optimized. vwriter writes throughout; the run's
 // final sweep (0 regressed, no I/O error) judges these writes too, and the
 // stall of the hand-over is logged with the run's others.
 
@@ -52,7 +52,6 @@ type anaFailGW struct {
 // the failback with gw-b's step-down refused; it returns once gw-a carries
 // the host's I/O.
 func anaFailFailback(t *testing.T, g anaFailGW) {
-	t.Helper()
 	start := time.Now()
 	defer func() { t.Logf("failback with refused step-downs: the phase took %.1fs", time.Since(start).Seconds()) }()
 	a, b, vm := g.a, g.b, g.vm
