@@ -25,6 +25,9 @@ import (
 // as they are, and N is written back less one. Without the variable, the
 // file, or with N ≤ 0 nothing is changed.
 
+// faultInjectBuild says that this build injects faults.
+const faultInjectBuild = true
+
 // faultStepDownEnv is the variable that names the fault's file.
 const faultStepDownEnv = "NVMETD_FAULT_STEPDOWN"
 
