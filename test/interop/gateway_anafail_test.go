@@ -26,9 +26,11 @@ import (
 // no release while its ports say optimized, retries its step-down (the
 // fault is used up), and releases only after a step-down that succeeded;
 // gw-a serves only after that (the gateways' logs, one clock) and after
-// fencing gw-b's client of the group. In the guest the ANA states of both
-// controllers are sampled throughout (a shell loop sleeping 50 ms: about
-// every 115 ms under TCG): never both live and optimized. vwriter writes throughout; the run's
+// fencing gw-b's client of the group. In the guest both controllers are
+// sampled throughout (a shell loop): the ANA states the host holds
+// (sysfs) and the gateways' ANA logs read then (nvme ana-log, gw-a's
+// first): never both optimized (anaFailSamples says why the logs are what
+// is asserted). vwriter writes throughout; the run's
 // final sweep (0 regressed, no I/O error) judges these writes too, and the
 // stall of the hand-over is logged with the run's others.
 
@@ -61,14 +63,21 @@ func anaFailFailback(t *testing.T, g anaFailGW) {
 		t.Fatal(err)
 	}
 	// The guest's sampler: uptime, then per controller its state and the
-	// ANA state of its path to namespace 1 (the state read first: Linux
-	// reads the ANA log of a (re)connecting controller before it goes
-	// live, so a live state read before the ANA state vouches for it).
+	// ANA state of its path to namespace 1 as the host holds it (the
+	// state read first: Linux reads the ANA log of a (re)connecting
+	// controller before it goes live, so a live state read before the
+	// ANA state vouches for it), then group 1's state in each gateway's
+	// ANA log read now (nvme ana-log: a Get Log Page to the gateway; "-"
+	// if it fails), gw-a's first.
+	anaLog := func(v, ctrl string) string {
+		return fmt.Sprintf(`s=$(nvme ana-log /dev/%[2]s 2>/dev/null); case $s in *non-optimized*) %[1]s=non-optimized;; *optimized*) %[1]s=optimized;; `+
+			`*inaccessible*) %[1]s=inaccessible;; *) %[1]s=-;; esac; `, v, ctrl)
+	}
 	step(t, vm, time.Minute, fmt.Sprintf(`rm -f /root/gw.ana.*; (while [ ! -e /root/gw.ana.stop ]; do read up _ < /proc/uptime; `+
 		`sa=-; read sa < /sys/class/nvme/%[1]s/state; aa=-; for f in /sys/class/nvme/%[1]s/nvme*c*n1/ana_state; do read aa < $f; done; `+
 		`sb=-; read sb < /sys/class/nvme/%[2]s/state; ab=-; for f in /sys/class/nvme/%[2]s/nvme*c*n1/ana_state; do read ab < $f; done; `+
-		`echo $up $sa $aa $sb $ab; sleep 0.05; done > /root/gw.ana.samples 2>/dev/null; echo 0 > /root/gw.ana.rc) >/dev/null 2>&1 &`+"\n"+
-		`echo sampling`, ca, cb))
+		`%[3]s%[4]secho $up $sa $aa $sb $ab $la $lb; sleep 0.05; done > /root/gw.ana.samples 2>/dev/null; echo 0 > /root/gw.ana.rc) >/dev/null 2>&1 &`+"\n"+
+		`echo sampling`, ca, cb, anaLog("la", ca), anaLog("lb", cb)))
 	amark, bmark := a.logSize(), b.logSize()
 	ev := fmt.Sprintf("restart gw-a (failback; gw-b's step-down refused %d times)", anaFailRefusals)
 	g.events[ev] = time.Now()
@@ -112,25 +121,33 @@ func anaFailFailback(t *testing.T, g anaFailGW) {
 	}
 }
 
-// anaFailSamples checks the guest's samples (uptime, then state and ANA
-// state of gw-a's and gw-b's controllers): never both live and optimized.
-// It logs the samples' span and the host's view of the hand-over: the
-// last sample with gw-b's path optimized and the first with gw-a's.
+// anaFailSamples checks the guest's samples (uptime; state and ANA state
+// of gw-a's and gw-b's controllers as the host holds them; group 1's
+// state in gw-a's and gw-b's ANA logs read then, gw-a's first).
+//
+// The assertion is on the logs read: gw-a's says optimized only once gw-b
+// stepped down (if the product is right), and gw-b's is read after it, so
+// a sample with both optimized is a second writer's window, whatever the
+// timing. The host's own view (sysfs ana_state) lags each gateway by its
+// ANA change notice and log read, so both live and optimized there for a
+// moment would be the host's lag, not necessarily the gateways': it is
+// counted and logged (as a FINDING to look at), not failed on.
 func anaFailSamples(t *testing.T, out string) {
 	t.Helper()
 	var (
-		n, both          int
-		first, last      float64
-		lastB, firstA    float64 = -1, -1
-		bothAt           []string
-		optimizedLive    = func(st, ana string) bool { return st == "live" && ana == "optimized" }
-		interesting      []string
-		prevA, prevB     string
-		lastLineB, lineA string
+		n, both, hostBoth int
+		reads             [2]int // samples with a log read of gw-a's, gw-b's
+		first, last       float64
+		lastB, firstA     float64 = -1, -1
+		bothAt, hostAt    []string
+		optimizedLive     = func(st, ana string) bool { return st == "live" && ana == "optimized" }
+		interesting       []string
+		prev              string
+		lastLineB, lineA  string
 	)
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) != 5 {
+		if len(f) != 7 {
 			continue
 		}
 		up, err := strconv.ParseFloat(f[0], 64)
@@ -141,11 +158,22 @@ func anaFailSamples(t *testing.T, out string) {
 			first = up
 		}
 		n, last = n+1, up
-		oa, ob := optimizedLive(f[1], f[2]), optimizedLive(f[3], f[4])
-		if oa && ob {
+		for i, v := range f[5:7] {
+			if v != "-" {
+				reads[i]++
+			}
+		}
+		if f[5] == "optimized" && f[6] == "optimized" {
 			both++
 			if len(bothAt) < 10 {
 				bothAt = append(bothAt, l)
+			}
+		}
+		oa, ob := optimizedLive(f[1], f[2]), optimizedLive(f[3], f[4])
+		if oa && ob {
+			hostBoth++
+			if len(hostAt) < 10 {
+				hostAt = append(hostAt, l)
 			}
 		}
 		if ob {
@@ -155,18 +183,24 @@ func anaFailSamples(t *testing.T, out string) {
 			firstA, lineA = up, l
 		}
 		// The changes, for the log.
-		if sa, sb := f[1]+" "+f[2], f[3]+" "+f[4]; sa != prevA || sb != prevB {
+		if k := strings.Join(f[1:], " "); k != prev {
 			interesting = append(interesting, l)
-			prevA, prevB = sa, sb
+			prev = k
 		}
 	}
 	if n == 0 {
 		t.Fatalf("the guest's ANA sampler wrote no sample:\n%s", out)
 	}
-	t.Logf("the guest's ANA samples (uptime, gw-a's controller state and ANA state, gw-b's), the changes of %d samples over %.1fs:\n%s",
-		n, last-first, strings.Join(interesting, "\n"))
+	t.Logf("the guest's ANA samples (uptime; gw-a's controller state and path ANA state, gw-b's; group 1 in gw-a's ANA log, in gw-b's), "+
+		"the changes of %d samples over %.1fs (%d and %d logs read):\n%s", n, last-first, reads[0], reads[1], strings.Join(interesting, "\n"))
+	if reads[0] == 0 || reads[1] == 0 {
+		t.Errorf("the sampler read no ANA log of gw-a (%d) or of gw-b (%d)", reads[0], reads[1])
+	}
 	if both > 0 {
-		t.Errorf("FINDING: the Linux host saw group 1 optimized on both gateways' live paths in %d of %d samples:\n%s", both, n, strings.Join(bothAt, "\n"))
+		t.Errorf("FINDING: gw-a's and then gw-b's ANA log both said group 1 optimized in %d of %d samples:\n%s", both, n, strings.Join(bothAt, "\n"))
+	}
+	if hostBoth > 0 {
+		t.Logf("FINDING (the host's view, not failed on): group 1 optimized on both gateways' live paths in %d of %d samples:\n%s", hostBoth, n, strings.Join(hostAt, "\n"))
 	}
 	if lastB >= 0 && firstA >= 0 {
 		t.Logf("the host's view of the hand-over: gw-b's path optimized last at %s, gw-a's first at %s: %.2fs with neither", lastLineB, lineA, firstA-lastB)
