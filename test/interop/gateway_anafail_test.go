@@ -81,6 +81,9 @@ func anaFailFailback(t *testing.T, g anaFailGW) {
 	amark, bmark := a.logSize(), b.logSize()
 	ev := fmt.Sprintf("restart gw-a (failback; gw-b's step-down refused %d times)", anaFailRefusals)
 	g.events[ev] = time.Now()
+	// The checks run also when a wait below fails (t.Fatal): they say
+	// what went wrong.
+	defer anaFailCheck(t, g, fault, amark, bmark)
 	a.start()
 	waitGuest := func(ctrl, file, want string) {
 		t.Helper()
@@ -93,14 +96,21 @@ func anaFailFailback(t *testing.T, g anaFailGW) {
 	g.sampler.waitProgress(t, 0, 500, "after the failback to gw-a")
 	g.vw.waitWrites(200, "after the failback to gw-a")
 	b.waitLogFrom(`group 1: release to gw-a: done`, bmark)
+}
 
+// anaFailCheck stops the guest's sampler and checks its samples, gw-b's
+// step-down (its log from bmark on, the fault file) and gw-a's takeover
+// (its log from amark on).
+func anaFailCheck(t *testing.T, g anaFailGW, fault string, amark, bmark int64) {
+	a, b := g.a, g.b
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	samples, err := vm.Exec(ctx, `touch /root/gw.ana.stop; for i in $(seq 1 100); do [ -s /root/gw.ana.rc ] && break; sleep 0.1; done; cat /root/gw.ana.samples`)
+	samples, err := g.vm.Exec(ctx, `touch /root/gw.ana.stop; for i in $(seq 1 100); do [ -s /root/gw.ana.rc ] && break; sleep 0.1; done; cat /root/gw.ana.samples`)
 	cancel()
 	if err != nil {
-		t.Fatalf("the guest's ANA samples: %v", err)
+		t.Errorf("the guest's ANA samples: %v", err)
+	} else {
+		anaFailSamples(t, samples)
 	}
-	anaFailSamples(t, samples)
 
 	blog, alog := b.logSince(bmark), a.logSince(amark)
 	stepped := anaFailStepDown(t, blog)
