@@ -241,7 +241,7 @@ func anaFailHostView(t *testing.T, out string) {
 	if both > 0 {
 		t.Logf("FINDING (the host's view, not failed on): group 1 optimized on both gateways' live paths in %d of %d samples:\n%s", both, n, strings.Join(bothAt, "\n"))
 	}
-	if lastB >= 0 && firstA >= 0 {
+	if lastB >= 0 && firstA > lastB {
 		t.Logf("the host's view of the hand-over: gw-b's path optimized last at %s, gw-a's first at %s: %.2fs with neither", lastLineB, lineA, firstA-lastB)
 	}
 }
