@@ -52,8 +52,8 @@ type RADOS struct {
 	// configuration may be stored.
 	configChanged chan struct{}
 	stop          chan struct{} // closed by Close: ends the watch readers
-	watches []*rados.Watcher
-	wg      sync.WaitGroup // watch readers and notifies
+	watches       []*rados.Watcher
+	wg            sync.WaitGroup // watch readers and notifies
 
 	mu      sync.Mutex
 	written map[uint32]string // the record JSON last written per group
