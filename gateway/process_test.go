@@ -76,6 +76,8 @@ type gwProc struct {
 	// group is the gateway group's name (a setup may choose another, for
 	// both gateways).
 	group string
+	// extra is added to the gateway section (indented lines).
+	extra string
 }
 
 func (p *gwProc) listenAddr() string {
@@ -106,7 +108,7 @@ gateway:
   step_down_margin: 1s
   failback_delay: %s
   ana_groups: [{id: 1, preferred: gw-a}]
-ports:
+%sports:
   - {id: 1, address: %s, service_id: %d, subsystems: [%s]}
 subsystems:
   - nqn: %s
@@ -118,7 +120,7 @@ subsystems:
         nguid: %s
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s, op_timeout: 5s}
-`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.failbackDelay(), p.listenAddr(), p.port, gwSubNQN,
+`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.failbackDelay(), p.extra, p.listenAddr(), p.port, gwSubNQN,
 		gwSubNQN, cmin, cmin+99, gwNGUID, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
 	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -395,7 +397,7 @@ func startGatewayPairOn(t *testing.T, c *cephtest.Cluster, setup func(a, b *gwPr
 		// A setup that moved a gateway (netns, host) or renamed the
 		// group: the configurations again.
 		for i, p := range procs {
-			if p.netns != "" || p.host != "" || p.group != group || p.failback != "" {
+			if p.netns != "" || p.host != "" || p.group != group || p.failback != "" || p.extra != "" {
 				p.writeConfig(c, image, p.group, 1+100*i)
 			}
 		}

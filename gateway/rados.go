@@ -570,10 +570,13 @@ func (r *RADOS) CheckConfig(canonical string) (bool, string, error) {
 	if stored != canonical {
 		return false, ConfigDiff(canonical, stored) + " (object " + oid + " in pool " + r.o.Pool + ")", nil
 	}
-	if r.o.Member == nil {
+	r.mu.Lock()
+	me := r.o.Member
+	r.mu.Unlock()
+	if me == nil {
 		return true, "", nil
 	}
-	conflicts, err := r.checkMember(oid)
+	conflicts, err := r.checkMember(oid, *me)
 	if err != nil {
 		return false, "", err
 	}
@@ -591,8 +594,7 @@ const maxMembers = 1024
 // them again: a member that recorded a conflicting entry at the same time
 // is seen by one of the two reads of each (both then refuse, and this one
 // removes its entry).
-func (r *RADOS) checkMember(oid string) ([]string, error) {
-	me := *r.o.Member
+func (r *RADOS) checkMember(oid string, me Member) ([]string, error) {
 	key := MemberKeyPrefix + me.Name
 	read := func() (map[string]string, error) {
 		vals, err := r.ioctx.GetOmapValues(oid, "", MemberKeyPrefix, maxMembers)
@@ -792,4 +794,13 @@ func (r *RADOS) Members() ([]Member, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// SetMember sets what CheckConfig records as this gateway's member entry
+// (a gateway that holds the group's configuration in RADOS knows it only
+// once it read the configuration, after DialRADOS).
+func (r *RADOS) SetMember(m *Member) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.o.Member = m
 }

@@ -35,3 +35,6 @@ func (r *RADOS) SetRunning(name string, v uint64) error { return ErrRADOSNotBuil
 
 // Members fails in this build.
 func (r *RADOS) Members() ([]Member, error) { return nil, ErrRADOSNotBuilt }
+
+// SetMember does nothing in this build.
+func (r *RADOS) SetMember(m *Member) {}

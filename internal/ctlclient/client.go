@@ -57,6 +57,10 @@ type Error struct {
 	// Applied is true when the change was applied but what followed it
 	// failed (persisting; a part of the reload).
 	Applied bool `json:"applied,omitempty"`
+	// GroupVersion is, for a gateway that holds the group's
+	// configuration in RADOS, the version the refusal is about: the
+	// stored one a change lost to (409), or the one it was based on.
+	GroupVersion uint64 `json:"group_version,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -74,6 +78,10 @@ type ChangeResult struct {
 	NSID     uint32   `json:"nsid,omitempty"`
 	PortID   uint16   `json:"port_id,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// GroupVersion is, for a gateway that holds the group's
+	// configuration in RADOS, the version of it stored by the change
+	// (or the one that runs, when the change stored nothing).
+	GroupVersion uint64 `json:"group_version,omitempty"`
 }
 
 // Do sends method path?query with body (JSON-encoded unless nil or

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/target"
 	"github.com/nvmetd/nvmetd/target/configfile"
 	"github.com/nvmetd/nvmetd/target/mgmtapi"
@@ -118,6 +120,39 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 	}
 	diff := target.Diff(cur.Target, nc)
 	res.Changes = append(res.Changes, diff.Summary()...)
+	var version uint64
+	if d.gw.RADOSHeld() {
+		// The group's configuration: validated for the whole group and
+		// stored (compare-and-set on the version it is based on) before
+		// it is applied here; the other gateways apply it from RADOS.
+		base := d.gw.GroupVersion()
+		if q := r.URL.Query().Get("group_version"); q != "" {
+			b, err := strconv.ParseUint(q, 10, 64)
+			if err != nil {
+				return nil, &apiError{Status: http.StatusBadRequest, Message: "group_version: " + err.Error()}
+			}
+			base = b
+		}
+		v, err := d.gw.Propose(base, nc)
+		var vc *gwtarget.GroupConflict
+		switch {
+		case errors.As(err, &vc):
+			d.log.Info("management API: refused, the group configuration changed meanwhile", zap.Error(err))
+			return nil, &apiError{Status: http.StatusConflict, Message: err.Error(), GroupVersion: vc.Current}
+		case errors.Is(err, gwtarget.ErrGroupInvalid):
+			d.log.Info("management API: refused for the group, nothing stored", zap.Error(err))
+			return nil, &apiError{Status: http.StatusBadRequest, Message: err.Error(), GroupVersion: base}
+		case err != nil:
+			return nil, &apiError{Status: http.StatusServiceUnavailable, Message: "the group configuration could not be stored: " + err.Error()}
+		}
+		if v != 0 {
+			version = v
+			res.GroupVersion = v
+			d.log.Info("management API: stored the group configuration", zap.Uint64("version", v), zap.Uint64("base", base))
+		} else {
+			res.GroupVersion = base
+		}
+	}
 	if !diff.Empty() {
 		info := &reloadInfo{At: time.Now(), Changes: res.Changes}
 		d.log.Info("management API: "+what, zap.Strings("changes", res.Changes))
@@ -139,6 +174,13 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 				ae.Status = http.StatusConflict
 			}
 			ae.Message = err.Error()
+			if version != 0 {
+				// Stored for the group, refused here: the other
+				// gateways apply it; this one retries (syncGroup).
+				ae.Status, ae.Applied = http.StatusInternalServerError, true
+				ae.Message = fmt.Sprintf("stored as version %d of the group configuration, but this gateway could not apply it (it retries): %s", version, err)
+				ae.GroupVersion = version
+			}
 			return nil, ae
 		}
 		lc := *cur
@@ -159,6 +201,9 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		d.unsaved = true
 		d.lastChange = info
 		d.mu.Unlock()
+		if version != 0 {
+			d.gw.Applied(version, nc)
+		}
 		if err != nil {
 			d.log.Error("management API: the target could not apply everything", zap.Error(err))
 			return nil, &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "applied with errors: " + err.Error()}

@@ -1,0 +1,160 @@
+//go:build rbd
+
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+)
+
+// groupVersion is the version of the group's configuration the process
+// runs (its status), and the NSIDs its management API lists.
+func (p *gwProc) groupVersion() (uint64, []uint32) {
+	p.t.Helper()
+	var st struct {
+		Gateway struct {
+			Version uint64 `json:"group_config_version"`
+			Pending string `json:"group_config_pending"`
+		} `json:"gateway"`
+	}
+	if err := json.Unmarshal([]byte(p.get("ctl.sock", "/v1/status")), &st); err != nil {
+		p.t.Fatalf("%s status: %v", p.name, err)
+	}
+	var ns []struct {
+		NSID uint32 `json:"nsid"`
+	}
+	if err := json.Unmarshal([]byte(p.get("ctl.sock", "/v1/subsystems/"+gwSubNQN+"/namespaces")), &ns); err != nil {
+		p.t.Fatalf("%s namespaces: %v", p.name, err)
+	}
+	var ids []uint32
+	for _, n := range ns {
+		ids = append(ids, n.NSID)
+	}
+	slices.Sort(ids)
+	return st.Gateway.Version, ids
+}
+
+// waitGroup waits until the process runs version v with the NSIDs ids.
+func (p *gwProc) waitGroup(v uint64, ids []uint32) {
+	p.t.Helper()
+	deadline := time.Now().Add(hang)
+	for {
+		gv, got := p.groupVersion()
+		if gv == v && slices.Equal(got, ids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: runs version %d with namespaces %v, want version %d with %v", p.name, gv, got, v, ids)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestGatewayProcessGroupConfig (issue 27): two nvmetd-rbd gateways whose
+// group's configuration is held in RADOS (gateway.group_config: rados).
+// gw-a seeds version 1 from its file; a namespace added once through
+// gw-a's management API is stored as version 2 and applied by gw-b (its
+// API lists it, its status runs version 2; its running version is in the
+// config object); a change that would break an invariant is refused as a
+// whole with nothing stored, whichever gateway it is sent to: the image
+// of namespace 2 again, and a new subsystem on which gw-b's CNTLID range
+// (it has no gateway.cntlid_min/max: every CNTLID) overlaps gw-a's; two
+// changes sent at once to both gateways on the same base version: exactly
+// one is stored (200), the other is refused with 409 naming the version
+// it lost to, and both gateways then run it; after a restart of both
+// (their files still hold namespace 1 only) both serve the stored
+// version.
+func TestGatewayProcessGroupConfig(t *testing.T) {
+	c := cephtest.Shared(t)
+	// The images of the namespaces the test adds: created first, so that
+	// they are removed after the processes stop (cleanups run last first).
+	img2, img3, img4 := c.CreateImage(t, 8<<20), c.CreateImage(t, 8<<20), c.CreateImage(t, 8<<20)
+	pr := startGatewayPairOn(t, c, func(a, b *gwProc) {
+		a.extra = "  group_config: rados\n  cntlid_min: 1001\n  cntlid_max: 2000\n"
+		b.extra = "  group_config: rados\n"
+	})
+	a, b := pr.a, pr.b
+	a.waitGroup(1, []uint32{1})
+	b.waitGroup(1, []uint32{1})
+	rbdBackend := func(img string) string {
+		return fmt.Sprintf(`{"kind": "rbd", "pool": %q, "image": %q, "ceph_conf": %q, "client_id": %q, "keyring": %q}`,
+			c.Pool, img, c.Conf, c.ClientID, c.Keyring)
+	}
+	path := "/v1/subsystems/" + gwSubNQN + "/namespaces"
+	obj := gateway.ConfigObjectName(a.group)
+	stored := func() string { return admin(t, c, "rados", "-p", c.Pool, "get", obj, "-") }
+
+	// Added once, through gw-a.
+	status, body := a.post(path, `{"nsid": 2, "ana_group": 1, "backend": `+rbdBackend(img2)+`}`)
+	if status != 200 || !strings.Contains(body, `"group_version": 2`) {
+		t.Fatalf("add namespace 2 through gw-a: %d %s", status, body)
+	}
+	a.waitGroup(2, []uint32{1, 2})
+	b.waitGroup(2, []uint32{1, 2})
+	if out := admin(t, c, "rados", "-p", c.Pool, "getomapval", obj, gateway.RunningKeyPrefix+"gw-b", "/dev/stdout"); !strings.Contains(out, "2") {
+		t.Fatalf("gw-b's running version in the config object: %q", out)
+	}
+
+	// Invariants, each refused as a whole with nothing stored.
+	status, body = b.post(path, `{"nsid": 3, "ana_group": 1, "backend": `+rbdBackend(img2)+`}`)
+	if status != 400 || !strings.Contains(body, "an image can be one namespace only") {
+		t.Fatalf("the image of namespace 2 again, through gw-b: %d %s", status, body)
+	}
+	t.Logf("the same image twice: %d %s", status, body)
+	status, body = a.post("/v1/subsystems", `{"nqn": "nqn.2024-01.io.nvmetd:group-second", "allow_any_host": true}`)
+	if status != 400 || !strings.Contains(body, "cntlid 1001-2000 of gateway gw-a overlaps 1-65519 of gateway gw-b") {
+		t.Fatalf("a subsystem on which gw-b's CNTLIDs overlap gw-a's: %d %s", status, body)
+	}
+	t.Logf("overlapping CNTLIDs: %d %s", status, body)
+	if v := stored(); v != string(gateway.EncodeVersion(2)) {
+		t.Fatalf("a refused change was stored: version %q", v)
+	}
+	a.waitGroup(2, []uint32{1, 2})
+	b.waitGroup(2, []uint32{1, 2})
+
+	// Two changes at once on the same base.
+	var wg sync.WaitGroup
+	var codes [2]int
+	var bodies [2]string
+	for i, p := range []*gwProc{a, b} {
+		nsid, img := 3+i, []string{img3, img4}[i]
+		wg.Go(func() {
+			codes[i], bodies[i] = p.post(path+"?group_version=2", fmt.Sprintf(`{"nsid": %d, "ana_group": 1, "backend": %s}`, nsid, rbdBackend(img)))
+		})
+	}
+	wg.Wait()
+	won := slices.Index(codes[:], 200)
+	lost := 1 - won
+	if won < 0 || codes[lost] != 409 || !strings.Contains(bodies[lost], `"group_version": 3`) || !strings.Contains(bodies[won], `"group_version": 3`) {
+		t.Fatalf("two changes on version 2 at once: %v %q", codes, bodies)
+	}
+	t.Logf("the lost change: %d %s", codes[lost], bodies[lost])
+	want := []uint32{1, 2, uint32(3 + won)}
+	a.waitGroup(3, want)
+	b.waitGroup(3, want)
+
+	// Both restarted: the stored version is served, not their files'.
+	for _, p := range []*gwProc{b, a} {
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(); code != 0 {
+			t.Fatalf("%s exited %d", p.name, code)
+		}
+	}
+	a.start()
+	b.start()
+	a.waitGroup(3, want)
+	b.waitGroup(3, want)
+	a.waitLog(`subsystems and hosts differ from the group's configuration`, 0)
+	if v := stored(); v != string(gateway.EncodeVersion(3)) {
+		t.Fatalf("stored version after the restarts: %q", v)
+	}
+}

@@ -1,0 +1,268 @@
+package gwtarget
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/target"
+)
+
+// groupState is the group configuration this gateway runs (with
+// gateway.group_config: rados). Guarded by Gateway.mu.
+type groupState struct {
+	version uint64
+	doc     GroupDoc
+	ranges  Ranges
+	// pending: a stored version that could not be applied here, and why.
+	pending    uint64
+	pendingErr string
+	// apply applies a whole configuration to the target as a reload does
+	// and makes it the running one; the change lock is held.
+	apply func(*target.Config) error
+}
+
+// RADOSHeld reports whether the group's configuration is held in RADOS
+// (false for a nil *Gateway).
+func (gs *Gateway) RADOSHeld() bool { return gs != nil && gs.cfg.GroupConfig == GroupConfigRADOS }
+
+// dial connects the gateway's RADOS client of the group's objects.
+func (gs *Gateway) dial(member *gateway.Member) (*gateway.RADOS, error) {
+	g := gs.cfg
+	ids := make([]uint32, 0, len(g.ANAGroups))
+	for _, a := range g.ANAGroups {
+		ids = append(ids, a.ID)
+	}
+	// Each cluster operation gives up well before the lease can end.
+	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
+	return gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
+		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
+		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire,
+		Member: member, WatchConfig: g.GroupConfig == GroupConfigRADOS})
+}
+
+// Bootstrap, for a gateway that holds the group's configuration in RADOS,
+// connects to the cluster, reads the group's configuration (storing
+// file's subsystems, hosts and ANA groups as version 1 if there is none)
+// and returns the configuration to serve: file's own parts with the
+// stored version's subsystems and hosts (MergeGroup). The stored ANA
+// groups are the gateway's from then on. Otherwise it returns file.
+// apply is how a later version is applied (see groupState.apply).
+func (gs *Gateway) Bootstrap(file *target.Config, apply func(*target.Config) error, log *zap.Logger) (*target.Config, error) {
+	if !gs.RADOSHeld() {
+		return file, nil
+	}
+	g := gs.cfg
+	cl, err := gs.dial(nil)
+	if err != nil {
+		return nil, err
+	}
+	seedDoc := SplitGroup(file, g.ANAGroups)
+	seed, err := EncodeGroup(seedDoc)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	sc, err := cl.LoadGroupConfig(seed, radosCanonical(g.Lease.String(), seedDoc.ANAGroups), canonicalGroupConfig(g, file))
+	if err != nil {
+		cl.Close()
+		if errors.Is(err, gateway.ErrLegacyConfig) {
+			return nil, fmt.Errorf("%w; to hold it in RADOS, make every gateway's file agree (or remove the object: rados -p %s rm %s) "+
+				"and start the gateways with gateway.group_config: rados: the first one stores its file's as version 1",
+				err, g.Cluster.Pool, gateway.ConfigObjectName(g.Group))
+		}
+		return nil, err
+	}
+	doc, err := DecodeGroup(sc.Config)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("version %d in %s: %w", sc.Version, gateway.ConfigObjectName(g.Group), err)
+	}
+	if !reflect.DeepEqual(doc.ANAGroups, seedDoc.ANAGroups) {
+		log.Warn("gateway: the group's stored ANA groups differ from this file's gateway.ana_groups: the stored ones are served",
+			zap.Uint64("version", sc.Version), zap.Any("stored", doc.ANAGroups), zap.Any("file", seedDoc.ANAGroups))
+	}
+	g.ANAGroups = doc.ANAGroups
+	if string(sc.Config) != string(seed) {
+		log.Warn("gateway: this file's subsystems and hosts differ from the group's configuration, which is served: "+
+			"with gateway.group_config: rados the file's only seed version 1 (change the group through the management API or nvmetctl)",
+			zap.Uint64("version", sc.Version))
+	}
+	ranges := FileRanges(g, file)
+	merged := MergeGroup(file, doc, ranges)
+	merged.ApplyDefaults()
+	if err := merged.Validate(); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("version %d of the group configuration with this gateway's file: %w", sc.Version, err)
+	}
+	if err := g.Validate(merged); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("version %d of the group configuration: %w", sc.Version, err)
+	}
+	gs.mu.Lock()
+	gs.cl = cl
+	gs.grp = &groupState{version: sc.Version, doc: doc, ranges: ranges, apply: apply}
+	gs.mu.Unlock()
+	log.Info("gateway: serving the group's configuration from RADOS", zap.Uint64("version", sc.Version),
+		zap.String("object", gateway.ConfigObjectName(g.Group)))
+	return merged, nil
+}
+
+// GroupVersion is the version of the group's configuration this gateway
+// runs (0: not held in RADOS).
+func (gs *Gateway) GroupVersion() uint64 {
+	if gs == nil {
+		return 0
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.grp == nil {
+		return 0
+	}
+	return gs.grp.version
+}
+
+// MergeLocal is file's own parts with the group's configuration this
+// gateway runs (a reload of the file: SIGHUP); file itself when the group's
+// configuration is not in RADOS. It warns when file's group part differs
+// (ignored).
+func (gs *Gateway) MergeLocal(file *target.Config) *target.Config {
+	if !gs.RADOSHeld() {
+		return file
+	}
+	gs.mu.Lock()
+	st := *gs.grp
+	gs.mu.Unlock()
+	c := MergeGroup(file, st.doc, st.ranges)
+	c.ApplyDefaults()
+	return c
+}
+
+// GroupConflict is a change refused because the group's configuration
+// changed since its base (HTTP 409): Current is the stored version.
+type GroupConflict = gateway.VersionConflictError
+
+// Propose stores nc's group part as the version after base (and returns
+// it; 0 if the group's part is the running one: nothing stored), validated for
+// the whole group first (ValidateGroup against the members' CNTLID
+// ranges): refused as a whole, nothing stored (ErrGroupInvalid); a lost
+// race is a *gateway.VersionConflictError. It does not apply it: the
+// caller applies nc (as a reload) and then calls Applied. The change lock
+// is held.
+func (gs *Gateway) Propose(base uint64, nc *target.Config) (uint64, error) {
+	gs.mu.Lock()
+	st, cl := *gs.grp, gs.cl
+	gs.mu.Unlock()
+	if base != st.version {
+		// Not stored yet here: the stored version is at least st.version.
+		sc, err := cl.ReadGroupConfig()
+		if err != nil {
+			return 0, err
+		}
+		if sc.Version != base {
+			return 0, &gateway.VersionConflictError{Base: base, Current: sc.Version}
+		}
+		return 0, fmt.Errorf("gateway: version %d is stored but not yet applied here (this gateway runs %d): retry", sc.Version, st.version)
+	}
+	doc := SplitGroup(nc, st.doc.ANAGroups)
+	members, err := cl.Members()
+	if err != nil {
+		return 0, err
+	}
+	merged := MergeGroup(nc, doc, st.ranges)
+	if err := ValidateGroup(doc, merged, members); err != nil {
+		return 0, err
+	}
+	b, err := EncodeGroup(doc)
+	if err != nil {
+		return 0, err
+	}
+	if cur, err := EncodeGroup(st.doc); err == nil && string(cur) == string(b) {
+		return 0, nil // the group's part did not change
+	}
+	return cl.WriteGroupConfig(base, b)
+}
+
+// Applied records that version v, whose group part is nc's, runs here
+// (its running.<name> entry on the config object).
+func (gs *Gateway) Applied(v uint64, nc *target.Config) {
+	gs.mu.Lock()
+	st := gs.grp
+	st.doc = SplitGroup(nc, st.doc.ANAGroups)
+	st.version = v
+	if st.pending <= v {
+		st.pending, st.pendingErr = 0, ""
+	}
+	cl := gs.cl
+	gs.mu.Unlock()
+	if err := cl.SetRunning(gs.cfg.Name, v); err != nil {
+		gs.log.Warn("gateway: cannot record the running version of the group configuration", zap.Uint64("version", v), zap.Error(err))
+	}
+}
+
+// syncGroup follows the group's configuration: at every notification of
+// the config object, and every lease (a notification may be lost), it
+// reads the stored version and applies a newer one. It ends at stop.
+func (gs *Gateway) syncGroup(stop <-chan struct{}) {
+	t := time.NewTicker(gs.cfg.Lease)
+	defer t.Stop()
+	gs.syncOnce()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-gs.cl.ConfigChanged():
+		case <-t.C:
+		}
+		gs.syncOnce()
+	}
+}
+
+// syncOnce applies the stored version if it is newer than the one that
+// runs: merged with the running configuration's own parts and applied
+// through the same path as a reload (the target's validation, the
+// gateway guard, the ANA overlay, the images' claims), under the change
+// lock.
+func (gs *Gateway) syncOnce() {
+	sc, err := gs.cl.ReadGroupConfig()
+	if err != nil {
+		gs.log.Warn("gateway: cannot read the group configuration", zap.Error(err))
+		return
+	}
+	gs.change.Lock()
+	defer gs.change.Unlock()
+	gs.mu.Lock()
+	st := *gs.grp
+	gs.mu.Unlock()
+	if sc.Version <= st.version {
+		return
+	}
+	fail := func(err error) {
+		gs.mu.Lock()
+		gs.grp.pending, gs.grp.pendingErr = sc.Version, err.Error()
+		gs.mu.Unlock()
+		gs.log.Error("gateway: cannot apply the group configuration's new version: this gateway keeps running the one before",
+			zap.Uint64("version", sc.Version), zap.Uint64("running", st.version), zap.Error(err))
+	}
+	doc, err := DecodeGroup(sc.Config)
+	if err != nil {
+		fail(err)
+		return
+	}
+	nc := MergeGroup(gs.running(), doc, st.ranges)
+	nc.ApplyDefaults()
+	if err := nc.Validate(); err != nil {
+		fail(err)
+		return
+	}
+	if err := st.apply(nc); err != nil {
+		fail(err)
+		return
+	}
+	gs.log.Info("gateway: applied the group configuration", zap.Uint64("version", sc.Version), zap.Uint64("was", st.version))
+	gs.Applied(sc.Version, nc)
+}
