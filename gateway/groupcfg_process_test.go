@@ -5,6 +5,9 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -141,6 +144,27 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	want := []uint32{1, 2, uint32(3 + won)}
 	a.waitGroup(3, want)
 	b.waitGroup(3, want)
+
+	// nvmetctl group: the stored version and each gateway's.
+	ctl := filepath.Join(t.TempDir(), "nvmetctl")
+	if out, err := exec.Command("go", "build", "-o", ctl, "../cmd/nvmetctl").CombinedOutput(); err != nil {
+		t.Fatalf("go build nvmetctl: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(hang)
+	for {
+		out, err := exec.Command(ctl, "--socket", filepath.Join(b.dir, "ctl.sock"), "group").CombinedOutput()
+		if err != nil {
+			t.Fatalf("nvmetctl group: %v\n%s", err, out)
+		}
+		if regexp.MustCompile(`(?s)version 3 .*gw-a +3 +current\n.*gw-b +3 +current\n`).Match(out) {
+			t.Logf("nvmetctl group:\n%s", out)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nvmetctl group:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// Both restarted: the stored version is served, not their files'.
 	for _, p := range []*gwProc{b, a} {

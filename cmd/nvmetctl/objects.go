@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -542,4 +543,33 @@ func (a *app) refuseConnected(nqn string, force bool, what string) error {
 	}
 	fmt.Fprintf(a.stderr, "warning: %s: %s\n", what, msg)
 	return nil
+}
+
+// groupCommand shows the gateway group's configuration held in RADOS
+// (gateway.group_config: rados): its stored version and the version each
+// gateway runs.
+func (a *app) groupCommand() *cobra.Command {
+	return &cobra.Command{Use: "group", Short: "the gateway group's configuration in RADOS: its stored version and the version each gateway runs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var st ctlclient.GroupStatus
+			return a.get("/v1/group", &st, func() {
+				fmt.Fprintf(a.stdout, "group %s: version %d (%s)\n", st.Group, st.Version, st.Object)
+				if st.Pending != "" {
+					fmt.Fprintf(a.stdout, "%s cannot apply %s\n", st.Gateway, st.Pending)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "GATEWAY\tRUNS\tSTATE")
+				for _, m := range st.Members {
+					note := "current"
+					switch {
+					case m.Running == 0:
+						note = "no version recorded"
+					case m.Running < st.Version:
+						note = "behind"
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", m.Name, m.Running, note)
+				}
+				tw.Flush()
+			})
+		}}
 }

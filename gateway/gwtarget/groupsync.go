@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -265,4 +268,45 @@ func (gs *Gateway) syncOnce() {
 	}
 	gs.log.Info("gateway: applied the group configuration", zap.Uint64("version", sc.Version), zap.Uint64("was", st.version))
 	gs.Applied(sc.Version, nc)
+}
+
+// GroupStatus reads the group's stored version and the version each
+// member runs (GET /v1/group, nvmetctl group).
+func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
+	gs.mu.Lock()
+	cl, st := gs.cl, gs.grp
+	var running uint64
+	var pending string
+	if st != nil {
+		running = st.version
+		if st.pending != 0 {
+			pending = fmt.Sprintf("version %d: %s", st.pending, st.pendingErr)
+		}
+	}
+	gs.mu.Unlock()
+	if cl == nil || st == nil {
+		return nil, errors.New("gateway: not connected to the cluster")
+	}
+	sc, err := cl.ReadGroupConfig()
+	if err != nil {
+		return nil, err
+	}
+	members, err := cl.Members()
+	if err != nil {
+		return nil, err
+	}
+	out := &ctlclient.GroupStatus{Group: gs.cfg.Group, Object: gateway.ConfigObjectName(gs.cfg.Group), Version: sc.Version,
+		Gateway: gs.cfg.Name, Running: running, Pending: pending, Members: []ctlclient.GroupMember{}}
+	seen := map[string]bool{}
+	for _, m := range members {
+		seen[m.Name] = true
+		out.Members = append(out.Members, ctlclient.GroupMember{Name: m.Name, Running: sc.Running[m.Name]})
+	}
+	for name, v := range sc.Running {
+		if !seen[name] {
+			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: v})
+		}
+	}
+	slices.SortFunc(out.Members, func(a, b ctlclient.GroupMember) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }

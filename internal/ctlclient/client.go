@@ -65,6 +65,30 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
+// GroupStatus is the answer of GET /v1/group: the gateway group's
+// configuration held in RADOS (the API's GroupStatus schema).
+type GroupStatus struct {
+	// Group is the gateway group's name, Object its config object.
+	Group  string `json:"group"`
+	Object string `json:"object"`
+	// Version is the stored version of the group's configuration.
+	Version uint64 `json:"version"`
+	// Gateway is the gateway answering, Running the version it runs and
+	// Pending a newer one it could not apply, and why.
+	Gateway string `json:"gateway"`
+	Running uint64 `json:"running"`
+	Pending string `json:"pending,omitempty"`
+	// Members are the group's gateways (their member entries) and the
+	// version each runs (running.<name>; 0: none recorded).
+	Members []GroupMember `json:"members"`
+}
+
+// GroupMember is one gateway of GroupStatus.
+type GroupMember struct {
+	Name    string `json:"name"`
+	Running uint64 `json:"running"`
+}
+
 // ChangeResult is the answer to a change (the API's ChangeResult schema).
 type ChangeResult struct {
 	// Changes are the differences applied, as a reload logs them; empty

@@ -93,6 +93,18 @@ func (m mgmtView) Controllers() []target.ControllerStatus { return m.d.t.Status(
 func (m mgmtView) Queues() []target.QueueStatus           { return m.d.t.Queues() }
 func (m mgmtView) Log() *zap.Logger                       { return m.d.log }
 
+func (m mgmtView) Group() (*mgmtapi.GroupStatus, error) {
+	if !m.d.gw.RADOSHeld() {
+		return nil, &apiError{Status: http.StatusNotFound,
+			Message: "this nvmetd holds no gateway group configuration in RADOS (gateway.group_config: rados)"}
+	}
+	st, err := m.d.gw.GroupStatus()
+	if err != nil {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Message: err.Error()}
+	}
+	return st, nil
+}
+
 // change applies edit to a copy of the running configuration, as a reload
 // would, and persists the result if asked. edit returns the configuration
 // path of the object it changed ("" if none).
