@@ -70,7 +70,9 @@ func (p *gwProc) waitGroup(v uint64, ids []uint32) {
 // config object); a change that would break an invariant is refused as a
 // whole with nothing stored, whichever gateway it is sent to: the image
 // of namespace 2 again, and a new subsystem on which gw-b's CNTLID range
-// (it has no gateway.cntlid_min/max: every CNTLID) overlaps gw-a's; two
+// (it has no gateway.cntlid_min/max: every CNTLID) overlaps gw-a's, and
+// an image without the exclusive-lock feature (refused by the gateway
+// guard when gw-b opens it, before anything is stored); two
 // changes sent at once to both gateways on the same base version: exactly
 // one is stored (200), the other is refused with 409 naming the version
 // it lost to, and both gateways then run it; after a restart of both
@@ -81,6 +83,10 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	// The images of the namespaces the test adds: created first, so that
 	// they are removed after the processes stop (cleanups run last first).
 	img2, img3, img4 := c.CreateImage(t, 8<<20), c.CreateImage(t, 8<<20), c.CreateImage(t, 8<<20)
+	noLock := c.CreateImage(t, 8<<20)
+	if out, err := c.RBD("feature", "disable", c.Pool+"/"+noLock, "fast-diff", "object-map", "exclusive-lock"); err != nil {
+		t.Fatalf("rbd feature disable: %v\n%s", err, out)
+	}
 	pr := startGatewayPairOn(t, c, func(a, b *gwProc) {
 		a.extra = "  group_config: rados\n  cntlid_min: 1001\n  cntlid_max: 2000\n"
 		b.extra = "  group_config: rados\n"
@@ -118,6 +124,12 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 		t.Fatalf("a subsystem on which gw-b's CNTLIDs overlap gw-a's: %d %s", status, body)
 	}
 	t.Logf("overlapping CNTLIDs: %d %s", status, body)
+	// Refused by the path that serves (the gateway guard, when the
+	// gateway that takes the change opens the image): nothing stored.
+	status, body = b.post(path, `{"nsid": 5, "ana_group": 1, "backend": `+rbdBackend(noLock)+`}`)
+	if status != 409 || !strings.Contains(body, "rbd feature enable "+c.Pool+"/"+noLock+" exclusive-lock") {
+		t.Fatalf("an image without exclusive-lock, through gw-b: %d %s", status, body)
+	}
 	if v := stored(); v != string(gateway.EncodeVersion(2)) {
 		t.Fatalf("a refused change was stored: version %q", v)
 	}

@@ -108,7 +108,9 @@ func (gs *Gateway) Bootstrap(file *target.Config, apply func(*target.Config) err
 	}
 	gs.mu.Lock()
 	gs.cl = cl
-	gs.grp = &groupState{version: sc.Version, doc: doc, ranges: ranges, apply: apply}
+	// The group's part as it runs (defaults spelled out), which a change
+	// is compared with.
+	gs.grp = &groupState{version: sc.Version, doc: SplitGroup(merged, doc.ANAGroups), ranges: ranges, apply: apply}
 	gs.mu.Unlock()
 	log.Info("gateway: serving the group's configuration from RADOS", zap.Uint64("version", sc.Version),
 		zap.String("object", gateway.ConfigObjectName(g.Group)))
@@ -149,45 +151,55 @@ func (gs *Gateway) MergeLocal(file *target.Config) *target.Config {
 // changed since its base (HTTP 409): Current is the stored version.
 type GroupConflict = gateway.VersionConflictError
 
-// Propose stores nc's group part as the version after base (and returns
-// it; 0 if the group's part is the running one: nothing stored), validated for
-// the whole group first (ValidateGroup against the members' CNTLID
-// ranges): refused as a whole, nothing stored (ErrGroupInvalid); a lost
-// race is a *gateway.VersionConflictError. It does not apply it: the
-// caller applies nc (as a reload) and then calls Applied. The change lock
-// is held.
-func (gs *Gateway) Propose(base uint64, nc *target.Config) (uint64, error) {
+// PrepareChange checks a change of the group's configuration, nc (the
+// running configuration edited), before it is applied here: its base
+// version must be the stored one and the one this gateway runs (else a
+// *gateway.VersionConflictError, or an error saying this gateway is
+// behind), and nc's group part must be valid for the whole group
+// (ValidateGroup against the members' CNTLID ranges; ErrGroupInvalid,
+// nothing is stored). It returns nc's group part as stored, or nil if it
+// is the running one (nothing to store). The change lock is held.
+func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, error) {
 	gs.mu.Lock()
 	st, cl := *gs.grp, gs.cl
 	gs.mu.Unlock()
+	sc, err := cl.ReadGroupConfig()
+	if err != nil {
+		return nil, err
+	}
+	if sc.Version != base {
+		return nil, &gateway.VersionConflictError{Base: base, Current: sc.Version}
+	}
 	if base != st.version {
-		// Not stored yet here: the stored version is at least st.version.
-		sc, err := cl.ReadGroupConfig()
-		if err != nil {
-			return 0, err
-		}
-		if sc.Version != base {
-			return 0, &gateway.VersionConflictError{Base: base, Current: sc.Version}
-		}
-		return 0, fmt.Errorf("gateway: version %d is stored but not yet applied here (this gateway runs %d): retry", sc.Version, st.version)
+		return nil, fmt.Errorf("gateway: %s runs version %d of the group configuration, not the stored %d (%s): make the change through another gateway",
+			gs.cfg.Name, st.version, sc.Version, st.pendingErr)
 	}
 	doc := SplitGroup(nc, st.doc.ANAGroups)
 	members, err := cl.Members()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	merged := MergeGroup(nc, doc, st.ranges)
-	if err := ValidateGroup(doc, merged, members); err != nil {
-		return 0, err
+	if err := ValidateGroup(doc, MergeGroup(nc, doc, st.ranges), members); err != nil {
+		return nil, err
 	}
 	b, err := EncodeGroup(doc)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if cur, err := EncodeGroup(st.doc); err == nil && string(cur) == string(b) {
-		return 0, nil // the group's part did not change
+		return nil, nil // the group's part did not change
 	}
-	return cl.WriteGroupConfig(base, b)
+	return b, nil
+}
+
+// StoreChange stores doc (from PrepareChange) as the version after base:
+// one compare-and-set; a lost race is a *gateway.VersionConflictError and
+// stores nothing. The caller applied it here already and calls Applied.
+func (gs *Gateway) StoreChange(base uint64, doc []byte) (uint64, error) {
+	gs.mu.Lock()
+	cl := gs.cl
+	gs.mu.Unlock()
+	return cl.WriteGroupConfig(base, doc)
 }
 
 // Applied records that version v, whose group part is nc's, runs here

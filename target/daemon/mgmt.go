@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -132,12 +131,15 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 	}
 	diff := target.Diff(cur.Target, nc)
 	res.Changes = append(res.Changes, diff.Summary()...)
-	var version uint64
+	// In a gateway group whose configuration is in RADOS, a change of
+	// the group's part is checked for the whole group, applied here
+	// (the path that serves: storage that does not open refuses it), and
+	// only then stored, by a compare-and-set on its base version; a lost
+	// race undoes it here. The other gateways apply it from RADOS.
+	var base uint64
+	var doc []byte
 	if d.gw.RADOSHeld() {
-		// The group's configuration: validated for the whole group and
-		// stored (compare-and-set on the version it is based on) before
-		// it is applied here; the other gateways apply it from RADOS.
-		base := d.gw.GroupVersion()
+		base = d.gw.GroupVersion()
 		if q := r.URL.Query().Get("group_version"); q != "" {
 			b, err := strconv.ParseUint(q, 10, 64)
 			if err != nil {
@@ -145,25 +147,12 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 			}
 			base = b
 		}
-		v, err := d.gw.Propose(base, nc)
-		var vc *gwtarget.GroupConflict
-		switch {
-		case errors.As(err, &vc):
-			d.log.Info("management API: refused, the group configuration changed meanwhile", zap.Error(err))
-			return nil, &apiError{Status: http.StatusConflict, Message: err.Error(), GroupVersion: vc.Current}
-		case errors.Is(err, gwtarget.ErrGroupInvalid):
-			d.log.Info("management API: refused for the group, nothing stored", zap.Error(err))
-			return nil, &apiError{Status: http.StatusBadRequest, Message: err.Error(), GroupVersion: base}
-		case err != nil:
-			return nil, &apiError{Status: http.StatusServiceUnavailable, Message: "the group configuration could not be stored: " + err.Error()}
+		var err error
+		doc, err = d.gw.PrepareChange(base, nc)
+		if err != nil {
+			return nil, groupError(d, err, base)
 		}
-		if v != 0 {
-			version = v
-			res.GroupVersion = v
-			d.log.Info("management API: stored the group configuration", zap.Uint64("version", v), zap.Uint64("base", base))
-		} else {
-			res.GroupVersion = base
-		}
+		res.GroupVersion = base
 	}
 	if !diff.Empty() {
 		info := &reloadInfo{At: time.Now(), Changes: res.Changes}
@@ -186,14 +175,20 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 				ae.Status = http.StatusConflict
 			}
 			ae.Message = err.Error()
-			if version != 0 {
-				// Stored for the group, refused here: the other
-				// gateways apply it; this one retries (syncGroup).
-				ae.Status, ae.Applied = http.StatusInternalServerError, true
-				ae.Message = fmt.Sprintf("stored as version %d of the group configuration, but this gateway could not apply it (it retries): %s", version, err)
-				ae.GroupVersion = version
-			}
 			return nil, ae
+		}
+		if doc != nil {
+			v, serr := d.gw.StoreChange(base, doc)
+			if serr != nil {
+				// Not stored: undo it here (the running
+				// configuration of record is still cur).
+				if uerr := d.t.Reload(d.targetConfig(cur.Target)); uerr != nil {
+					d.log.Error("management API: undoing a change the group did not store", zap.Error(uerr))
+				}
+				return nil, groupError(d, serr, base)
+			}
+			res.GroupVersion = v
+			d.log.Info("management API: stored the group configuration", zap.Uint64("version", v), zap.Uint64("base", base))
 		}
 		lc := *cur
 		lc.Target = nc
@@ -213,8 +208,8 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		d.unsaved = true
 		d.lastChange = info
 		d.mu.Unlock()
-		if version != 0 {
-			d.gw.Applied(version, nc)
+		if doc != nil {
+			d.gw.Applied(res.GroupVersion, nc)
 		}
 		if err != nil {
 			d.log.Error("management API: the target could not apply everything", zap.Error(err))
@@ -228,6 +223,23 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		res.Persisted, res.File = true, d.config().File
 	}
 	return res, nil
+}
+
+// groupError is the API's answer to a change of the group's configuration
+// refused for the group (nothing stored): 409 when the stored version is
+// not its base (with the current one), 400 when it is invalid for the
+// group, 503 when the cluster could not be read or written.
+func groupError(d *daemon, err error, base uint64) error {
+	var vc *gwtarget.GroupConflict
+	switch {
+	case errors.As(err, &vc):
+		d.log.Info("management API: refused, the group configuration changed meanwhile", zap.Error(err))
+		return &apiError{Status: http.StatusConflict, Message: err.Error(), GroupVersion: vc.Current}
+	case errors.Is(err, gwtarget.ErrGroupInvalid):
+		d.log.Info("management API: refused for the group, nothing stored", zap.Error(err))
+		return &apiError{Status: http.StatusBadRequest, Message: err.Error(), GroupVersion: base}
+	}
+	return &apiError{Status: http.StatusServiceUnavailable, Message: "the group configuration: " + err.Error(), GroupVersion: base}
 }
 
 // persistLocked writes the running configuration into the configuration
