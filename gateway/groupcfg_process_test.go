@@ -77,7 +77,7 @@ func (p *gwProc) waitGroup(v uint64, ids []uint32) {
 // one is stored (200), the other is refused with 409 naming the version
 // it lost to, and both gateways then run it; after a restart of both
 // (their files still hold namespace 1 only) both serve the stored
-// version.
+// version. A SIGHUP keeps the group's configuration (not the file's).
 func TestGatewayProcessGroupConfig(t *testing.T) {
 	c := cephtest.Shared(t)
 	// The images of the namespaces the test adds: created first, so that
@@ -176,6 +176,17 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 			t.Fatalf("nvmetctl group:\n%s", out)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A SIGHUP re-reads the file's own parts and keeps the group's
+	// configuration (the file still has namespace 1 only).
+	from := len(b.stderr.String())
+	b.signal(syscall.SIGHUP)
+	b.waitLog(`configuration reloaded`, from)
+	b.waitGroup(3, want)
+	if m := b.get("metrics.sock", "/metrics"); !strings.Contains(m, "nvmetd_gateway_group_config_version 3\n") ||
+		!strings.Contains(m, "nvmetd_gateway_group_config_pending 0\n") {
+		t.Fatalf("gw-b's metrics:\n%s", grepLines(m, "group_config"))
 	}
 
 	// Both restarted: the stored version is served, not their files'.

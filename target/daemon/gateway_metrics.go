@@ -18,12 +18,19 @@ var (
 		"Gateways this gateway fenced (blocklisted) before taking their groups.", nil, nil)
 	gatewayDegradedDesc = prometheus.NewDesc("nvmetd_gateway_degraded",
 		"1 if this gateway takes no ownership (its group configuration differs from the cluster's).", nil, nil)
+	gatewayGroupVersionDesc = prometheus.NewDesc("nvmetd_gateway_group_config_version",
+		"The version of the group's configuration held in RADOS that this gateway runs (gateway.group_config: rados); "+
+			"gateways of one group at different versions are a skew.", nil, nil)
+	gatewayGroupPendingDesc = prometheus.NewDesc("nvmetd_gateway_group_config_pending",
+		"1 if a newer stored version of the group's configuration could not be applied here (status: group_config_pending).", nil, nil)
 )
 
 func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- gatewayOwnedDesc
 	ch <- gatewayFencesDesc
 	ch <- gatewayDegradedDesc
+	ch <- gatewayGroupVersionDesc
+	ch <- gatewayGroupPendingDesc
 }
 
 func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
@@ -44,4 +51,12 @@ func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
 		deg = 1
 	}
 	ch <- prometheus.MustNewConstMetric(gatewayDegradedDesc, prometheus.GaugeValue, deg)
+	if c.gs.RADOSHeld() {
+		ch <- prometheus.MustNewConstMetric(gatewayGroupVersionDesc, prometheus.GaugeValue, float64(st.GroupConfigVersion))
+		pending := 0.0
+		if st.GroupConfigPending != "" {
+			pending = 1
+		}
+		ch <- prometheus.MustNewConstMetric(gatewayGroupPendingDesc, prometheus.GaugeValue, pending)
+	}
 }
