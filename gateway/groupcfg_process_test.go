@@ -3,6 +3,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
 )
 
@@ -67,7 +69,9 @@ func (p *gwProc) waitGroup(v uint64, ids []uint32) {
 // gw-a seeds version 1 from its file; a namespace added once through
 // gw-a's management API is stored as version 2 and applied by gw-b (its
 // API lists it, its status runs version 2; its running version is in the
-// config object); a change that would break an invariant is refused as a
+// config object), and the host connected to both sees it on both paths
+// (optimized through gw-a, inaccessible through gw-b) and writes it; a
+// change that would break an invariant is refused as a
 // whole with nothing stored, whichever gateway it is sent to: the image
 // of namespace 2 again, and a new subsystem on which gw-b's CNTLID range
 // (it has no gateway.cntlid_min/max: every CNTLID) overlaps gw-a's, and
@@ -111,6 +115,26 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	b.waitGroup(2, []uint32{1, 2})
 	if out := admin(t, c, "rados", "-p", c.Pool, "getomapval", obj, gateway.RunningKeyPrefix+"gw-b", "/dev/stdout"); !strings.Contains(out, "2") {
 		t.Fatalf("gw-b's running version in the config object: %q", out)
+	}
+	// The host (connected to both) sees namespace 2 on both paths (each
+	// gateway's Namespace Attribute Changed notice makes it rescan), with
+	// the ANA states of group 1: optimized through gw-a, its owner,
+	// inaccessible through gw-b; and writes and reads it back.
+	deadline := time.Now().Add(hang)
+	for pr.s.Namespace(2) == nil || pr.pa.ANAState(2) != nvmeof.ANAOptimized || pr.pb.ANAState(2) != nvmeof.ANAInaccessible {
+		if time.Now().After(deadline) {
+			t.Fatalf("the host: namespace 2 %v, through gw-a %v, through gw-b %v", pr.s.Namespace(2) != nil, pr.pa.ANAState(2), pr.pb.ANAState(2))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h2 := pr.s.Namespace(2)
+	blk := bytes.Repeat([]byte("group-config-v2 "), 256)
+	if _, err := h2.WriteAt(blk, 0); err != nil {
+		t.Fatalf("write namespace 2: %v", err)
+	}
+	back := make([]byte, len(blk))
+	if _, err := h2.ReadAt(back, 0); err != nil || !bytes.Equal(back, blk) {
+		t.Fatalf("read namespace 2 back: %v (equal %v)", err, bytes.Equal(back, blk))
 	}
 
 	// Invariants, each refused as a whole with nothing stored.
@@ -162,7 +186,7 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", ctl, "../cmd/nvmetctl").CombinedOutput(); err != nil {
 		t.Fatalf("go build nvmetctl: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(hang)
+	deadline = time.Now().Add(hang)
 	for {
 		out, err := exec.Command(ctl, "--socket", filepath.Join(b.dir, "ctl.sock"), "group").CombinedOutput()
 		if err != nil {
