@@ -81,7 +81,8 @@ func (p *gwProc) waitGroup(v uint64, ids []uint32) {
 // one is stored (200), the other is refused with 409 naming the version
 // it lost to, and both gateways then run it; after a restart of both
 // (their files still hold namespace 1 only) both serve the stored
-// version. A SIGHUP keeps the group's configuration (not the file's).
+// version. A SIGHUP keeps the group's configuration (not the file's);
+// `nvmetctl --group` removes a namespace for the group through gw-b.
 func TestGatewayProcessGroupConfig(t *testing.T) {
 	c := cephtest.Shared(t)
 	// The images of the namespaces the test adds: created first, so that
@@ -213,6 +214,16 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 		t.Fatalf("gw-b's metrics:\n%s", grepLines(m, "group_config"))
 	}
 
+	// nvmetctl --group, through gw-b: namespace 2 removed for the group
+	// (based on the stored version), version 4 on both.
+	out, err := exec.Command(ctl, "--socket", filepath.Join(b.dir, "ctl.sock"), "--group", "namespace", "remove", gwSubNQN, "2").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "gateway group configuration: version 4") {
+		t.Fatalf("nvmetctl --group namespace remove: %v\n%s", err, out)
+	}
+	want = slices.DeleteFunc(want, func(n uint32) bool { return n == 2 })
+	a.waitGroup(4, want)
+	b.waitGroup(4, want)
+
 	// Both restarted: the stored version is served, not their files'.
 	for _, p := range []*gwProc{b, a} {
 		p.signal(syscall.SIGTERM)
@@ -222,10 +233,10 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	}
 	a.start()
 	b.start()
-	a.waitGroup(3, want)
-	b.waitGroup(3, want)
+	a.waitGroup(4, want)
+	b.waitGroup(4, want)
 	a.waitLog(`subsystems and hosts differ from the group's configuration`, 0)
-	if v := stored(); v != string(gateway.EncodeVersion(3)) {
+	if v := stored(); v != string(gateway.EncodeVersion(4)) {
 		t.Fatalf("stored version after the restarts: %q", v)
 	}
 }

@@ -51,8 +51,12 @@ type app struct {
 	// configuration a change is based on (?group_version=N): refused
 	// (409) if another change was stored since.
 	groupVersion uint64
-	stdout       io.Writer
-	stderr       io.Writer
+	// group: the change is for the gateway group (refused unless the
+	// daemon holds the group's configuration in RADOS), based on the
+	// stored version unless groupVersion says which.
+	group  bool
+	stdout io.Writer
+	stderr io.Writer
 	// in is standard input (tests set it; nil: os.Stdin).
 	in io.Reader
 	// running is set once a command's own code runs: an error from then on
@@ -150,6 +154,7 @@ func (a *app) rootCommand() *cobra.Command {
 	f.StringVarP(&a.output, "output", "o", "normal", "output format: normal or json")
 	f.DurationVar(&a.timeout, "timeout", 90*time.Second, "how long to wait for the daemon (a removed namespace drains for up to 30s)")
 	f.BoolVar(&a.persist, "persist", false, "also write the change into the configuration file (atomically)")
+	f.BoolVar(&a.group, "group", false, "a change for the whole gateway group (its configuration in RADOS, gateway.group_config: rados): refused if this nvmetd holds none; based on the stored version (or --group-version)")
 	f.Uint64Var(&a.groupVersion, "group-version", 0, "in a gateway group whose configuration is in RADOS: the version a change is based on (refused if another change was stored since; see nvmetctl group)")
 	root.AddCommand(a.lsCommand(), a.saveCommand(), a.restoreCommand(), a.clearCommand(), a.exportCommand(),
 		a.subsystemCommand(), a.namespaceCommand(), a.portCommand(), a.hostCommand(), a.anaCommand(),
@@ -220,8 +225,16 @@ func (a *app) change(method, path string, body any) error {
 	if a.persist {
 		q.Set("persist", "true")
 	}
-	if a.groupVersion != 0 {
-		q.Set("group_version", strconv.FormatUint(a.groupVersion, 10))
+	base := a.groupVersion
+	if a.group && base == 0 {
+		var st ctlclient.GroupStatus
+		if err := a.call("GET", "/v1/group", nil, nil, &st); err != nil {
+			return err
+		}
+		base = st.Version
+	}
+	if base != 0 {
+		q.Set("group_version", strconv.FormatUint(base, 10))
 	}
 	var raw json.RawMessage
 	if err := a.call(method, path, q, body, &raw); err != nil {
