@@ -47,7 +47,14 @@ func SplitGroup(cfg *target.Config, ana []GroupConfig) GroupDoc {
 	c := cfg.Clone()
 	d := GroupDoc{Subsystems: c.Subsystems, Hosts: c.Hosts, ANAGroups: slices.Clone(ana)}
 	for i := range d.Subsystems {
-		d.Subsystems[i].CNTLIDMin, d.Subsystems[i].CNTLIDMax = 0, 0
+		s := &d.Subsystems[i]
+		s.CNTLIDMin, s.CNTLIDMax = 0, 0
+		// The default firmware revision is each gateway's own program
+		// version (a rolling upgrade shows in it), not the seeding
+		// gateway's.
+		if s.FirmwareRevision == target.DefaultFirmwareRevision {
+			s.FirmwareRevision = ""
+		}
 	}
 	slices.SortFunc(d.ANAGroups, func(a, b GroupConfig) int { return int(a.ID) - int(b.ID) })
 	return d

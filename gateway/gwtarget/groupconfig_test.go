@@ -39,7 +39,7 @@ func TestGroupDocRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(b), "cntlid") || !strings.Contains(string(b), "ana_groups:") || !strings.Contains(string(b), "file:/etc/nvmetd/host1.key") {
+	if strings.Contains(string(b), "cntlid") || strings.Contains(string(b), "firmware_revision") || !strings.Contains(string(b), "ana_groups:") || !strings.Contains(string(b), "file:/etc/nvmetd/host1.key") {
 		t.Fatalf("stored:\n%s", b)
 	}
 	back, err := DecodeGroup(b)
