@@ -258,8 +258,13 @@ func (gs *Gateway) syncOnce() {
 	}
 	fail := func(err error) {
 		gs.mu.Lock()
+		again := gs.grp.pending == sc.Version && gs.grp.pendingErr == err.Error()
 		gs.grp.pending, gs.grp.pendingErr = sc.Version, err.Error()
 		gs.mu.Unlock()
+		if again {
+			// Retried every lease: said once.
+			return
+		}
 		gs.log.Error("gateway: cannot apply the group configuration's new version: this gateway keeps running the one before",
 			zap.Uint64("version", sc.Version), zap.Uint64("running", st.version), zap.Error(err))
 	}

@@ -543,7 +543,8 @@ func (d *daemon) applyGroup(nc *target.Config) error {
 	diff := target.Diff(cur.Target, nc)
 	info := &reloadInfo{At: time.Now(), Changes: diff.Summary()}
 	err := d.t.Reload(d.targetConfig(nc))
-	if errors.Is(err, target.ErrReloadRefused) {
+	var ve *target.ValidationError
+	if errors.Is(err, target.ErrReloadRefused) || errors.As(err, &ve) {
 		return err
 	}
 	lc := *cur
