@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -82,13 +83,17 @@ func (p *gwProc) waitGroup(v uint64, ids []uint32) {
 // it lost to, and both gateways then run it; after a restart of both
 // (their files still hold namespace 1 only) both serve the stored
 // version. A SIGHUP keeps the group's configuration (not the file's);
-// `nvmetctl --group` removes a namespace for the group through gw-b.
+// `nvmetctl --group` removes a namespace for the group through gw-b. A
+// version that gw-b cannot apply (a namespace whose keyring it cannot
+// read) leaves it running the one before, with the reason in its status
+// and nvmetctl group showing it behind; changes through it are refused
+// until it caught up, which it does by itself once it can.
 func TestGatewayProcessGroupConfig(t *testing.T) {
 	c := cephtest.Shared(t)
 	// The images of the namespaces the test adds: created first, so that
 	// they are removed after the processes stop (cleanups run last first).
 	img2, img3, img4 := c.CreateImage(t, 8<<20), c.CreateImage(t, 8<<20), c.CreateImage(t, 8<<20)
-	noLock := c.CreateImage(t, 8<<20)
+	noLock, img6 := c.CreateImage(t, 8<<20), c.CreateImage(t, 8<<20)
 	if out, err := c.RBD("feature", "disable", c.Pool+"/"+noLock, "fast-diff", "object-map", "exclusive-lock"); err != nil {
 		t.Fatalf("rbd feature disable: %v\n%s", err, out)
 	}
@@ -239,4 +244,64 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	if v := stored(); v != string(gateway.EncodeVersion(4)) {
 		t.Fatalf("stored version after the restarts: %q", v)
 	}
+
+	// A version one gateway cannot apply: namespace 6's keyring is
+	// removed while gw-b is stopped (after gw-a opened the image with
+	// it), so gw-b's reload is refused: it keeps version 4, says why, is
+	// shown behind, refuses changes made through it, and applies version
+	// 5 at its next retry once the keyring is back.
+	keyring := filepath.Join(t.TempDir(), "keyring")
+	kb, err := os.ReadFile(c.Keyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyring, kb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.signal(syscall.SIGSTOP)
+	b.waitStopped()
+	status, body = a.post(path, fmt.Sprintf(`{"nsid": 6, "ana_group": 1, "backend": {"kind": "rbd", "pool": %q, "image": %q, "ceph_conf": %q, "client_id": %q, "keyring": %q}}`,
+		c.Pool, img6, c.Conf, c.ClientID, keyring))
+	if status != 200 || !strings.Contains(body, `"group_version": 5`) {
+		b.signal(syscall.SIGCONT)
+		t.Fatalf("add namespace 6 through gw-a: %d %s", status, body)
+	}
+	if err := os.Remove(keyring); err != nil {
+		t.Fatal(err)
+	}
+	b.signal(syscall.SIGCONT)
+	deadline = time.Now().Add(hang)
+	for {
+		var st struct {
+			Gateway struct {
+				Version uint64 `json:"group_config_version"`
+				Pending string `json:"group_config_pending"`
+			} `json:"gateway"`
+		}
+		if err := json.Unmarshal([]byte(b.get("ctl.sock", "/v1/status")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Gateway.Version == 4 && strings.HasPrefix(st.Gateway.Pending, "version 5: ") {
+			t.Logf("gw-b: %s", st.Gateway.Pending)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gw-b's status: %+v", st.Gateway)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, err = exec.Command(ctl, "--socket", filepath.Join(a.dir, "ctl.sock"), "group").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?s)version 5 .*gw-a +5 +current\n.*gw-b +4 +behind\n`).Match(out) {
+		t.Fatalf("nvmetctl group with gw-b behind: %v\n%s", err, out)
+	}
+	status, body = b.post(path+"?group_version=5", `{"nsid": 7, "ana_group": 1, "backend": `+rbdBackend(img3)+`}`)
+	if status != 503 || !strings.Contains(body, "gw-b runs version 4 of the group configuration, not the stored 5") {
+		t.Fatalf("a change through the gateway behind: %d %s", status, body)
+	}
+	if err := os.WriteFile(keyring, kb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, 6)
+	b.waitGroup(5, want)
+	a.waitGroup(5, want)
 }
