@@ -738,13 +738,15 @@ func (l *wanLab) outage(name, args string) {
 	// The link's times come from the guest's clock, the clock wanverify
 	// stamps its stall with (docs/wan.md, Recovery through an outage).
 	guestNow := func(cmd string) float64 {
-		out := l.must(time.Minute, cmd+" && date +%s.%N")
+		out := l.must(time.Minute, cmd+" && wanverify -clock")
 		f, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
 		if err != nil {
 			t.Fatalf("guest clock after %q: %q: %v", cmd, out, err)
 		}
 		return f
 	}
+	// The link comes back up whatever happens, or the next run finds no route.
+	defer l.sh(time.Minute, "/usr/bin/ip -n wt link set vb up")
 	down := guestNow("/usr/bin/ip -n wt link set vb down")
 	time.Sleep(30 * time.Second)
 	up := guestNow("/usr/bin/ip -n wt link set vb up")

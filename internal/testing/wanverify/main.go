@@ -61,7 +61,12 @@ func main() {
 	reconnect := flag.Duration("reconnect-delay", 0, "reconnect_delay (default: the host's, 10 s)")
 	ctrlLoss := flag.Duration("ctrl-loss-tmo", 0, "ctrl_loss_tmo (default: the host's, 600 s)")
 	kato := flag.Duration("keep-alive-tmo", 0, "keep_alive_tmo (default: the host's, 5 s)")
+	clock := flag.Bool("clock", false, "print the wall clock in Unix seconds (the clock the result's *Unix fields use) and exit: busybox date has no %N")
 	flag.Parse()
+	if *clock {
+		fmt.Printf("%.6f\n", unixSeconds(time.Now()))
+		return
+	}
 
 	var d verify.Device
 	var c *initiator.Controller
