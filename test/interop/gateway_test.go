@@ -31,9 +31,8 @@ import (
 // its path goes optimized and the I/O moves there), restarted (failback:
 // gw-b hands the group over, the I/O comes back; its first step-downs are
 // refused by the test build's fault injector, gateway_anafail_test.go),
-// and frozen (SIGSTOP) for
-// three leases (gw-b fences it and takes the group; resumed, gw-a finds
-// itself fenced). At the end vwriter sweeps the whole disk: 0 regressed
+// and frozen (SIGSTOP) for three leases (gw-b fences it and takes the
+// group; resumed, gw-a finds itself fenced). At the end vwriter sweeps the whole disk: 0 regressed
 // blocks (no write the host gave up on, or of a fenced gateway, landed
 // after a newer acknowledged one), and no I/O error. The stalls of the
 // host's I/O (vwriter's gaps) are logged against lease + fence + 2 × KATO,
