@@ -257,7 +257,7 @@ func TestGatewayBackendOwnClientsFenced(t *testing.T) {
 	iBack := a.waitLog(`group 1: acquire \(reopen\): done`, iRel)
 	iOpt := a.waitLog(`group 1: set-ana optimized`, iBack)
 	alog := a.stderr.String()[iRel:iOpt]
-	iFence := strings.Index(alog, "fencing the group's previous clients, this gateway's own included")
+	iFence := strings.Index(alog, "fencing the previous holder (this gateway's own old clients of the group included)")
 	if iFence < 0 {
 		t.Fatalf("gw-a took its group back on a new client without fencing its old one:\n%s", grepLines(alog, "fenc|acquire|set-ana|reopen"))
 	}

@@ -392,7 +392,7 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 						addrs = append(addrs, v)
 					}
 				}
-				msg = "gateway: fencing the group's previous clients, this gateway's own included, before taking the group on new ones"
+				msg = "gateway: fencing the previous holder (this gateway's own old clients of the group included) before taking the group on new clients"
 			}
 			r.log.Warn(msg, zap.Uint32("group", g), zap.Strings("addrs", addrs), zap.String("reason", a.Reason))
 			async(func() error { return r.cl.Fence(addrs) },
