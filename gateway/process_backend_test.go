@@ -44,6 +44,36 @@ func holderRecord(t *testing.T, g *gwPair, p *gwProc) gateway.Record {
 	return r
 }
 
+// imageClients reads gw-a's record of group 1 and returns it with the
+// addresses of its image clients, one by one.
+func imageClients(t *testing.T, g *gwPair, a *gwProc) (gateway.Record, []string) {
+	t.Helper()
+	rec := holderRecord(t, g, a)
+	if rec.Name != "gw-a" || len(rec.Addrs) == 0 {
+		t.Fatalf("group 1's record: %+v, want gw-a's with its image clients", rec)
+	}
+	var addrs []string
+	for _, v := range rec.Addrs {
+		addrs = append(addrs, gateway.SplitAddrs(v)...)
+	}
+	return rec, addrs
+}
+
+// newImageClient checks that gw-a's record of group 1 names an image
+// client that old did not (and the old ones, closed: a successor fences
+// every client it ever had on the group).
+func newImageClient(t *testing.T, g *gwPair, a *gwProc, old gateway.Record) {
+	t.Helper()
+	r := holderRecord(t, g, a)
+	fresh := false
+	for _, v := range r.Addrs {
+		fresh = fresh || !slices.Contains(old.Addrs, v)
+	}
+	if r.Name != "gw-a" || !fresh {
+		t.Errorf("gw-a's record after it took the group back: %+v, want a new image client (the old: %v)", r, old.Addrs)
+	}
+}
+
 // TestGatewayBackendBlocklisted (issue 21, backend health): an operator
 // blocklists the owner's image client alone (`ceph osd blocklist add` of
 // the address its record names; the gateway's own client of the group
@@ -66,14 +96,7 @@ func TestGatewayBackendBlocklisted(t *testing.T) {
 	defer w.Stop()
 	waitOn(t, w, pa, time.Time{}, 100)
 
-	rec := holderRecord(t, g, a)
-	if rec.Name != "gw-a" || len(rec.Addrs) == 0 {
-		t.Fatalf("group 1's record: %+v, want gw-a's with its image clients", rec)
-	}
-	var addrs []string
-	for _, v := range rec.Addrs {
-		addrs = append(addrs, gateway.SplitAddrs(v)...)
-	}
+	rec, addrs := imageClients(t, g, a)
 	unblock(t, g.c, addrs...)
 	amark, bmark := len(a.stderr.String()), len(b.stderr.String())
 	at := time.Now()
@@ -118,14 +141,7 @@ func TestGatewayBackendBlocklisted(t *testing.T) {
 	waitOn(t, w, pa, at, 100)
 	// Its record names a new image client (and the old, closed one:
 	// a successor fences every client it ever had on the group).
-	r := holderRecord(t, g, a)
-	fresh := false
-	for _, v := range r.Addrs {
-		fresh = fresh || !slices.Contains(rec.Addrs, v)
-	}
-	if r.Name != "gw-a" || !fresh {
-		t.Errorf("gw-a's record after it took the group back: %+v, want a new image client (the old: %v)", r, rec.Addrs)
-	}
+	newImageClient(t, g, a, rec)
 	sweep(t, w, h)
 	if st := a.readStatus(); st.Gateway == nil || !st.Gateway.Groups[0].Owned {
 		t.Errorf("gw-a status at the end: %+v", st.Gateway)
@@ -225,14 +241,7 @@ func TestGatewayBackendOwnClientsFenced(t *testing.T) {
 	defer w.Stop()
 	waitOn(t, w, pa, time.Time{}, 100)
 
-	rec := holderRecord(t, g, a)
-	if rec.Name != "gw-a" || len(rec.Addrs) == 0 {
-		t.Fatalf("group 1's record: %+v, want gw-a's with its image clients", rec)
-	}
-	var old []string
-	for _, v := range rec.Addrs {
-		old = append(old, gateway.SplitAddrs(v)...)
-	}
+	rec, old := imageClients(t, g, a)
 	unblock(t, g.c, old...)
 	amark := len(a.stderr.String())
 	for _, addr := range old {
@@ -279,14 +288,7 @@ func TestGatewayBackendOwnClientsFenced(t *testing.T) {
 	}
 	waitOptimized(t, pa)
 	waitOn(t, w, pa, at, 100)
-	r := holderRecord(t, g, a)
-	fresh := false
-	for _, v := range r.Addrs {
-		fresh = fresh || !slices.Contains(rec.Addrs, v)
-	}
-	if r.Name != "gw-a" || !fresh {
-		t.Errorf("gw-a's record after it took the group back: %+v, want a new image client (the old: %v)", r, rec.Addrs)
-	}
+	newImageClient(t, g, a, rec)
 	t.Logf("gw-a:\n%s", grepLines(a.stderr.String()[amark:], "stepped down|release|fenc|reopen|set-ana"))
 	sweep(t, w, h)
 }
