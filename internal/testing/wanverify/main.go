@@ -39,7 +39,11 @@ type Result struct {
 	// LongestStall is the longest time with no write acknowledged, in
 	// seconds; StallStart when it began (seconds from the start).
 	LongestStall, StallStart float64
-	Reconnects               int
+	// StartUnix, StallStartUnix and StallEndUnix are the same instants on
+	// the wall clock (Unix seconds), so that a test can set them against
+	// events it timed on the same machine's clock (a link going down).
+	StartUnix, StallStartUnix, StallEndUnix float64
+	Reconnects                              int
 	// Sweep is the sweep's summary; SweepOK its verdict (every block its
 	// last acknowledged write or a later one).
 	Sweep   string
@@ -57,13 +61,29 @@ func main() {
 	reconnect := flag.Duration("reconnect-delay", 0, "reconnect_delay (default: the host's, 10 s)")
 	ctrlLoss := flag.Duration("ctrl-loss-tmo", 0, "ctrl_loss_tmo (default: the host's, 600 s)")
 	kato := flag.Duration("keep-alive-tmo", 0, "keep_alive_tmo (default: the host's, 5 s)")
+	direct := flag.Bool("direct", true, "open -d with O_DIRECT (no page cache: a write is acknowledged by the controller); false: buffered with O_SYNC")
+	clock := flag.Bool("clock", false, "print the wall clock in Unix seconds (the clock the result's *Unix fields use) and exit: busybox date has no %N")
 	flag.Parse()
+	if *clock {
+		fmt.Printf("%.6f\n", unixSeconds(time.Now()))
+		return
+	}
 
 	var d verify.Device
 	var c *initiator.Controller
 	var blk *os.File
 	res := Result{}
 	switch {
+	case *dev != "" && *direct:
+		// O_DIRECT: every write and read goes to the controller; the
+		// sweep reads the device, not a cache.
+		dd, err := verify.OpenDirect(*dev)
+		if err != nil {
+			fatal(err)
+		}
+		defer dd.Close()
+		d = dd
+		res.Device = *dev + " (O_DIRECT)"
 	case *dev != "":
 		// O_SYNC: a write returns once it is on the device (the
 		// controller acknowledged it), not in the page cache; the sweep
@@ -143,6 +163,9 @@ func main() {
 	}
 	res.LongestStall = longest.Seconds()
 	res.StallStart = longestAt.Sub(start).Seconds()
+	res.StartUnix = unixSeconds(start)
+	res.StallStartUnix = unixSeconds(longestAt)
+	res.StallEndUnix = unixSeconds(longestAt.Add(longest))
 	if c != nil {
 		res.Reconnects = c.Reconnects()
 	}
@@ -162,6 +185,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "wanverify:", err)
