@@ -259,12 +259,9 @@ type ControllerQueue struct {
 	log      *zap.Logger
 	pd       *iwarp.PD
 	qp       *iwarp.QP
-	sqHead   atomic.Uint32 // SQ head pointer reported in completions
-	// sqFlowOff: the host disabled SQ flow control (Connect CATTR bit 2):
-	// completions report SQHD FFFFh.
-	sqFlowOff atomic.Bool
-	closedCh  chan struct{} // closed after the handler's QueueClosed returned
-	admitted  atomic.Bool
+	sq       nvmeof.SQHead // the SQ head the completions report (FFFFh: flow control off)
+	closedCh chan struct{} // closed after the handler's QueueClosed returned
+	admitted atomic.Bool
 
 	mu       perfcount.Mutex
 	pool     *bufferPool // data buffers (a small one until Admit)
@@ -375,7 +372,7 @@ func (q *ControllerQueue) addContexts(n int) {
 
 // DisableSQFlowControl makes every later completion report SQHD FFFFh
 // (Fabrics 1.1 §3.3: the host disabled SQ flow control in its Connect).
-func (q *ControllerQueue) DisableSQFlowControl() { q.sqFlowOff.Store(true) }
+func (q *ControllerQueue) DisableSQFlowControl() { q.sq.DisableFlowControl() }
 
 // Admit gives the queue its full resources once the controller logic has
 // accepted the host (a successful Fabrics Connect; call it before the
@@ -554,17 +551,8 @@ func (r *Request) Complete(st nvmeof.Status) {
 		return
 	}
 	r.answered = true
-	// As nvmet_update_sq_head: the SQ head advances when a command
-	// completes, so SQHD grows in completion order.
-	sqhd := uint32(0xFFFF) // SQ flow control disabled
-	for !q.sqFlowOff.Load() {
-		old := q.sqHead.Load()
-		sqhd = (old + 1) % uint32(q.size)
-		if q.sqHead.CompareAndSwap(old, sqhd) {
-			break
-		}
-	}
-	r.cqe.Complete(r.sqe, q.qid, uint16(sqhd), uint32(r.result), st)
+	sqhd := q.sq.Advance(q.size) // as nvmet_update_sq_head
+	r.cqe.Complete(r.sqe, q.qid, sqhd, uint32(r.result), st)
 	r.cqe.SetDW1(uint32(r.result >> 32))
 	dir := r.sqe.DataDirection()
 	// The SQE and any in-capsule data are used up: give the buffer back to

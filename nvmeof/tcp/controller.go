@@ -79,14 +79,13 @@ type ControllerQueue struct {
 	killed   atomic.Pointer[error] // why the Admission ended the queue
 	admitted atomic.Bool
 	live     atomic.Bool
-	sqHead   atomic.Uint32
-	// sqFlowOff: the host disabled SQ flow control in its Connect:
-	// completions report SQHD FFFFh and a successful read's response is
+	// sq: the SQ head the completions report; flow control off (the
+	// host's Connect): SQHD FFFFh and a successful read's response is
 	// folded into its C2HData (SUCCESS).
-	sqFlowOff atomic.Bool
-	closedCh  chan struct{}
-	closing   chan struct{}
-	stop      sync.Once
+	sq       nvmeof.SQHead
+	closedCh chan struct{}
+	closing  chan struct{}
+	stop     sync.Once
 
 	wmu perfcount.Mutex // one writer at a time
 
@@ -211,7 +210,7 @@ func (q *ControllerQueue) Stats() QueueStats {
 // alone, with the SUCCESS flag (TCP 1.0 §3.6.2.7: allowed only when SQ flow
 // control is disabled), as nvmet-tcp does (nvmet_setup_c2h_data_pdu sets
 // NVME_TCP_F_DATA_SUCCESS when sqhd_disabled and sends no response).
-func (q *ControllerQueue) DisableSQFlowControl() { q.sqFlowOff.Store(true) }
+func (q *ControllerQueue) DisableSQFlowControl() { q.sq.DisableFlowControl() }
 
 // kill ends the queue for the Admission (evicted to make room, or not
 // admitted within the connect timeout).
@@ -700,15 +699,8 @@ func (r *Request) Complete(st nvmeof.Status) {
 	}
 	r.answered = true
 	r.r2t.Store(false)
-	sqhd := uint32(0xFFFF) // SQ flow control disabled
-	flowOff := q.sqFlowOff.Load()
-	for !flowOff {
-		old := q.sqHead.Load()
-		sqhd = (old + 1) % uint32(q.size)
-		if q.sqHead.CompareAndSwap(old, sqhd) {
-			break
-		}
-	}
+	flowOff := q.sq.FlowControlOff()
+	sqhd := q.sq.Advance(q.size)
 	k := 0
 	n := 0
 	if st == nvmeof.StatusSuccess && r.sqe.DataDirection() == nvmeof.DirControllerToHost && len(r.data) > 0 {
@@ -749,7 +741,7 @@ func (r *Request) Complete(st nvmeof.Status) {
 	start := n
 	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[n:])
 	cqe := wire.CapsuleCQE(r.out[n:])
-	cqe.Complete(&r.sqe, q.qid, uint16(sqhd), uint32(r.result), st)
+	cqe.Complete(&r.sqe, q.qid, sqhd, uint32(r.result), st)
 	cqe.SetDW1(uint32(r.result >> 32))
 	n += wire.CapsuleRespHLen
 	if q.d.Header {
@@ -778,17 +770,10 @@ func (r *Request) Answer(st nvmeof.Status) bool {
 		return false
 	}
 	r.answered = true
-	sqhd := uint32(0xFFFF) // SQ flow control disabled
-	for !q.sqFlowOff.Load() {
-		old := q.sqHead.Load()
-		sqhd = (old + 1) % uint32(q.size)
-		if q.sqHead.CompareAndSwap(old, sqhd) {
-			break
-		}
-	}
+	sqhd := q.sq.Advance(q.size)
 	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[:])
 	cqe := wire.CapsuleCQE(r.out[:])
-	cqe.Complete(&r.sqe, q.qid, uint16(sqhd), uint32(r.result), st)
+	cqe.Complete(&r.sqe, q.qid, sqhd, uint32(r.result), st)
 	cqe.SetDW1(uint32(r.result >> 32))
 	n := wire.CapsuleRespHLen
 	if q.d.Header {
