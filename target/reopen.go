@@ -56,8 +56,8 @@ const reopenTries = 3
 var ErrReopenStale = errors.New("namespaces changed while the reopen was prepared")
 
 // PreparedReopen is ReopenNamespaces' first half: the new backends of an
-// ANA group's online namespaces, open, not yet swapped in. Exactly one of
-// Apply and Abort is called.
+// ANA group's online namespaces, open, not yet swapped in; Apply swaps
+// them in (or closes them).
 type PreparedReopen struct {
 	s       *server
 	grp     uint32
@@ -131,14 +131,6 @@ func (r *PreparedReopen) Apply() error {
 	}
 	s.log.Info("ANA group's backends reopened", zap.Uint32("ana_group", r.grp), zap.Duration("took", time.Since(r.begin)))
 	return nil
-}
-
-// Abort closes the prepared backends; nothing changed.
-func (r *PreparedReopen) Abort() {
-	if r.pr != nil {
-		r.pr.close()
-		r.pr = nil
-	}
 }
 
 // planReopen is the reload plan that replaces each online namespace of ANA

@@ -738,16 +738,7 @@ func (r *Request) Complete(st nvmeof.Status) {
 		}
 		q.pdusSent.Add(1) // the C2HData; the CapsuleResp below
 	}
-	start := n
-	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[n:])
-	cqe := wire.CapsuleCQE(r.out[n:])
-	cqe.Complete(&r.sqe, q.qid, sqhd, uint32(r.result), st)
-	cqe.SetDW1(uint32(r.result >> 32))
-	n += wire.CapsuleRespHLen
-	if q.d.Header {
-		wire.PutDigest(r.out[n:], wire.HeaderDigest(r.out[start:n]))
-		n += wire.DigestSize
-	}
+	n += r.putCapsuleResp(r.out[n:], sqhd, st)
 	r.iov[k] = r.out[:n]
 	k++
 	q.pdusSent.Add(1)
@@ -770,16 +761,7 @@ func (r *Request) Answer(st nvmeof.Status) bool {
 		return false
 	}
 	r.answered = true
-	sqhd := q.sq.Advance(q.size)
-	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(r.out[:])
-	cqe := wire.CapsuleCQE(r.out[:])
-	cqe.Complete(&r.sqe, q.qid, sqhd, uint32(r.result), st)
-	cqe.SetDW1(uint32(r.result >> 32))
-	n := wire.CapsuleRespHLen
-	if q.d.Header {
-		wire.PutDigest(r.out[n:], wire.HeaderDigest(r.out[:n]))
-		n += wire.DigestSize
-	}
+	n := r.putCapsuleResp(r.out[:], q.sq.Advance(q.size), st)
 	// Written now, not gathered in the receive goroutine's batch: the
 	// batch frees the contexts it writes, and this one stays held.
 	r.iov[0] = r.out[:n]
@@ -788,6 +770,23 @@ func (r *Request) Answer(st nvmeof.Status) bool {
 	_ = q.write(&r.bufs)
 	r.iov = [3][]byte{}
 	return true
+}
+
+// putCapsuleResp puts the command's CapsuleResp PDU (its CQE with sqhd and
+// st, and the header digest if negotiated) at the start of b and returns
+// its length.
+func (r *Request) putCapsuleResp(b []byte, sqhd uint16, st nvmeof.Status) int {
+	q := r.q
+	wire.NewHeader(wire.TypeCapsuleResp, 0, q.d, 0, 0).Put(b)
+	cqe := wire.CapsuleCQE(b)
+	cqe.Complete(&r.sqe, q.qid, sqhd, uint32(r.result), st)
+	cqe.SetDW1(uint32(r.result >> 32))
+	n := wire.CapsuleRespHLen
+	if q.d.Header {
+		wire.PutDigest(b[n:], wire.HeaderDigest(b[:n]))
+		n += wire.DigestSize
+	}
+	return n
 }
 
 // Release frees the context and data buffer of a request that Answer

@@ -294,11 +294,7 @@ func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
 		for _, p := range procs {
 			p.stop(syscall.SIGTERM)
 			if t.Failed() {
-				out, _ := os.ReadFile(p.log)
-				if len(out) > 6000 {
-					out = out[len(out)-6000:]
-				}
-				t.Logf("%s:\n%s", p.name, out)
+				logTail(t, p.name, p.log)
 			}
 		}
 	}()
@@ -310,27 +306,14 @@ func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
 		nw.Subnet, nw.CephAddr(), a.listen, a.netns, b.listen, b.netns, time.Since(start).Seconds())
 
 	addr := vm.HostAddr()
-	defer vm.Exec(context.Background(), "touch /root/gp1.stop /root/gp2.stop; for i in $(seq 1 600); do [ -s /root/gp1.rc ] && [ -s /root/gp2.rc ] && break; sleep 0.1; done; nvme disconnect -n "+gatewayPartNQN+" >/dev/null 2>&1; true")
+	defer stopWorkersAndDisconnect(vm, gatewayPartNQN, "gp1", "gp2")
 	mark0 := kmsgMark(t, vm)
 	step(t, vm, time.Minute, "rm -f /root/gp1.* /root/gp2.*")
+	ports := make([]int, 0, len(procs))
 	for _, p := range procs {
-		step(t, vm, time.Minute, fmt.Sprintf("nvme connect -t rdma -a %s -s %d -n %s -i 2 -c 1 -l 600", addr, p.port, gatewayPartNQN))
+		ports = append(ports, p.port)
 	}
-	ctrls := step(t, vm, time.Minute, fmt.Sprintf(`for i in $(seq 1 100); do n=0; for c in /sys/class/nvme/nvme*; do `+
-		`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && n=$((n+1)); done; [ $n = 2 ] && break; sleep 0.1; done; `+
-		`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && echo $(basename $c) $(cat $c/address) $(cat $c/cntlid); done`, gatewayPartNQN, gatewayPartNQN))
-	ctrlOf := map[int]string{}
-	for _, l := range strings.Split(strings.TrimSpace(ctrls), "\n") {
-		f := strings.Fields(l)
-		for _, p := range procs {
-			if len(f) >= 2 && strings.Contains(f[1], fmt.Sprintf("trsvcid=%d", p.port)) {
-				ctrlOf[p.port] = f[0]
-			}
-		}
-	}
-	if len(ctrlOf) != 2 {
-		t.Fatalf("want one live controller per gateway, got:\n%s", ctrls)
-	}
+	ctrlOf := connectPaths(t, vm, gatewayPartNQN, addr, ports)
 	// anaState waits until gateway p's path of nsid reports want.
 	anaState := func(p *gwProc, nsid int, want string) {
 		t.Helper()

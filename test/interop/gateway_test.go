@@ -1,7 +1,6 @@
 package interop_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -222,36 +221,19 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 		for _, p := range procs {
 			p.stop(syscall.SIGTERM)
 			if t.Failed() {
-				out, _ := os.ReadFile(p.log)
-				if len(out) > 6000 {
-					out = out[len(out)-6000:]
-				}
-				t.Logf("%s:\n%s", p.name, out)
+				logTail(t, p.name, p.log)
 			}
 		}
 	}()
 	addr := vm.HostAddr()
-	defer vm.Exec(context.Background(), "touch /root/gw.stop; for i in $(seq 1 600); do [ -s /root/gw.rc ] && break; sleep 0.1; done; nvme disconnect -n "+gatewayNQN+" >/dev/null 2>&1; true")
+	defer stopWorkersAndDisconnect(vm, gatewayNQN, "gw")
 	mark0 := kmsgMark(t, vm)
 	step(t, vm, time.Minute, "rm -f /root/gw.*")
+	ports := make([]int, 0, len(procs))
 	for _, p := range procs {
-		step(t, vm, time.Minute, fmt.Sprintf("nvme connect -t rdma -a %s -s %d -n %s -i 2 -c 1 -l 600", addr, p.port, gatewayNQN))
+		ports = append(ports, p.port)
 	}
-	ctrls := step(t, vm, time.Minute, fmt.Sprintf(`for i in $(seq 1 100); do n=0; for c in /sys/class/nvme/nvme*; do `+
-		`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && n=$((n+1)); done; [ $n = 2 ] && break; sleep 0.1; done; `+
-		`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && echo $(basename $c) $(cat $c/address) $(cat $c/cntlid); done`, gatewayNQN, gatewayNQN))
-	ctrlOf := map[int]string{}
-	for _, l := range strings.Split(strings.TrimSpace(ctrls), "\n") {
-		f := strings.Fields(l)
-		for _, p := range procs {
-			if len(f) >= 2 && strings.Contains(f[1], fmt.Sprintf("trsvcid=%d", p.port)) {
-				ctrlOf[p.port] = f[0]
-			}
-		}
-	}
-	if len(ctrlOf) != 2 {
-		t.Fatalf("want one live controller per gateway, got:\n%s", ctrls)
-	}
+	ctrlOf := connectPaths(t, vm, gatewayNQN, addr, ports)
 	anaState := func(port int, want string) {
 		t.Helper()
 		step(t, vm, 2*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do s=$(cat /sys/class/nvme/%s/nvme*c*n1/ana_state 2>/dev/null); [ "$s" = %s ] && echo $s && exit 0; sleep 0.1; done; echo $s; exit 1`, ctrlOf[port], want))

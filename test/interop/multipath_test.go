@@ -154,39 +154,19 @@ func testLinuxHostMultipath(t *testing.T, k kernel) {
 		for _, p := range procs {
 			p.stop(syscall.SIGTERM)
 			if t.Failed() {
-				b, _ := os.ReadFile(p.log)
-				if len(b) > 6000 {
-					b = b[len(b)-6000:]
-				}
-				t.Logf("nvmetd on %d:\n%s", p.port, b)
+				logTail(t, fmt.Sprintf("nvmetd on %d", p.port), p.log)
 			}
 		}
 	}()
 	addr := vm.HostAddr()
-	defer vm.Exec(context.Background(), "touch /root/mp.stop; for i in $(seq 1 600); do [ -s /root/mp.rc ] && break; sleep 0.1; done; nvme disconnect -n "+mpathNQN+" >/dev/null 2>&1; true")
+	defer stopWorkersAndDisconnect(vm, mpathNQN, "mp")
 	mark := kmsgMark(t, vm)
 	step(t, vm, time.Minute, "cat /sys/module/nvme_core/parameters/multipath; rm -f /root/mp.*")
+	ports := make([]int, 0, len(procs))
 	for _, p := range procs {
-		// reconnect_delay 1 s, ctrl_loss_tmo 10 min: the killed process's
-		// path comes back when it does.
-		step(t, vm, time.Minute, fmt.Sprintf("nvme connect -t rdma -a %s -s %d -n %s -i 2 -c 1 -l 600", addr, p.port, mpathNQN))
+		ports = append(ports, p.port)
 	}
-	// The controllers of each path, by port.
-	ctrls := step(t, vm, time.Minute, fmt.Sprintf(`for i in $(seq 1 100); do n=0; for c in /sys/class/nvme/nvme*; do `+
-		`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && n=$((n+1)); done; [ $n = 2 ] && break; sleep 0.1; done; `+
-		`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && echo $(basename $c) $(cat $c/address) $(cat $c/cntlid); done`, mpathNQN, mpathNQN))
-	ctrlOf := map[int]string{}
-	for _, l := range strings.Split(strings.TrimSpace(ctrls), "\n") {
-		f := strings.Fields(l)
-		for _, p := range procs {
-			if len(f) >= 2 && strings.Contains(f[1], fmt.Sprintf("trsvcid=%d", p.port)) {
-				ctrlOf[p.port] = f[0]
-			}
-		}
-	}
-	if len(ctrlOf) != 2 {
-		t.Fatalf("want one live controller per nvmetd, got:\n%s", ctrls)
-	}
+	ctrlOf := connectPaths(t, vm, mpathNQN, addr, ports)
 	dev := mpathDevice(t, vm)
 	out := step(t, vm, time.Minute, "nvme list-subsys /dev/"+dev)
 	if strings.Count(out, " live") != 2 {

@@ -208,11 +208,7 @@ func testLinuxHostTCPReconnect(t *testing.T, k kernel) {
 	defer func() {
 		p.stop(syscall.SIGTERM)
 		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			if len(b) > 6000 {
-				b = b[len(b)-6000:]
-			}
-			t.Logf("nvmetd:\n%s", b)
+			logTail(t, "nvmetd", p.log)
 		}
 	}()
 	defer vm.Exec(context.Background(), "touch /root/tcprc.stop; for i in $(seq 1 600); do [ -s /root/tcprc.rc ] && break; sleep 0.1; done; nvme disconnect -n "+interopNQN+" >/dev/null 2>&1; true")

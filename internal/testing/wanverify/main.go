@@ -39,7 +39,11 @@ type Result struct {
 	// LongestStall is the longest time with no write acknowledged, in
 	// seconds; StallStart when it began (seconds from the start).
 	LongestStall, StallStart float64
-	Reconnects               int
+	// StartUnix, StallStartUnix and StallEndUnix are the same instants on
+	// the wall clock (Unix seconds), so that a test can set them against
+	// events it timed on the same machine's clock (a link going down).
+	StartUnix, StallStartUnix, StallEndUnix float64
+	Reconnects                              int
 	// Sweep is the sweep's summary; SweepOK its verdict (every block its
 	// last acknowledged write or a later one).
 	Sweep   string
@@ -143,6 +147,9 @@ func main() {
 	}
 	res.LongestStall = longest.Seconds()
 	res.StallStart = longestAt.Sub(start).Seconds()
+	res.StartUnix = unixSeconds(start)
+	res.StallStartUnix = unixSeconds(longestAt)
+	res.StallEndUnix = unixSeconds(longestAt.Add(longest))
 	if c != nil {
 		res.Reconnects = c.Reconnects()
 	}
@@ -162,6 +169,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "wanverify:", err)
