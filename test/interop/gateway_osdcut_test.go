@@ -67,24 +67,53 @@ func osdCutObjects(name string) []string {
 
 // osdCutSetup picks, on a cluster of three OSDs or more, the gateway
 // group's name (its objects on one primary OSD, returned as keep) and
-// creates namespace 1's image with its header on another OSD (a new
-// image until one is). On a smaller cluster it returns a random group
-// name, a new image and keep -1 (the phase then skips, saying why).
+// creates namespace 1's image (size bytes) with its header on another OSD
+// and at least half of the data objects that vwriter writes (its first
+// vwriterBlocks blocks) on other OSDs too: a new image until one is. Each
+// object has a cut primary with a chance of about 2 in 3, so an image
+// qualifies with a chance of about 2 in 5 (header × at least 2 of 4 data
+// objects); 40 images at most (none in 40: about 1 in 10^9). Without
+// the data objects' condition a cut that reaches none of the objects
+// vwriter writes leaves every write succeeding, and gw-a rightly never
+// steps down (session 6's first run: 1 of 8 data objects cut, outside
+// vwriter's range). On a smaller cluster it returns a random group name,
+// a new image and keep -1 (the phase then skips, saying why).
 func osdCutSetup(t *testing.T, c *cephtest.Cluster, size int64) (group, image string, keep int) {
 	t.Helper()
 	if c.OSDs() < 3 {
 		return "p" + strconv.FormatInt(time.Now().UnixNano()%1e9, 16), c.CreateImage(t, size), -1
 	}
 	group, keep = gwnet.PickGroup(t, c, osdCutObjects)
-	for range 20 {
+	mapObjects := gwnet.ObjectMapper(t, c)
+	var tried []string
+	for range 40 {
 		image = c.CreateImage(t, size)
-		h := "rbd_header." + gwnet.ImageID(t, c, image)
-		if p := gwnet.MapObjects(t, c, h)[h]; p != keep {
+		objs := osdCutImageObjects(gwnet.ImageID(t, c, image), size)
+		where := mapObjects(objs...)
+		cut := 0
+		for _, o := range objs[1:] {
+			if where[o] != keep {
+				cut++
+			}
+		}
+		if where[objs[0]] != keep && 2*cut >= len(objs)-1 {
 			return group, image, keep
 		}
+		tried = append(tried, fmt.Sprintf("%s: header on osd.%d, %d of %d written data objects cut", image, where[objs[0]], cut, len(objs)-1))
 	}
-	t.Fatalf("20 images, each with its header on osd.%d, the group's OSD", keep)
+	t.Fatalf("40 images, none with its header and half the data objects vwriter writes off osd.%d, the group's OSD:\n%s", keep, strings.Join(tried, "\n"))
 	return "", "", 0
+}
+
+// osdCutImageObjects returns the names of the image's header and of the
+// 4 MiB data objects (rbd's default object size) that vwriter writes
+// (rbd_data.<id>.<object number, 16 hex digits>).
+func osdCutImageObjects(id string, size int64) []string {
+	objs := []string{"rbd_header." + id}
+	for i := range (min(size, vwriterBlocks*4096) + (4 << 20) - 1) >> 22 {
+		objs = append(objs, fmt.Sprintf("rbd_data.%s.%016x", id, i))
+	}
+	return objs
 }
 
 // linuxHostOSDCut runs the phase and returns gw-b's fence (its fence to
@@ -103,14 +132,10 @@ func linuxHostOSDCut(t *testing.T, o osdCut) time.Duration {
 			cut, cutOSDs = append(cut, p), append(cutOSDs, osd)
 		}
 	}
-	// Where the image's objects are: its header and its 4 MiB data
-	// objects (most on cut OSDs: each has 2 chances in 3).
-	id := gwnet.ImageID(t, c, o.image)
-	objs := []string{"rbd_header." + id}
-	n := int(o.size >> 22)
-	for i := range n {
-		objs = append(objs, fmt.Sprintf("rbd_data.%s.%016x", id, i))
-	}
+	// Where the image's objects are: its header and the 4 MiB data
+	// objects vwriter writes (osdCutSetup chose an image with at least
+	// half of them on cut OSDs).
+	objs := osdCutImageObjects(gwnet.ImageID(t, c, o.image), o.size)
 	where := gwnet.MapObjects(t, c, objs...)
 	onCut := 0
 	for _, ob := range objs[1:] {
@@ -118,10 +143,11 @@ func linuxHostOSDCut(t *testing.T, o osdCut) time.Duration {
 			onCut++
 		}
 	}
-	t.Logf("OSD cut: the group's objects' primary is osd.%d (kept); cut OSDs %v (ports %v); the image's header on osd.%d, %d of its %d data objects on cut OSDs",
+	n := len(objs) - 1
+	t.Logf("OSD cut: the group's objects' primary is osd.%d (kept); cut OSDs %v (ports %v); the image's header on osd.%d, %d of the %d data objects vwriter writes on cut OSDs",
 		o.keep, cutOSDs, cut, where[objs[0]], onCut, n)
-	if onCut == 0 {
-		t.Fatalf("no data object of the image on a cut OSD: the scenario would not run as meant")
+	if 2*onCut < n || where[objs[0]] == o.keep {
+		t.Fatalf("the image's objects moved since osdCutSetup chose it (header on osd.%d, %d of %d data objects cut): the scenario would not run as meant", where[objs[0]], onCut, n)
 	}
 
 	o.vw.waitWrites(100, "through gw-a before the OSD cut")
