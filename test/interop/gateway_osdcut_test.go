@@ -83,6 +83,7 @@ func osdCutSetup(t *testing.T, c *cephtest.Cluster, size int64) (group, image st
 	if c.OSDs() < 3 {
 		return "p" + strconv.FormatInt(time.Now().UnixNano()%1e9, 16), c.CreateImage(t, size), -1
 	}
+	t0 := time.Now()
 	group, keep = gwnet.PickGroup(t, c, osdCutObjects)
 	mapObjects := gwnet.ObjectMapper(t, c)
 	var tried []string
@@ -97,6 +98,8 @@ func osdCutSetup(t *testing.T, c *cephtest.Cluster, size int64) (group, image st
 			}
 		}
 		if where[objs[0]] != keep && 2*cut >= len(objs)-1 {
+			t.Logf("OSD cut setup: group %s (its objects on osd.%d), image %s (header on osd.%d, %d of the %d data objects vwriter writes on other OSDs) after %d rejected image(s), in %v",
+				group, keep, image, where[objs[0]], cut, len(objs)-1, len(tried), time.Since(t0).Round(time.Millisecond))
 			return group, image, keep
 		}
 		tried = append(tried, fmt.Sprintf("%s: header on osd.%d, %d of %d written data objects cut", image, where[objs[0]], cut, len(objs)-1))
@@ -126,6 +129,8 @@ func linuxHostOSDCut(t *testing.T, o osdCut) time.Duration {
 		return 0
 	}
 	a, b := o.a, o.b
+	phaseStart := time.Now()
+	defer func() { t.Logf("the OSD cut phase took %.1fs", time.Since(phaseStart).Seconds()) }()
 	var cut, cutOSDs []int
 	for osd, p := range gwnet.OSDPorts(t, c) {
 		if osd != o.keep {
