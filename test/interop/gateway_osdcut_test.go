@@ -76,7 +76,7 @@ func osdCutObjects(name string) []string {
 // 24 PGs do not spread evenly, and PickGroup favours the OSD that is
 // primary for the most (four objects on it): with that OSD primary for
 // two thirds of the PGs an image qualifies with a chance of about 1 in 7
-// (none in 60: about 1 in 10^4; session 7's 6.1 run rejected 11). Without
+// (none in 60: about 1 in 6,000; session 7's 6.1 run rejected 11). Without
 // the data objects' condition a cut that reaches none of the objects
 // vwriter writes leaves every write succeeding, and gw-a rightly never
 // steps down (session 6's first run: 1 of 8 data objects cut, outside
