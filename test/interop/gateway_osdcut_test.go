@@ -216,11 +216,22 @@ func linuxHostOSDCut(t *testing.T, o osdCut) time.Duration {
 	// gw-a, the preferred owner with the host connected, takes the group
 	// back by a fenced failback once its backoff (3 s × 2^strikes) has
 	// passed.
-	for deadline := time.Now().Add(5 * time.Minute); !partStatus(t, a, 1).Owned; time.Sleep(200 * time.Millisecond) {
+	// What gw-a waits for meanwhile (its status's failback_wait, each
+	// change) explains how long the failback takes.
+	var waits []string
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		st := partStatus(t, a, 1)
+		if st.Owned {
+			break
+		}
+		if w := fmt.Sprintf("+%.1fs %s", time.Since(healAt).Seconds(), st.FailbackWait); len(waits) == 0 || !strings.HasSuffix(waits[len(waits)-1], " "+st.FailbackWait) {
+			waits = append(waits, w)
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gw-a did not take group 1 back within 5 minutes of the OSD cut's heal: %+v", partStatus(t, a, 1))
+			t.Fatalf("gw-a did not take group 1 back within 5 minutes of the OSD cut's heal: %+v", st)
 		}
 	}
+	t.Logf("gw-a's failback wait after the heal (each change):\n%s", strings.Join(waits, "\n"))
 	a.waitLogFrom(`group 1: set-ana optimized`, amark)
 	alog = a.logSince(amark)
 	if i, j := strings.Index(alog, "fencing the previous holder"), strings.LastIndex(alog, "group 1: set-ana optimized"); i < 0 || i > j {
