@@ -241,6 +241,7 @@ func linuxHostOSDCut(t *testing.T, o osdCut) time.Duration {
 		o.events["gw-a takes group 1 back after the OSD cut"] = backAt
 		t.Logf("gw-a took group 1 back %v after the heal", backAt.Sub(healAt).Round(time.Millisecond))
 	}
+	t.Logf("gw-a during the failback after the OSD cut:\n%s", grepLog(alog, "fenc|set-ana|acquire|reopen|OSD map|lock"))
 	t.Logf("gw-b during the failback after the OSD cut:\n%s", grepLog(b.logSince(bmark), "fenc|step|set-ana|release"))
 	o.anaState(a, 1, "optimized")
 	o.moved.waitMoved(t, 0, 1, 100*4096, "after gw-a took group 1 back after the OSD cut")
