@@ -44,6 +44,9 @@ type RADOSOptions struct {
 	// compares it with the other members' entries on the config object
 	// (see [MemberConflicts]) and records it there if none conflicts.
 	Member *Member
+	// WatchConfig watches the config object too ([RADOS.ConfigChanged]):
+	// the gateway holds the group's configuration there, versioned.
+	WatchConfig bool
 }
 
 // DefaultBlocklistExpire is the blocklist expiry of a fence: ten years.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/internal/testing/verify"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
@@ -76,6 +77,8 @@ type gwProc struct {
 	// group is the gateway group's name (a setup may choose another, for
 	// both gateways).
 	group string
+	// extra is added to the gateway section (indented lines).
+	extra string
 }
 
 func (p *gwProc) listenAddr() string {
@@ -106,7 +109,7 @@ gateway:
   step_down_margin: 1s
   failback_delay: %s
   ana_groups: [{id: 1, preferred: gw-a}]
-ports:
+%sports:
   - {id: 1, address: %s, service_id: %d, subsystems: [%s]}
 subsystems:
   - nqn: %s
@@ -118,7 +121,7 @@ subsystems:
         nguid: %s
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s, op_timeout: 5s}
-`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.failbackDelay(), p.listenAddr(), p.port, gwSubNQN,
+`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.failbackDelay(), p.extra, p.listenAddr(), p.port, gwSubNQN,
 		gwSubNQN, cmin, cmin+99, gwNGUID, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
 	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -395,7 +398,7 @@ func startGatewayPairOn(t *testing.T, c *cephtest.Cluster, setup func(a, b *gwPr
 		// A setup that moved a gateway (netns, host) or renamed the
 		// group: the configurations again.
 		for i, p := range procs {
-			if p.netns != "" || p.host != "" || p.group != group || p.failback != "" {
+			if p.netns != "" || p.host != "" || p.group != group || p.failback != "" || p.extra != "" {
 				p.writeConfig(c, image, p.group, 1+100*i)
 			}
 		}
@@ -522,8 +525,9 @@ func TestGatewayProcesses(t *testing.T) {
 	}
 	// And the metrics.
 	for p, want := range map[*gwProc][]string{
-		a: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 1`, `nvmetd_gateway_fences_total 1`, `nvmetd_gateway_degraded 0`},
-		b: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 0`, `nvmetd_gateway_fences_total 1`},
+		a: {`nvmetd_gateway_ana_group_owned{ana_group="1",group="` + a.group + `"} 1`, `nvmetd_gateway_fences_total 1`, `nvmetd_gateway_degraded 0`,
+			`nvmetd_gateway_info{gateway="gw-a",group="` + a.group + `"} 1`},
+		b: {`nvmetd_gateway_ana_group_owned{ana_group="1",group="` + a.group + `"} 0`, `nvmetd_gateway_fences_total 1`},
 	} {
 		m := p.get("metrics.sock", "/metrics")
 		for _, w := range want {
@@ -531,6 +535,18 @@ func TestGatewayProcesses(t *testing.T) {
 				t.Errorf("%s metrics lack %q:\n%s", p.name, w, grepLines(m, "nvmetd_gateway"))
 			}
 		}
+	}
+
+	// The group's state (GET /v1/group, nvmetctl group) with the
+	// configuration in each gateway's file: both members, no version,
+	// group 1 held by gw-a as gw-b reads it, nothing to act on.
+	var gst ctlclient.GroupStatus
+	if err := json.Unmarshal([]byte(b.get("ctl.sock", "/v1/group")), &gst); err != nil {
+		t.Fatalf("gw-b GET /v1/group: %v", err)
+	}
+	if gst.Version != 0 || len(gst.Members) != 2 || len(gst.ANAGroups) != 1 || gst.ANAGroups[0].Holder != "gw-a" ||
+		gst.ANAGroups[0].Preferred != "gw-a" || len(gst.Problems) != 0 {
+		t.Errorf("gw-b's view of the group: %+v", gst)
 	}
 
 	// (3) Freeze the owner: gw-b fences its client of the group and takes

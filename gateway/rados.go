@@ -47,9 +47,13 @@ type RADOS struct {
 	ioctx   *rados.IOContext
 	addrs   string
 	changed chan struct{}
-	stop    chan struct{} // closed by Close: ends the watch readers
-	watches []*rados.Watcher
-	wg      sync.WaitGroup // watch readers and notifies
+	// configChanged is signalled when the config object is notified
+	// (RADOSOptions.WatchConfig): a new version of the group's
+	// configuration may be stored.
+	configChanged chan struct{}
+	stop          chan struct{} // closed by Close: ends the watch readers
+	watches       []*rados.Watcher
+	wg            sync.WaitGroup // watch readers and notifies
 
 	mu      sync.Mutex
 	written map[uint32]string // the record JSON last written per group
@@ -115,7 +119,8 @@ func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 		ioctx.Destroy()
 		return nil, fmt.Errorf("gateway: client address: %w", err)
 	}
-	r := &RADOS{o: o, conn: conn, ioctx: ioctx, addrs: addrs, changed: make(chan struct{}, 1), stop: make(chan struct{}), written: map[uint32]string{}}
+	r := &RADOS{o: o, conn: conn, ioctx: ioctx, addrs: addrs, changed: make(chan struct{}, 1), configChanged: make(chan struct{}, 1),
+		stop: make(chan struct{}), written: map[uint32]string{}}
 	defer func() {
 		if err != nil {
 			close(r.stop)
@@ -134,7 +139,25 @@ func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 			return nil, fmt.Errorf("gateway: watch %s: %w", oid, classify(err))
 		}
 		r.watches = append(r.watches, w)
-		r.wg.Go(func() { r.watchLoop(oid, w) })
+		r.wg.Go(func() { r.watchLoop(oid, w, r.signal) })
+	}
+	if o.WatchConfig {
+		oid := ConfigObjectName(o.GroupName)
+		if err := ioctx.Create(oid, rados.CreateIdempotent); err != nil {
+			return nil, fmt.Errorf("gateway: create %s: %w", oid, classify(err))
+		}
+		w, err := ioctx.Watch(oid)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: watch %s: %w", oid, classify(err))
+		}
+		r.watches = append(r.watches, w)
+		sig := func() {
+			select {
+			case r.configChanged <- struct{}{}:
+			default:
+			}
+		}
+		r.wg.Go(func() { r.watchLoop(oid, w, sig) })
 	}
 	return r, nil
 }
@@ -148,14 +171,14 @@ const watchBackoff = 5 * time.Second
 // gone until a gateway takes the group and so creates it again), so that
 // notifications keep coming after an error. Each failure signals Changed
 // (something may have happened meanwhile). It ends at Close.
-func (r *RADOS) watchLoop(oid string, w *rados.Watcher) {
+func (r *RADOS) watchLoop(oid string, w *rados.Watcher, signal func()) {
 	backoff := 100 * time.Millisecond
 	for {
-		if !r.readWatch(w) {
+		if !r.readWatch(w, signal) {
 			return // Close deletes the watches
 		}
 		_ = w.Delete()
-		r.signal()
+		signal()
 		for {
 			select {
 			case <-r.stop:
@@ -174,7 +197,7 @@ func (r *RADOS) watchLoop(oid string, w *rados.Watcher) {
 				r.watches = append(r.watches, nw)
 				r.mu.Unlock()
 				w, backoff = nw, 100*time.Millisecond
-				r.signal()
+				signal()
 				break
 			}
 			backoff = min(2*backoff, watchBackoff)
@@ -193,7 +216,7 @@ func (r *RADOS) signal() {
 // Changed. It returns true when the watch failed (an error: the client
 // lost the OSD, was blocklisted, or the object was removed), false at
 // Close.
-func (r *RADOS) readWatch(w *rados.Watcher) bool {
+func (r *RADOS) readWatch(w *rados.Watcher, signal func()) bool {
 	ev, errs := w.Events(), w.Errors()
 	for {
 		select {
@@ -206,7 +229,7 @@ func (r *RADOS) readWatch(w *rados.Watcher) bool {
 				return false // deleted
 			}
 			_ = e.Ack(nil)
-			r.signal()
+			signal()
 		case _, ok := <-errs:
 			if !ok {
 				return false
@@ -547,10 +570,13 @@ func (r *RADOS) CheckConfig(canonical string) (bool, string, error) {
 	if stored != canonical {
 		return false, ConfigDiff(canonical, stored) + " (object " + oid + " in pool " + r.o.Pool + ")", nil
 	}
-	if r.o.Member == nil {
+	r.mu.Lock()
+	me := r.o.Member
+	r.mu.Unlock()
+	if me == nil {
 		return true, "", nil
 	}
-	conflicts, err := r.checkMember(oid)
+	conflicts, err := r.checkMember(oid, *me)
 	if err != nil {
 		return false, "", err
 	}
@@ -568,8 +594,7 @@ const maxMembers = 1024
 // them again: a member that recorded a conflicting entry at the same time
 // is seen by one of the two reads of each (both then refuse, and this one
 // removes its entry).
-func (r *RADOS) checkMember(oid string) ([]string, error) {
-	me := *r.o.Member
+func (r *RADOS) checkMember(oid string, me Member) ([]string, error) {
 	key := MemberKeyPrefix + me.Name
 	read := func() (map[string]string, error) {
 		vals, err := r.ioctx.GetOmapValues(oid, "", MemberKeyPrefix, maxMembers)
@@ -605,4 +630,177 @@ func (r *RADOS) checkMember(oid string) ([]string, error) {
 		}
 	}
 	return c, nil
+}
+
+// ConfigChanged is signalled after the config object was notified (with
+// RADOSOptions.WatchConfig): a new version may be stored.
+func (r *RADOS) ConfigChanged() <-chan struct{} { return r.configChanged }
+
+// readStored reads the config object: its version (data), its
+// configuration and the members' running versions.
+func (r *RADOS) readStored(oid string) (StoredConfig, bool, error) {
+	var sc StoredConfig
+	buf := make([]byte, versionLen+1)
+	n, err := r.ioctx.Read(oid, buf, 0)
+	if err != nil {
+		if errnoOf(err) == syscall.ENOENT {
+			return sc, false, nil
+		}
+		return sc, false, fmt.Errorf("read the group configuration's version in %s: %w", oid, classify(err))
+	}
+	if sc.Version, err = DecodeVersion(buf[:n]); err != nil {
+		return sc, true, fmt.Errorf("%s: %w", oid, err)
+	}
+	vals, err := r.ioctx.GetOmapValues(oid, "", keyGroupConfig, 1)
+	if err != nil {
+		return sc, true, fmt.Errorf("read the group configuration in %s: %w", oid, classify(err))
+	}
+	sc.Config = vals[keyGroupConfig]
+	run, err := r.ioctx.GetOmapValues(oid, "", RunningKeyPrefix, maxMembers)
+	if err != nil {
+		return sc, true, fmt.Errorf("read the members' running versions in %s: %w", oid, classify(err))
+	}
+	sc.Running = ParseRunning(run)
+	return sc, true, nil
+}
+
+// ReadGroupConfig reads the group's stored configuration (version 0 and
+// no text if none is stored).
+func (r *RADOS) ReadGroupConfig() (StoredConfig, error) {
+	sc, _, err := r.readStored(ConfigObjectName(r.o.GroupName))
+	return sc, err
+}
+
+// LoadGroupConfig returns the group's stored configuration, storing seed
+// as version 1 if there is none. canonical is the agreement text of a
+// group whose configuration is in RADOS (what the members' files must
+// still agree on: the lease and the ANA groups, see CheckConfig); legacy
+// is this gateway's agreement text as a gateway keeping the configuration
+// in its file writes it. A config object with an unversioned
+// configuration equal to legacy (a group of such gateways) is moved to
+// version 1 with seed; one that differs is refused (ErrLegacyConfig,
+// with the difference).
+func (r *RADOS) LoadGroupConfig(seed []byte, canonical, legacy string) (StoredConfig, error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	first := map[string][]byte{keyGroupConfig: seed, keyVersion: []byte("1"), keyConfig: []byte(canonical)}
+	op := rados.CreateWriteOp()
+	op.Create(rados.CreateExclusive)
+	op.WriteFull(EncodeVersion(1))
+	op.SetOmap(first)
+	err := op.Operate(r.ioctx, oid, rados.OperationNoFlag)
+	op.Release()
+	switch {
+	case err == nil:
+		r.notify(oid)
+	case errnoOf(err) != syscall.EEXIST:
+		return StoredConfig{}, fmt.Errorf("store the group configuration in %s: %w", oid, classify(err))
+	}
+	for try := 0; try < 3; try++ {
+		sc, _, err := r.readStored(oid)
+		if err != nil || sc.Version > 0 {
+			return sc, err
+		}
+		// Created without a version: by a gateway keeping the group's
+		// configuration in its file (CheckConfig), or by DialRADOS's
+		// watch just now (no omap).
+		vals, err := r.ioctx.GetOmapValues(oid, "", keyConfig, 1)
+		if err != nil {
+			return sc, fmt.Errorf("read the group configuration in %s: %w", oid, classify(err))
+		}
+		if stored, ok := vals[keyConfig]; ok && string(stored) != legacy {
+			return sc, fmt.Errorf("%w: %s (object %s in pool %s)", ErrLegacyConfig, ConfigDiff(legacy, string(stored)), oid, r.o.Pool)
+		}
+		// Version 1, if the object still has no data (a compare of the
+		// first bytes with zeros: the OSD reads past the end as zeros).
+		op := rados.CreateWriteOp()
+		cmp := op.CmpExt(make([]byte, versionLen), 0)
+		op.WriteFull(EncodeVersion(1))
+		op.SetOmap(first)
+		err = op.Operate(r.ioctx, oid, rados.OperationNoFlag)
+		res := cmp.Result
+		op.Release()
+		if err == nil && res == 0 {
+			r.notify(oid)
+			continue
+		}
+		if err != nil && res == 0 && !isCmpExtMismatch(err) {
+			return sc, fmt.Errorf("store the group configuration in %s: %w", oid, classify(err))
+		}
+		// Another gateway stored a version first: read it.
+	}
+	return StoredConfig{}, fmt.Errorf("store the group configuration in %s: it changed during each of 3 attempts", oid)
+}
+
+// isCmpExtMismatch reports whether err is a cmpext that found other bytes:
+// the OSD answers -MAX_ERRNO - offset (librados, rados_write_op_cmpext).
+func isCmpExtMismatch(err error) bool {
+	var ce interface{ ErrorCode() int }
+	return errors.As(err, &ce) && ce.ErrorCode() <= -4095
+}
+
+// WriteGroupConfig stores cfg as the version after base in one RADOS
+// operation that first compares the object's version with base (cmpext):
+// if another change was stored since, the OSD applies nothing and the
+// error is a *VersionConflictError with the current version. It then
+// notifies the members and returns the new version.
+func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte) (uint64, error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	next := base + 1
+	op := rados.CreateWriteOp()
+	cmp := op.CmpExt(EncodeVersion(base), 0)
+	op.WriteFull(EncodeVersion(next))
+	op.SetOmap(map[string][]byte{keyGroupConfig: cfg, keyVersion: []byte(strconv.FormatUint(next, 10))})
+	err := op.Operate(r.ioctx, oid, rados.OperationNoFlag)
+	res := cmp.Result
+	op.Release()
+	if err != nil || res != 0 {
+		if res != 0 || isCmpExtMismatch(err) {
+			sc, rerr := r.ReadGroupConfig()
+			if rerr != nil {
+				return 0, fmt.Errorf("%w (and reading the current version: %w)", &VersionConflictError{Base: base}, rerr)
+			}
+			return 0, &VersionConflictError{Base: base, Current: sc.Version}
+		}
+		return 0, fmt.Errorf("store version %d of the group configuration in %s: %w", next, oid, classify(err))
+	}
+	r.notify(oid)
+	return next, nil
+}
+
+// SetRunning records that member name runs version v (omap key
+// running.<name>), and notifies.
+func (r *RADOS) SetRunning(name string, v uint64) error {
+	oid := ConfigObjectName(r.o.GroupName)
+	if err := r.ioctx.SetOmap(oid, map[string][]byte{RunningKeyPrefix + name: []byte(strconv.FormatUint(v, 10))}); err != nil {
+		return fmt.Errorf("record the running version of %s in %s: %w", name, oid, classify(err))
+	}
+	return nil
+}
+
+// Members reads the members' entries of the config object (entries that do
+// not parse are errors).
+func (r *RADOS) Members() ([]Member, error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	vals, err := r.ioctx.GetOmapValues(oid, "", MemberKeyPrefix, maxMembers)
+	if err != nil {
+		return nil, fmt.Errorf("read the group's members in %s: %w", oid, classify(err))
+	}
+	var out []Member
+	for k, v := range vals {
+		m, err := ParseMember(strings.TrimPrefix(k, MemberKeyPrefix), string(v))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// SetMember sets what CheckConfig records as this gateway's member entry
+// (a gateway that holds the group's configuration in RADOS knows it only
+// once it read the configuration, after DialRADOS).
+func (r *RADOS) SetMember(m *Member) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.o.Member = m
 }

@@ -15,3 +15,26 @@ type RADOS struct{ Cluster }
 
 // Close does nothing in this build.
 func (r *RADOS) Close() {}
+
+// ConfigChanged is never signalled in this build.
+func (r *RADOS) ConfigChanged() <-chan struct{} { return nil }
+
+// ReadGroupConfig fails in this build.
+func (r *RADOS) ReadGroupConfig() (StoredConfig, error) { return StoredConfig{}, ErrRADOSNotBuilt }
+
+// LoadGroupConfig fails in this build.
+func (r *RADOS) LoadGroupConfig(seed []byte, canonical, legacy string) (StoredConfig, error) {
+	return StoredConfig{}, ErrRADOSNotBuilt
+}
+
+// WriteGroupConfig fails in this build.
+func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte) (uint64, error) { return 0, ErrRADOSNotBuilt }
+
+// SetRunning fails in this build.
+func (r *RADOS) SetRunning(name string, v uint64) error { return ErrRADOSNotBuilt }
+
+// Members fails in this build.
+func (r *RADOS) Members() ([]Member, error) { return nil, ErrRADOSNotBuilt }
+
+// SetMember does nothing in this build.
+func (r *RADOS) SetMember(m *Member) {}

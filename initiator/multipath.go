@@ -336,7 +336,15 @@ func (p *Path) event(e Event) {
 			p.wake()
 		}
 	case EventNamespacesChanged:
+		// A namespace added to a group takes the group's state: Linux's
+		// nvme_mpath_add_disk looks its ANAGRPID up in the cached ANA log
+		// (and reads the log again when the group is not in it). The
+		// path's states are by NSID, from the log's NSID lists, which
+		// list a new namespace only from the next log: read it again
+		// after the scan, or a namespace added to an optimized group
+		// stays inaccessible through every path until an ANA change.
 		p.wantScan.Store(true)
+		p.wantANA.Store(true)
 		p.wake()
 	case EventReconnecting:
 		p.ffMu.Lock()

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,8 +47,16 @@ type app struct {
 	output  string
 	timeout time.Duration
 	persist bool
-	stdout  io.Writer
-	stderr  io.Writer
+	// groupVersion, if set, is the version of the gateway group's
+	// configuration a change is based on (?group_version=N): refused
+	// (409) if another change was stored since.
+	groupVersion uint64
+	// group: the change is for the gateway group (refused unless the
+	// daemon holds the group's configuration in RADOS), based on the
+	// stored version unless groupVersion says which.
+	group  bool
+	stdout io.Writer
+	stderr io.Writer
 	// in is standard input (tests set it; nil: os.Stdin).
 	in io.Reader
 	// running is set once a command's own code runs: an error from then on
@@ -145,9 +154,11 @@ func (a *app) rootCommand() *cobra.Command {
 	f.StringVarP(&a.output, "output", "o", "normal", "output format: normal or json")
 	f.DurationVar(&a.timeout, "timeout", 90*time.Second, "how long to wait for the daemon (a removed namespace drains for up to 30s)")
 	f.BoolVar(&a.persist, "persist", false, "also write the change into the configuration file (atomically)")
+	f.BoolVar(&a.group, "group", false, "a change for the whole gateway group (its configuration in RADOS, gateway.group_config: rados): refused if this nvmetd holds none; based on the stored version (or --group-version)")
+	f.Uint64Var(&a.groupVersion, "group-version", 0, "in a gateway group whose configuration is in RADOS: the version a change is based on (refused if another change was stored since; see nvmetctl group)")
 	root.AddCommand(a.lsCommand(), a.saveCommand(), a.restoreCommand(), a.clearCommand(), a.exportCommand(),
 		a.subsystemCommand(), a.namespaceCommand(), a.portCommand(), a.hostCommand(), a.anaCommand(),
-		a.logLevelCommand(), a.controllersCommand(), a.queuesCommand())
+		a.logLevelCommand(), a.controllersCommand(), a.queuesCommand(), a.groupCommand())
 	return root
 }
 
@@ -210,9 +221,23 @@ func (a *app) call(method, path string, query url.Values, body, out any) error {
 // change sends a change (with ?persist=true under --persist) and prints
 // what changed.
 func (a *app) change(method, path string, body any) error {
-	var q url.Values
+	q := url.Values{}
 	if a.persist {
-		q = url.Values{"persist": {"true"}}
+		q.Set("persist", "true")
+	}
+	base := a.groupVersion
+	if a.group && base == 0 {
+		var st ctlclient.GroupStatus
+		if err := a.call("GET", "/v1/group", nil, nil, &st); err != nil {
+			return err
+		}
+		if st.Version == 0 {
+			return fmt.Errorf("--group: gateway group %s keeps its configuration in each gateway's file: this nvmetd holds no gateway group configuration in RADOS (gateway.group_config: rados), so a change for the whole group is refused", st.Group)
+		}
+		base = st.Version
+	}
+	if base != 0 {
+		q.Set("group_version", strconv.FormatUint(base, 10))
 	}
 	var raw json.RawMessage
 	if err := a.call(method, path, q, body, &raw); err != nil {
@@ -239,6 +264,9 @@ func (a *app) printChange(res *ctlclient.ChangeResult) {
 	}
 	if res.Persisted {
 		fmt.Fprintf(a.stdout, "saved to %s\n", res.File)
+	}
+	if res.GroupVersion != 0 {
+		fmt.Fprintf(a.stdout, "gateway group configuration: version %d\n", res.GroupVersion)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintln(a.stderr, "warning:", w)

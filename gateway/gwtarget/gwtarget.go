@@ -78,6 +78,18 @@ type Config struct {
 	// (default 10 years, gateway.DefaultBlocklistExpire; at most
 	// gateway.MaxBlocklistExpire).
 	BlocklistExpire time.Duration `mapstructure:"blocklist_expire"`
+	// GroupConfig says where the group's configuration (subsystems,
+	// namespaces, hosts, ANA groups) is held: "file" (default: each
+	// gateway's file, compared) or "rados" (the group's config object,
+	// versioned, changed through any gateway's management API; the
+	// file's subsystems and hosts only seed version 1). See
+	// groupconfig.go and docs/rbd.md.
+	GroupConfig string `mapstructure:"group_config"`
+	// CNTLIDMin and CNTLIDMax are this gateway's CNTLID range on the
+	// subsystems its file does not list (those added to the group's
+	// configuration later); disjoint from every other gateway's.
+	CNTLIDMin uint16 `mapstructure:"cntlid_min"`
+	CNTLIDMax uint16 `mapstructure:"cntlid_max"`
 }
 
 // ClusterConfig is gateway.cluster: the RADOS client of the
@@ -137,6 +149,9 @@ func (g *Config) ApplyDefaults() {
 	if g.BackendMaxBackoff == 0 {
 		g.BackendMaxBackoff = 32 * g.BackendBackoff
 	}
+	if g.GroupConfig == "" {
+		g.GroupConfig = GroupConfigFile
+	}
 	if g.Cluster.CephConf == "" {
 		g.Cluster.CephConf = backend.DefaultCephConf
 	}
@@ -193,6 +208,14 @@ func (g *Config) Validate(cfg *target.Config) error {
 	// write again: at least a day.
 	if g.BlocklistExpire < 24*time.Hour || g.BlocklistExpire > gateway.MaxBlocklistExpire {
 		add("blocklist_expire", "%s is out of range (24h..%s)", g.BlocklistExpire, gateway.MaxBlocklistExpire)
+	}
+	if g.GroupConfig != GroupConfigFile && g.GroupConfig != GroupConfigRADOS {
+		add("group_config", "%q: file or rados", g.GroupConfig)
+	}
+	switch {
+	case g.CNTLIDMin == 0 && g.CNTLIDMax == 0:
+	case g.CNTLIDMin < nvmeof.CNTLIDMin || g.CNTLIDMax > nvmeof.CNTLIDMax || g.CNTLIDMin > g.CNTLIDMax:
+		add("cntlid_min", "%d..%d is not a range within %d..%d", g.CNTLIDMin, g.CNTLIDMax, nvmeof.CNTLIDMin, nvmeof.CNTLIDMax)
 	}
 	if len(g.ANAGroups) == 0 {
 		add("ana_groups", "at least one ANA group (id, preferred) is required")
@@ -280,6 +303,9 @@ func member(g *Config, cfg *target.Config) gateway.Member {
 		}
 		m.CNTLIDs[s.NQN] = [2]uint16{lo, hi}
 	}
+	if g.CNTLIDMin != 0 || g.CNTLIDMax != 0 {
+		m.CNTLIDs[gateway.DefaultCNTLIDKey] = [2]uint16{g.CNTLIDMin, g.CNTLIDMax}
+	}
 	return m
 }
 
@@ -309,11 +335,17 @@ type Gateway struct {
 
 	runner *gateway.Runner
 	cl     *gateway.RADOS
-	cancel context.CancelFunc
-	done   chan error // the runner's result
+	// syncStop ends syncGroup (closed by Stop), syncDone is closed when
+	// it has ended.
+	syncStop, syncDone chan struct{}
+	cancel             context.CancelFunc
+	done               chan error // the runner's result
 
 	mu    sync.Mutex
 	owned map[uint32]bool
+	// grp is the group configuration this gateway runs, when it is
+	// held in RADOS (nil otherwise).
+	grp *groupState
 	// retryAt: when Readiness may next reload the target to retry the
 	// namespaces of a group that cannot be served (retrying: one is out).
 	retryAt  time.Time
@@ -752,18 +784,23 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 			return err
 		}
 	}
-	// Each cluster operation gives up well before the lease can end.
-	opTimeout := max(time.Second, (g.Lease-g.StepDownMargin)/2)
 	member := member(g, cfg)
-	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
-		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
-		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire,
-		Member: &member})
-	if err != nil {
-		return err
+	canonical := canonicalGroupConfig(g, cfg)
+	gs.mu.Lock()
+	cl := gs.cl
+	gs.mu.Unlock()
+	if cl != nil {
+		// Bootstrap connected (the group's configuration in RADOS).
+		cl.SetMember(&member)
+		canonical = radosCanonical(g.Lease.String(), g.ANAGroups)
+	} else {
+		var err error
+		if cl, err = gs.dial(&member); err != nil {
+			return err
+		}
 	}
 	session := newSession(g.Name)
-	r, err := gateway.NewRunner(g.machineConfig(session), canonicalGroupConfig(g, cfg), cl, applier{gs}, log.Named("gateway"))
+	r, err := gateway.NewRunner(g.machineConfig(session), canonical, cl, applier{gs}, log.Named("gateway"))
 	if err != nil {
 		cl.Close()
 		return err
@@ -775,6 +812,13 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 	log.Info("gateway: member of the group", zap.String("name", g.Name), zap.String("group", g.Group),
 		zap.String("session", session), zap.String("client", cl.Addrs()), zap.Duration("lease", g.Lease))
 	go func() { gs.done <- r.Run(ctx, g.Lease/2) }()
+	if gs.RADOSHeld() {
+		gs.syncStop, gs.syncDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(gs.syncDone)
+			gs.syncGroup(gs.syncStop)
+		}()
+	}
 	return nil
 }
 
@@ -809,6 +853,10 @@ func (gs *Gateway) Stop() {
 		return
 	}
 	gs.cancel()
+	if gs.syncStop != nil {
+		close(gs.syncStop)
+		<-gs.syncDone
+	}
 	select {
 	case err := <-gs.done:
 		if err != nil {
@@ -842,6 +890,11 @@ type Status struct {
 	Degraded string        `json:"degraded,omitempty"`
 	Fences   int           `json:"fences"`
 	Groups   []GroupStatus `json:"ana_groups"`
+	// GroupConfigVersion is the version of the group's configuration
+	// this gateway runs (held in RADOS); GroupConfigPending names a newer
+	// stored one it could not apply, and why.
+	GroupConfigVersion uint64 `json:"group_config_version,omitempty"`
+	GroupConfigPending string `json:"group_config_pending,omitempty"`
 }
 
 type GroupStatus struct {
@@ -871,6 +924,14 @@ func (gs *Gateway) Status() *Status {
 	}
 	groups, degr := r.Status()
 	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
+	gs.mu.Lock()
+	if gs.grp != nil {
+		st.GroupConfigVersion = gs.grp.version
+		if gs.grp.pending != 0 {
+			st.GroupConfigPending = fmt.Sprintf("version %d: %s", gs.grp.pending, gs.grp.pendingErr)
+		}
+	}
+	gs.mu.Unlock()
 	if degr != "" {
 		st.Health = healthDegraded
 	}

@@ -57,9 +57,51 @@ type Error struct {
 	// Applied is true when the change was applied but what followed it
 	// failed (persisting; a part of the reload).
 	Applied bool `json:"applied,omitempty"`
+	// GroupVersion is, for a gateway that holds the group's
+	// configuration in RADOS, the version the refusal is about: the
+	// stored one a change lost to (409), or the one it was based on.
+	GroupVersion uint64 `json:"group_version,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// GroupStatus is the answer of GET /v1/group: the gateway group's
+// configuration held in RADOS (the API's GroupStatus schema).
+type GroupStatus struct {
+	// Group is the gateway group's name, Object its config object.
+	Group  string `json:"group"`
+	Object string `json:"object"`
+	// Version is the stored version of the group's configuration.
+	Version uint64 `json:"version"`
+	// Gateway is the gateway answering, Running the version it runs and
+	// Pending a newer one it could not apply, and why.
+	Gateway string `json:"gateway"`
+	Running uint64 `json:"running"`
+	Pending string `json:"pending,omitempty"`
+	// Members are the group's gateways (their member entries) and the
+	// version each runs (running.<name>; 0: none recorded).
+	Members []GroupMember `json:"members"`
+	// ANAGroups are the group's ANA groups as the answering gateway reads
+	// their records: the preferred owner and the holder (none: unowned).
+	ANAGroups []GroupANA `json:"ana_groups"`
+	// Problems lists what needs an operator, one line each (empty:
+	// healthy): an unowned ANA group, a gateway behind the stored version
+	// or unable to apply it, the answering gateway degraded.
+	Problems []string `json:"problems"`
+}
+
+// GroupANA is one ANA group of GroupStatus.
+type GroupANA struct {
+	ID        uint32 `json:"id"`
+	Preferred string `json:"preferred"`
+	Holder    string `json:"holder,omitempty"`
+}
+
+// GroupMember is one gateway of GroupStatus.
+type GroupMember struct {
+	Name    string `json:"name"`
+	Running uint64 `json:"running"`
+}
 
 // ChangeResult is the answer to a change (the API's ChangeResult schema).
 type ChangeResult struct {
@@ -74,6 +116,10 @@ type ChangeResult struct {
 	NSID     uint32   `json:"nsid,omitempty"`
 	PortID   uint16   `json:"port_id,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// GroupVersion is, for a gateway that holds the group's
+	// configuration in RADOS, the version of it stored by the change
+	// (or the one that runs, when the change stored nothing).
+	GroupVersion uint64 `json:"group_version,omitempty"`
 }
 
 // Do sends method path?query with body (JSON-encoded unless nil or

@@ -165,6 +165,25 @@ func (d *daemon) run() int {
 		// The target starts with every gateway group inaccessible; the
 		// gateway makes the groups it takes optimized.
 		d.gw = gwtarget.New(cfg.Gateway)
+		if d.gw.RADOSHeld() {
+			// The group's configuration is the stored version's (the
+			// file's subsystems and hosts only seed version 1).
+			merged, err := d.gw.Bootstrap(cfg.Target, d.applyGroup, d.log)
+			if err != nil {
+				d.log.Error("gateway: cannot read the group's configuration", zap.Error(err))
+				if errors.Is(err, gateway.ErrLegacyConfig) {
+					return exitConfig // a restart would not help
+				}
+				return exitFailure
+			}
+			lc := *cfg
+			lc.Target = merged
+			lc.Warnings = append(merged.Warnings(), unknownEnv(os.Environ())...)
+			d.mu.Lock()
+			d.cur = &lc
+			d.mu.Unlock()
+			cfg = &lc
+		}
 	}
 	t, err := newTargetService(d.targetConfig(cfg.Target), d.log.Named("target"))
 	if err != nil {
@@ -460,6 +479,10 @@ func (d *daemon) reload() *reloadInfo {
 		d.log.Error("reload: configuration rejected, keeping the running one:\n" + err.Error())
 		return info
 	}
+	if d.gw.RADOSHeld() {
+		// The file's own parts with the group's configuration that runs.
+		nc.Target = d.gw.MergeLocal(nc.Target)
+	}
 	if err := d.prepareDefaultImage(nc); err != nil {
 		info.Error = err.Error()
 		d.log.Error("reload: cannot create the default namespace, keeping the running configuration", zap.Error(err))
@@ -508,6 +531,37 @@ func (d *daemon) reload() *reloadInfo {
 		d.log.Info("configuration reloaded", zap.Int("changes", len(info.Changes)))
 	}
 	return info
+}
+
+// applyGroup applies nc, a new version of the group's configuration
+// merged with this gateway's own parts, as a reload does (the target's
+// validation and plan, the gateway guard, the ANA overlay, the images'
+// claims) and makes it the running configuration. changeMu is held (the
+// gateway's syncGroup). A refused one changes nothing.
+func (d *daemon) applyGroup(nc *target.Config) error {
+	cur := d.config()
+	diff := target.Diff(cur.Target, nc)
+	info := &reloadInfo{At: time.Now(), Changes: diff.Summary()}
+	err := d.t.Reload(d.targetConfig(nc))
+	var ve *target.ValidationError
+	if errors.Is(err, target.ErrReloadRefused) || errors.As(err, &ve) {
+		return err
+	}
+	lc := *cur
+	lc.Target = nc
+	lc.Warnings = append(nc.Warnings(), unknownEnv(os.Environ())...)
+	if err != nil {
+		info.Error = err.Error()
+		d.log.Error("gateway: the target could not apply everything of the group's configuration", zap.Error(err))
+	}
+	for _, c := range info.Changes {
+		d.log.Info("gateway: group configuration: " + c)
+	}
+	d.mu.Lock()
+	d.cur = &lc
+	d.lastChange = info
+	d.mu.Unlock()
+	return nil
 }
 
 // applyDaemonChanges applies what can change at run time (the log level)

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/target"
 	"github.com/nvmetd/nvmetd/target/configfile"
 	"github.com/nvmetd/nvmetd/target/mgmtapi"
@@ -91,6 +92,17 @@ func (m mgmtView) Controllers() []target.ControllerStatus { return m.d.t.Status(
 func (m mgmtView) Queues() []target.QueueStatus           { return m.d.t.Queues() }
 func (m mgmtView) Log() *zap.Logger                       { return m.d.log }
 
+func (m mgmtView) Group() (*mgmtapi.GroupStatus, error) {
+	if m.d.gw == nil {
+		return nil, &apiError{Status: http.StatusNotFound, Message: "this nvmetd is not a member of a gateway group (no gateway section)"}
+	}
+	st, err := m.d.gw.GroupStatus()
+	if err != nil {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Message: err.Error()}
+	}
+	return st, nil
+}
+
 // change applies edit to a copy of the running configuration, as a reload
 // would, and persists the result if asked. edit returns the configuration
 // path of the object it changed ("" if none).
@@ -118,6 +130,35 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 	}
 	diff := target.Diff(cur.Target, nc)
 	res.Changes = append(res.Changes, diff.Summary()...)
+	// In a gateway group whose configuration is in RADOS, a change of
+	// the group's part is checked for the whole group, applied here
+	// (the path that serves: storage that does not open refuses it), and
+	// only then stored, by a compare-and-set on its base version; a lost
+	// race undoes it here. The other gateways apply it from RADOS.
+	var base uint64
+	var doc []byte
+	if !d.gw.RADOSHeld() && r.URL.Query().Get("group_version") != "" {
+		// A change meant for the whole group must never change only
+		// this gateway.
+		return nil, &apiError{Status: http.StatusConflict,
+			Message: "group_version: this nvmetd holds no gateway group configuration in RADOS (gateway.group_config: rados); a change for the whole group is refused"}
+	}
+	if d.gw.RADOSHeld() {
+		base = d.gw.GroupVersion()
+		if q := r.URL.Query().Get("group_version"); q != "" {
+			b, err := strconv.ParseUint(q, 10, 64)
+			if err != nil {
+				return nil, &apiError{Status: http.StatusBadRequest, Message: "group_version: " + err.Error()}
+			}
+			base = b
+		}
+		var err error
+		doc, err = d.gw.PrepareChange(base, nc)
+		if err != nil {
+			return nil, groupError(d, err, base)
+		}
+		res.GroupVersion = base
+	}
 	if !diff.Empty() {
 		info := &reloadInfo{At: time.Now(), Changes: res.Changes}
 		d.log.Info("management API: "+what, zap.Strings("changes", res.Changes))
@@ -141,6 +182,19 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 			ae.Message = err.Error()
 			return nil, ae
 		}
+		if doc != nil {
+			v, serr := d.gw.StoreChange(base, doc)
+			if serr != nil {
+				// Not stored: undo it here (the running
+				// configuration of record is still cur).
+				if uerr := d.t.Reload(d.targetConfig(cur.Target)); uerr != nil {
+					d.log.Error("management API: undoing a change the group did not store", zap.Error(uerr))
+				}
+				return nil, groupError(d, serr, base)
+			}
+			res.GroupVersion = v
+			d.log.Info("management API: stored the group configuration", zap.Uint64("version", v), zap.Uint64("base", base))
+		}
 		lc := *cur
 		lc.Target = nc
 		lc.Warnings = append(nc.Warnings(), unknownEnv(os.Environ())...)
@@ -159,6 +213,9 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		d.unsaved = true
 		d.lastChange = info
 		d.mu.Unlock()
+		if doc != nil {
+			d.gw.Applied(res.GroupVersion, nc)
+		}
 		if err != nil {
 			d.log.Error("management API: the target could not apply everything", zap.Error(err))
 			return nil, &apiError{Status: http.StatusInternalServerError, Applied: true, Message: "applied with errors: " + err.Error()}
@@ -171,6 +228,23 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		res.Persisted, res.File = true, d.config().File
 	}
 	return res, nil
+}
+
+// groupError is the API's answer to a change of the group's configuration
+// refused for the group (nothing stored): 409 when the stored version is
+// not its base (with the current one), 400 when it is invalid for the
+// group, 503 when the cluster could not be read or written.
+func groupError(d *daemon, err error, base uint64) error {
+	var vc *gwtarget.GroupConflict
+	switch {
+	case errors.As(err, &vc):
+		d.log.Info("management API: refused, the group configuration changed meanwhile", zap.Error(err))
+		return &apiError{Status: http.StatusConflict, Message: err.Error(), GroupVersion: vc.Current}
+	case errors.Is(err, gwtarget.ErrGroupInvalid):
+		d.log.Info("management API: refused for the group, nothing stored", zap.Error(err))
+		return &apiError{Status: http.StatusBadRequest, Message: err.Error(), GroupVersion: base}
+	}
+	return &apiError{Status: http.StatusServiceUnavailable, Message: "the group configuration: " + err.Error(), GroupVersion: base}
 }
 
 // persistLocked writes the running configuration into the configuration

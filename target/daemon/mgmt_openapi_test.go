@@ -12,6 +12,7 @@ import (
 
 	"github.com/nvmetd/nvmetd/gateway/gwtarget"
 	"github.com/nvmetd/nvmetd/target"
+	"github.com/nvmetd/nvmetd/target/mgmtapi"
 )
 
 // routeRecorder records the patterns registered.
@@ -94,6 +95,7 @@ func TestOpenAPIInSync(t *testing.T) {
 		{"GatewayCluster", gwtarget.ClusterConfig{}, "mapstructure"},
 		{"GatewayANAGroup", gwtarget.GroupConfig{}, "mapstructure"},
 		{"GatewayStatus", gwtarget.Status{}, "json"},
+		{"GroupStatus", mgmtapi.GroupStatus{}, "json"},
 	}
 	for _, s := range schemas {
 		var keys []string

@@ -52,6 +52,10 @@ type Daemon interface {
 	Queues() []target.QueueStatus
 	// Log is the daemon's logger.
 	Log() *zap.Logger
+	// Group is the gateway group's configuration held in RADOS: its
+	// stored version and each member's running one (an *Error 404 when
+	// this nvmetd holds none).
+	Group() (*GroupStatus, error)
 }
 
 // MaxBody bounds a request body (a whole configuration at most).
@@ -66,6 +70,8 @@ type (
 	Error = ctlclient.Error
 	// ChangeResult is the answer to a change.
 	ChangeResult = ctlclient.ChangeResult
+	// GroupStatus is the answer of GET /v1/group.
+	GroupStatus = ctlclient.GroupStatus
 )
 
 // Handler answers a request with a value to encode, or an error.
@@ -333,6 +339,9 @@ func Routes(mux RouteMux, d Daemon) {
 			return c.SetANAState(id, uint32(group), body.State)
 		})
 	})
+
+	// The gateway group's configuration (gateway.group_config: rados).
+	handle("GET /v1/group", func(r *http.Request) (any, error) { return d.Group() })
 
 	// Subsystems and their namespaces and allowed hosts.
 	handle("GET /v1/subsystems", func(r *http.Request) (any, error) { return target.EncodeJSON(cfg().Subsystems), nil })

@@ -738,13 +738,15 @@ func (l *wanLab) outage(name, args string) {
 	// The link's times come from the guest's clock, the clock wanverify
 	// stamps its stall with (docs/wan.md, Recovery through an outage).
 	guestNow := func(cmd string) float64 {
-		out := l.must(time.Minute, cmd+" && date +%s.%N")
+		out := l.must(time.Minute, cmd+" && wanverify -clock")
 		f, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
 		if err != nil {
 			t.Fatalf("guest clock after %q: %q: %v", cmd, out, err)
 		}
 		return f
 	}
+	// The link comes back up whatever happens, or the next run finds no route.
+	defer l.sh(time.Minute, "/usr/bin/ip -n wt link set vb up")
 	down := guestNow("/usr/bin/ip -n wt link set vb down")
 	time.Sleep(30 * time.Second)
 	up := guestNow("/usr/bin/ip -n wt link set vb up")
@@ -777,6 +779,12 @@ func (l *wanLab) outage(name, args string) {
 	// Measured, not asserted (the guest runs under TCG): when the stall
 	// began against the link going down, and when I/O resumed against the
 	// link coming back (the goal: within reconnect_delay, 10 s).
+	// wanverify's progress (one line a second), for reading the outage
+	// by eye: the writes acknowledged while the link was down, if any.
+	t.Logf("%s: progress:\n%s", name, progress)
+	if k, err := l.sh(time.Minute, "dmesg -T 2>/dev/null | grep -iE 'nvme|usable path' | tail -40 || dmesg | grep -iE 'nvme|usable path' | tail -40; date"); err == nil {
+		t.Logf("%s: the guest kernel's nvme lines (the guest's clock):\n%s", name, k)
+	}
 	if res.StallEndUnix > 0 {
 		t.Logf("%s: link down at t=%.1f s, up at t=%.1f s (wanverify's clock); the stall began %+.1f s from the link going down and I/O resumed %.1f s after the link came back",
 			name, down-res.StartUnix, up-res.StartUnix, res.StallStartUnix-down, res.StallEndUnix-up)
