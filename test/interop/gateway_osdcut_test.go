@@ -189,7 +189,7 @@ func linuxHostOSDCut(t *testing.T, o osdCut) time.Duration {
 		t.Errorf("FINDING: gw-a holds group 1 again while cut from the image's OSDs: %+v", st)
 	}
 	alog := a.logSince(amark)
-	t.Logf("gw-a while cut from the image's OSDs:\n%s", grepLog(alog, "step|release|set-ana|unavailable|health|fenced|answer-in-flight|acquire"))
+	t.Logf("gw-a while cut from the image's OSDs:\n%s", grepLog(alog, "step|release|set-ana|unavailable|health|fenced|answer-in-flight|acquire|lock|writable"))
 	// Reported, not asserted: how many commands gw-a had stuck in librbd
 	// when it saw gw-b holding the group depends on the timing.
 	answered, lines := 0, 0
