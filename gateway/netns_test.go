@@ -3,11 +3,8 @@
 package gateway_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -140,57 +137,4 @@ func startGatewayPairNet(t *testing.T, setup func(a, b *gwProc)) (*gwPair, [2]*g
 		}
 	})
 	return g, ns
-}
-
-// osdPorts returns each OSD's public (client) TCP port on the cluster's
-// address.
-func osdPorts(t *testing.T, c *cephtest.Cluster) map[int]int {
-	t.Helper()
-	out, err := adminCeph(c, "osd", "dump", "--format", "json")
-	if err != nil {
-		t.Fatalf("ceph osd dump: %v\n%s", err, out)
-	}
-	var d struct {
-		OSDs []struct {
-			OSD         int `json:"osd"`
-			PublicAddrs struct {
-				AddrVec []struct {
-					Addr string `json:"addr"`
-				} `json:"addrvec"`
-			} `json:"public_addrs"`
-		} `json:"osds"`
-	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &d); err != nil {
-		t.Fatalf("ceph osd dump: %v\n%s", err, out)
-	}
-	ports := map[int]int{}
-	for _, o := range d.OSDs {
-		for _, a := range o.PublicAddrs.AddrVec {
-			_, p, ok := strings.Cut(a.Addr, ":")
-			if n, err := strconv.Atoi(p); ok && err == nil {
-				ports[o.OSD] = n
-			}
-		}
-	}
-	if len(ports) != len(d.OSDs) {
-		t.Fatalf("ceph osd dump: ports %v of %d OSDs\n%s", ports, len(d.OSDs), out)
-	}
-	return ports
-}
-
-// primaryOSD returns the primary OSD of object obj in the cluster's pool
-// (ceph osd map).
-func primaryOSD(t *testing.T, c *cephtest.Cluster, obj string) int {
-	t.Helper()
-	out, err := adminCeph(c, "osd", "map", c.Pool, obj, "--format", "json")
-	if err != nil {
-		t.Fatalf("ceph osd map %s %s: %v\n%s", c.Pool, obj, err, out)
-	}
-	var m struct {
-		ActingPrimary int `json:"acting_primary"`
-	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &m); err != nil {
-		t.Fatalf("ceph osd map: %v\n%s", err, out)
-	}
-	return m.ActingPrimary
 }

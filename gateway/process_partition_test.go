@@ -3,21 +3,13 @@
 package gateway_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nvmetd/nvmetd/gateway"
-	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
-
+	"github.com/nvmetd/nvmetd/internal/testing/gwnet"
 	"github.com/nvmetd/nvmetd/nvmeof"
 )
 
@@ -178,7 +170,7 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 	if c.OSDs() < 3 {
 		t.Skipf("needs 3 OSDs (the cluster has %d): one keeps the group's objects while the owner is cut from the others", c.OSDs())
 	}
-	group, keep := pickGroup(t, c)
+	group, keep := gwnet.PickGroup(t, c, groupObjects)
 	g, ns := startGatewayPairNet(t, func(a, b *gwProc) {
 		a.group, b.group = group, group
 		// gw-a must not take the group back while the test watches (a
@@ -186,7 +178,7 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 		a.failback = "1h"
 	})
 	a, b, pa, pb := g.a, g.b, g.pa, g.pb
-	ports := osdPorts(t, c)
+	ports := gwnet.OSDPorts(t, c)
 	var cut []int
 	var cutOSDs []int
 	for osd, p := range ports {
@@ -196,13 +188,13 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 	}
 	// Where the image's objects are: its header (the exclusive lock) and
 	// its 4 MiB data objects.
-	id := imageID(t, c, g.image)
+	id := gwnet.ImageID(t, c, g.image)
 	onCut := 0
 	objs := []string{"rbd_header." + id}
 	for i := range g.h.Size() >> 22 {
 		objs = append(objs, fmt.Sprintf("rbd_data.%s.%016x", id, i))
 	}
-	where := mapObjects(t, c, objs...)
+	where := gwnet.MapObjects(t, c, objs...)
 	for _, o := range objs[1:] {
 		if where[o] != keep {
 			onCut++
@@ -292,92 +284,8 @@ func TestGatewayProcessOSDCut(t *testing.T) {
 	t.Logf("gw-b fenced %v; completions per path %s", fenced, fmt.Sprint(r.Paths))
 }
 
-// pickGroup returns a gateway group name whose objects (the ANA group 1
-// object, the records and the configuration objects) have one primary
-// OSD, and that OSD (mapped with osdmaptool on the cluster's current OSD
-// map: the same CRUSH computation as ceph osd map, without a monitor
-// round trip per name).
-func pickGroup(t *testing.T, c *cephtest.Cluster) (string, int) {
-	t.Helper()
-	mapObjects := objectMapper(t, c)
-	for range 100 {
-		var rb [4]byte
-		rand.Read(rb[:])
-		name := "p" + hex.EncodeToString(rb[:])
-		objs := []string{gateway.ObjectName(name, 1), gateway.RecordsObjectName(name), gateway.ConfigObjectName(name)}
-		m := mapObjects(objs...)
-		if m[objs[0]] == m[objs[1]] && m[objs[1]] == m[objs[2]] {
-			// Cross-check the first with the monitor.
-			if p := primaryOSD(t, c, objs[0]); p != m[objs[0]] {
-				t.Fatalf("osdmaptool maps %s to osd.%d, ceph osd map to osd.%d", objs[0], m[objs[0]], p)
-			}
-			return name, m[objs[0]]
-		}
-	}
-	t.Fatal("no group name with its three objects on one primary OSD in 100 tries")
-	return "", 0
-}
-
-// mapObjects returns the primary OSD of each object in the cluster's pool
-// (osdmaptool --test-map-object on the current OSD map).
-func mapObjects(t *testing.T, c *cephtest.Cluster, objs ...string) map[string]int {
-	t.Helper()
-	return objectMapper(t, c)(objs...)
-}
-
-// objectMapper fetches the cluster's current OSD map and returns a
-// function that maps objects of the pool to their primary OSD.
-func objectMapper(t *testing.T, c *cephtest.Cluster) func(objs ...string) map[string]int {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "osdmap")
-	if out, err := adminCeph(c, "osd", "getmap", "-o", f); err != nil {
-		t.Fatalf("ceph osd getmap: %v\n%s", err, out)
-	}
-	out, err := adminCeph(c, "osd", "pool", "ls", "detail", "--format", "json")
-	if err != nil {
-		t.Fatalf("ceph osd pool ls detail: %v\n%s", err, out)
-	}
-	var pools []struct {
-		Pool     int    `json:"pool_id"`
-		PoolName string `json:"pool_name"`
-	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "["):]), &pools); err != nil {
-		t.Fatalf("ceph osd pool ls detail: %v\n%s", err, out)
-	}
-	pool := -1
-	for _, p := range pools {
-		if p.PoolName == c.Pool {
-			pool = p.Pool
-		}
-	}
-	rx := regexp.MustCompile(`-> [0-9]+\.[0-9a-f]+ -> \[(\d+)`)
-	return func(objs ...string) map[string]int {
-		t.Helper()
-		m := map[string]int{}
-		for _, o := range objs {
-			out, err := exec.Command("osdmaptool", f, "--test-map-object", o, "--pool", strconv.Itoa(pool)).CombinedOutput()
-			sm := rx.FindSubmatch(out)
-			if err != nil || sm == nil {
-				t.Fatalf("osdmaptool --test-map-object %s: %v\n%s", o, err, out)
-			}
-			m[o], _ = strconv.Atoi(string(sm[1]))
-		}
-		return m
-	}
-}
-
-// imageID returns an image's id (its objects' names carry it).
-func imageID(t *testing.T, c *cephtest.Cluster, image string) string {
-	t.Helper()
-	out, err := c.RBD("info", "--format", "json", "--pool", c.Pool, image)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal([]byte(out), &info); err != nil || info.ID == "" {
-		t.Fatalf("rbd info %s: %v\n%s", image, err, out)
-	}
-	return info.ID
+// groupObjects are a gateway group's objects that must share the kept
+// OSD: the ANA group 1 object, the records and the configuration objects.
+func groupObjects(name string) []string {
+	return []string{gateway.ObjectName(name, 1), gateway.RecordsObjectName(name), gateway.ConfigObjectName(name)}
 }

@@ -2,8 +2,6 @@ package interop_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -49,12 +47,19 @@ import (
 //     the failback happens under load on both groups: gw-b, the holder of
 //     group 2, is not fenced on it (it keeps group 2, whose I/O never
 //     fails).
+//  3. (and 4., described where they run) a backend-only blocklist; a
+//     failback that needs a host;
+//  5. gw-a is cut from the image's OSDs but not from the group objects'
+//     OSD (its renewals succeed), writes in flight: it steps down for
+//     its backend's failures, gw-b fences it and takes group 1, gw-a
+//     answers its stuck commands early with ANA Inaccessible (0x302),
+//     which Linux requeues on gw-b's path (gateway_osdcut_test.go).
 //
 // At the end each vwriter sweeps its whole disk: 0 regressed blocks. The
 // stalls (vwriter's gaps) are logged against lease + fence + 2 × KATO.
-// The test network and its cluster (one OSD: the scenario cuts the owner
-// from every daemon) are made once for both kernels (partNet) and removed
-// by TestMain.
+// The test network and its cluster (three OSDs, for phase 5: phases 1
+// and 4 cut the owner from every daemon) are made once for both kernels
+// (partNet) and removed by TestMain.
 
 const gatewayPartNQN = "nqn.2024-01.io.nvmetd.interop:gateway-part"
 
@@ -74,8 +79,8 @@ func partNetwork(t *testing.T) *gwnet.Network {
 			return
 		}
 		t0 := time.Now()
-		partNet.net, partNet.err = gwnet.Start([]string{"NVMETD_CEPH_OSDS=1"})
-		t.Logf("the partition tests' network and cluster (one OSD, made once for every kernel) took %.1fs", time.Since(t0).Seconds())
+		partNet.net, partNet.err = gwnet.Start([]string{"NVMETD_CEPH_OSDS=3"})
+		t.Logf("the partition tests' network and cluster (three OSDs, made once for every kernel) took %.1fs", time.Since(t0).Seconds())
 	})
 	if partNet.skip != "" {
 		t.Skip(partNet.skip)
@@ -253,13 +258,13 @@ func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
 	vm := startHealthyVM(t, k)
 	nw := partNetwork(t)
 	c := nw.Cluster
-	images := [2]string{c.CreateImage(t, 32<<20), c.CreateImage(t, 32<<20)}
+	// The group's name and namespace 1's image are placed for phase 5
+	// (gateway_osdcut_test.go).
+	group, image1, keep := osdCutSetup(t, c, 32<<20)
+	images := [2]string{image1, c.CreateImage(t, 32<<20)}
 	t0 := time.Now()
 	bin := buildGatewayBinary(t)
 	t.Logf("nvmetd-rbd built in %.1fs", time.Since(t0).Seconds())
-	var rb [4]byte
-	rand.Read(rb[:])
-	group := "p" + hex.EncodeToString(rb[:])
 	dir := t.TempDir()
 	var procs [2]*gwProc
 	var nss [2]*gwnet.Netns
@@ -528,6 +533,10 @@ func testLinuxHostGatewayPartition(t *testing.T, k kernel) {
 	moved.waitMoved(t, 0, 1, 100*4096, "after the failback once the host connected to gw-a")
 	vw1.waitWrites(100, "through gw-a after the host connected to it")
 	vw2.waitWrites(100, "through gw-b at the end")
+
+	// 5. gw-a cut from the image's OSDs, not from the group's
+	// (gateway_osdcut_test.go).
+	fence = max(fence, linuxHostOSDCut(t, osdCut{nw: nw, a: a, b: b, nsA: nss[0], keep: keep, image: images[0], size: 32 << 20, moved: moved, vw: vw1, anaState: anaState, events: events}))
 
 	// Both writers stop together, so that their sweeps run side by side.
 	step(t, vm, time.Minute, "touch /root/gp1.stop /root/gp2.stop")

@@ -32,15 +32,19 @@ type linuxWriter struct {
 	name string
 }
 
+// vwriterBlocks is how many 4 KiB blocks at the start of the disk
+// vwriter writes (16 MiB); its sweep reads the whole disk.
+const vwriterBlocks = 4096
+
 // startLinuxWriter starts vwriter on /dev/<dev>: it writes the first
-// 16 MiB (4096 blocks) and sweeps the whole disk at its stop.
+// vwriterBlocks blocks and sweeps the whole disk at its stop.
 func startLinuxWriter(t *testing.T, vm *lab.VM, dev, name string) *linuxWriter {
 	t.Helper()
 	bin := vm.BuildAndPut(t, "./internal/testing/verify/cmd/vwriter")
 	w := &linuxWriter{t: t, vm: vm, bin: bin, name: name}
 	step(t, vm, time.Minute, fmt.Sprintf(`rm -f /root/%[1]s.*; (%[2]s write -dev /dev/%[3]s -state /root/%[1]s.state -stop /root/%[1]s.stop `+
-		`-progress /root/%[1]s.progress -blocks 4096 -workers 16 -sweep > /root/%[1]s.out 2> /root/%[1]s.err; echo $? > /root/%[1]s.rc) >/dev/null 2>&1 &`+"\n"+
-		`echo started`, name, bin, dev))
+		`-progress /root/%[1]s.progress -blocks %[4]d -workers 16 -sweep > /root/%[1]s.out 2> /root/%[1]s.err; echo $? > /root/%[1]s.rc) >/dev/null 2>&1 &`+"\n"+
+		`echo started`, name, bin, dev, vwriterBlocks))
 	return w
 }
 
