@@ -79,6 +79,9 @@ type server struct {
 	// genctr is the discovery log generation counter, bumped on every
 	// change a discovery log may show.
 	genctr atomic.Uint64
+	// peers are the other gateways' ports the discovery log lists
+	// (SetPeerPorts), sorted; guarded by regMu.
+	peers []PeerPort
 
 	shared   *workerPool
 	stopping atomic.Bool
