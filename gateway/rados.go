@@ -804,3 +804,48 @@ func (r *RADOS) SetMember(m *Member) {
 	defer r.mu.Unlock()
 	r.o.Member = m
 }
+
+// SetPorts records this member's ports (omap key ports.<name>) on the
+// config object and notifies the members, whose discovery logs list them.
+func (r *RADOS) SetPorts(name string, ports []Port) error {
+	oid := ConfigObjectName(r.o.GroupName)
+	if err := r.ioctx.SetOmap(oid, map[string][]byte{PortsKeyPrefix + name: []byte(EncodePorts(ports))}); err != nil {
+		return fmt.Errorf("record the ports of %s in %s: %w", name, oid, classify(err))
+	}
+	r.notify(oid)
+	return nil
+}
+
+// RemovePorts removes member name's ports from the config object (a clean
+// stop) and notifies the members.
+func (r *RADOS) RemovePorts(name string) error {
+	oid := ConfigObjectName(r.o.GroupName)
+	if err := r.ioctx.RmOmapKeys(oid, []string{PortsKeyPrefix + name}); err != nil {
+		return fmt.Errorf("remove the ports of %s from %s: %w", name, oid, classify(err))
+	}
+	r.notify(oid)
+	return nil
+}
+
+// GroupPorts reads every member's ports (member name → ports). An entry
+// that does not parse is left out and reported in bad (one line each):
+// the others are still listed.
+func (r *RADOS) GroupPorts() (ports map[string][]Port, bad []string, err error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	vals, err := r.ioctx.GetOmapValues(oid, "", PortsKeyPrefix, maxMembers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the members' ports in %s: %w", oid, classify(err))
+	}
+	ports = make(map[string][]Port, len(vals))
+	for k, v := range vals {
+		name := strings.TrimPrefix(k, PortsKeyPrefix)
+		p, err := ParsePorts(name, string(v))
+		if err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		ports[name] = p
+	}
+	slices.Sort(bad)
+	return ports, bad, nil
+}

@@ -45,7 +45,7 @@ func (gs *Gateway) dial(member *gateway.Member) (*gateway.RADOS, error) {
 	return gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
 		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
 		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire,
-		Member: member, WatchConfig: g.GroupConfig == GroupConfigRADOS})
+		Member: member, WatchConfig: true})
 }
 
 // Bootstrap, for a gateway that holds the group's configuration in RADOS,
@@ -216,24 +216,6 @@ func (gs *Gateway) Applied(v uint64, nc *target.Config) {
 	gs.mu.Unlock()
 	if err := cl.SetRunning(gs.cfg.Name, v); err != nil {
 		gs.log.Warn("gateway: cannot record the running version of the group configuration", zap.Uint64("version", v), zap.Error(err))
-	}
-}
-
-// syncGroup follows the group's configuration: at every notification of
-// the config object, and every lease (a notification may be lost), it
-// reads the stored version and applies a newer one. It ends at stop.
-func (gs *Gateway) syncGroup(stop <-chan struct{}) {
-	t := time.NewTicker(gs.cfg.Lease)
-	defer t.Stop()
-	gs.syncOnce()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-gs.cl.ConfigChanged():
-		case <-t.C:
-		}
-		gs.syncOnce()
 	}
 }
 
