@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -76,6 +77,9 @@ func TestGatewayProcessDiscovery(t *testing.T) {
 	pathA, pathB := "127.0.0.1:"+strconv.Itoa(a.port), "127.0.0.1:"+strconv.Itoa(b.port)
 
 	a.start()
+	// gw-a takes its group (the config object's watch must not make the
+	// group's configuration agreement fail).
+	a.waitLog(`group 1: set-ana optimized`, 0)
 	from := a.waitLog(`recorded this gateway's ports for the group's discovery`, 0)
 
 	events := make(chan initiator.Event, 16)
@@ -162,6 +166,9 @@ func TestGatewayProcessDiscovery(t *testing.T) {
 	b.signal(syscall.SIGTERM)
 	if st := b.wait(); st != 0 {
 		t.Fatalf("gw-b exited %d", st)
+	}
+	if strings.Contains(b.stderr.String(), "(degraded)") {
+		t.Fatalf("gw-b was degraded:\n%s", tail(b.stderr.String(), 4000))
 	}
 	waitPaths("gw-b stopped", pathA)
 

@@ -71,9 +71,9 @@ func (gs *Gateway) ownsName() bool {
 func (gs *Gateway) syncDiscovery(ds *discoveryState) {
 	mine := gs.cfg.advertised(gs.running())
 	if enc := gateway.EncodePorts(mine); enc != ds.published && gs.ownsName() {
-		if err := gs.cl.SetPorts(gs.cfg.Name, mine); err != nil {
+		if ok, err := gs.cl.SetPorts(gs.cfg.Name, mine); err != nil {
 			gs.log.Warn("gateway: cannot record this gateway's ports for the group's discovery", zap.Error(err))
-		} else {
+		} else if ok {
 			ds.published = enc
 			gs.log.Info("gateway: recorded this gateway's ports for the group's discovery", zap.String("ports", strings.TrimSpace(enc)))
 		}
@@ -118,9 +118,18 @@ func (gs *Gateway) followGroup(stop <-chan struct{}) {
 	t := time.NewTicker(gs.cfg.Lease)
 	defer t.Stop()
 	var ds discoveryState
+	watched := false
 	round := func() {
 		if gs.RADOSHeld() {
 			gs.syncOnce()
+		} else if !watched {
+			// A gateway keeping the group's configuration in its file
+			// watches the config object once it exists (the runner's
+			// first comparison stores it); until then, every lease.
+			var err error
+			if watched, err = gs.cl.WatchConfigObject(); err != nil {
+				gs.log.Warn("gateway: cannot watch the group's config object (the members' ports are read every lease)", zap.Error(err))
+			}
 		}
 		gs.syncDiscovery(&ds)
 	}

@@ -45,7 +45,7 @@ func (gs *Gateway) dial(member *gateway.Member) (*gateway.RADOS, error) {
 	return gateway.DialRADOS(gateway.RADOSOptions{CephConf: g.Cluster.CephConf, ClientID: g.Cluster.ClientID,
 		Keyring: g.Cluster.Keyring, Pool: g.Cluster.Pool, RADOSNamespace: g.Cluster.RADOSNamespace, GroupName: g.Group,
 		Groups: ids, Lease: g.Lease, OpTimeout: opTimeout, ConnectTimeout: 10 * time.Second, BlocklistExpire: g.BlocklistExpire,
-		Member: member, WatchConfig: true})
+		Member: member, WatchConfig: g.GroupConfig == GroupConfigRADOS})
 }
 
 // Bootstrap, for a gateway that holds the group's configuration in RADOS,
