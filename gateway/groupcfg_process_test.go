@@ -198,7 +198,7 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("nvmetctl group: %v\n%s", err, out)
 		}
-		if regexp.MustCompile(`(?s)version 3 .*gw-a +3 +current\n.*gw-b +3 +current\n`).Match(out) {
+		if regexp.MustCompile(`(?s)version 3 .*gw-a +3 +current +1\n.*gw-b +3 +current +-\n.*ANA GROUP +PREFERRED +HOLDER\n1 +gw-a +gw-a\n.*health: ok\n`).Match(out) {
 			t.Logf("nvmetctl group:\n%s", out)
 			break
 		}
@@ -214,8 +214,8 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	b.signal(syscall.SIGHUP)
 	b.waitLog(`configuration reloaded`, from)
 	b.waitGroup(3, want)
-	if m := b.get("metrics.sock", "/metrics"); !strings.Contains(m, "nvmetd_gateway_group_config_version 3\n") ||
-		!strings.Contains(m, "nvmetd_gateway_group_config_pending 0\n") {
+	if m := b.get("metrics.sock", "/metrics"); !strings.Contains(m, `nvmetd_gateway_group_config_version{group="`+a.group+`"} 3`+"\n") ||
+		!strings.Contains(m, `nvmetd_gateway_group_config_pending{group="`+a.group+`"} 0`+"\n") {
 		t.Fatalf("gw-b's metrics:\n%s", grepLines(m, "group_config"))
 	}
 
@@ -291,7 +291,7 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	out, err = exec.Command(ctl, "--socket", filepath.Join(a.dir, "ctl.sock"), "group").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`(?s)version 5 .*gw-a +5 +current\n.*gw-b +4 +behind\n`).Match(out) {
+	if err != nil || !regexp.MustCompile(`(?s)version 5 .*gw-a +5 +current +\S+\n.*gw-b +4 +behind +-\n.*health: attention\n.*gw-b runs version 4 of 5\n`).Match(out) {
 		t.Fatalf("nvmetctl group with gw-b behind: %v\n%s", err, out)
 	}
 	status, body = b.post(path+"?group_version=5", `{"nsid": 7, "ana_group": 1, "backend": `+rbdBackend(img3)+`}`)

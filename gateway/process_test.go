@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nvmetd/nvmetd/initiator"
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/internal/testing/verify"
 	"github.com/nvmetd/nvmetd/nvmeof"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
@@ -524,8 +525,9 @@ func TestGatewayProcesses(t *testing.T) {
 	}
 	// And the metrics.
 	for p, want := range map[*gwProc][]string{
-		a: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 1`, `nvmetd_gateway_fences_total 1`, `nvmetd_gateway_degraded 0`},
-		b: {`nvmetd_gateway_ana_group_owned{ana_group="1"} 0`, `nvmetd_gateway_fences_total 1`},
+		a: {`nvmetd_gateway_ana_group_owned{ana_group="1",group="` + a.group + `"} 1`, `nvmetd_gateway_fences_total 1`, `nvmetd_gateway_degraded 0`,
+			`nvmetd_gateway_info{gateway="gw-a",group="` + a.group + `"} 1`},
+		b: {`nvmetd_gateway_ana_group_owned{ana_group="1",group="` + a.group + `"} 0`, `nvmetd_gateway_fences_total 1`},
 	} {
 		m := p.get("metrics.sock", "/metrics")
 		for _, w := range want {
@@ -533,6 +535,18 @@ func TestGatewayProcesses(t *testing.T) {
 				t.Errorf("%s metrics lack %q:\n%s", p.name, w, grepLines(m, "nvmetd_gateway"))
 			}
 		}
+	}
+
+	// The group's state (GET /v1/group, nvmetctl group) with the
+	// configuration in each gateway's file: both members, no version,
+	// group 1 held by gw-a as gw-b reads it, nothing to act on.
+	var gst ctlclient.GroupStatus
+	if err := json.Unmarshal([]byte(b.get("ctl.sock", "/v1/group")), &gst); err != nil {
+		t.Fatalf("gw-b GET /v1/group: %v", err)
+	}
+	if gst.Version != 0 || len(gst.Members) != 2 || len(gst.ANAGroups) != 1 || gst.ANAGroups[0].Holder != "gw-a" ||
+		gst.ANAGroups[0].Preferred != "gw-a" || len(gst.Problems) != 0 {
+		t.Errorf("gw-b's view of the group: %+v", gst)
 	}
 
 	// (3) Freeze the owner: gw-b fences its client of the group and takes

@@ -5,21 +5,26 @@ import (
 	"testing"
 )
 
-// TestCLIGroupStandalone: against an nvmetd that holds no gateway group
-// configuration in RADOS, `nvmetctl group` says so, and a change made
+// TestCLIGroupStandalone: against an nvmetd that is no gateway,
+// `nvmetctl group` says so, and a change made
 // with --group (meant for the whole group) is refused before anything is
 // sent: an operator who thinks he changes every gateway never changes only
 // one.
 func TestCLIGroupStandalone(t *testing.T) {
 	d := startDaemon(t)
 	rc, _, errs := d.ctl("group")
-	if rc != exitFailure || !strings.Contains(errs, "holds no gateway group configuration in RADOS") {
+	if rc != exitFailure || !strings.Contains(errs, "not a member of a gateway group") {
 		t.Fatalf("group: exit %d\n%s", rc, errs)
 	}
 	const nqn = "nqn.2014-08.org.example:group"
 	rc, _, errs = d.ctl("--group", "subsystem", "add", nqn)
-	if rc != exitFailure || !strings.Contains(errs, "holds no gateway group configuration in RADOS") {
+	if rc != exitFailure || !strings.Contains(errs, "not a member of a gateway group") {
 		t.Fatalf("--group subsystem add: exit %d\n%s", rc, errs)
+	}
+	// A base version given by hand is refused by the daemon itself.
+	rc, _, errs = d.ctl("--group-version", "3", "subsystem", "add", nqn)
+	if rc != exitFailure || !strings.Contains(errs, "holds no gateway group configuration in RADOS") {
+		t.Fatalf("--group-version 3 subsystem add: exit %d\n%s", rc, errs)
 	}
 	if ls := d.mustCtl(t, "ls"); strings.Contains(ls, nqn) {
 		t.Fatalf("the subsystem was added:\n%s", ls)

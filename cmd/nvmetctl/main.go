@@ -231,6 +231,9 @@ func (a *app) change(method, path string, body any) error {
 		if err := a.call("GET", "/v1/group", nil, nil, &st); err != nil {
 			return err
 		}
+		if st.Version == 0 {
+			return fmt.Errorf("--group: gateway group %s keeps its configuration in each gateway's file: this nvmetd holds no gateway group configuration in RADOS (gateway.group_config: rados), so a change for the whole group is refused", st.Group)
+		}
 		base = st.Version
 	}
 	if base != 0 {

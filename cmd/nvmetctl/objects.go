@@ -545,31 +545,65 @@ func (a *app) refuseConnected(nqn string, force bool, what string) error {
 	return nil
 }
 
-// groupCommand shows the gateway group's configuration held in RADOS
-// (gateway.group_config: rados): its stored version and the version each
-// gateway runs.
+// groupCommand shows the gateway group's state: its gateways and the
+// version of the group's configuration each runs (held in RADOS,
+// gateway.group_config: rados), the holder of each ANA group, and the
+// problems an operator must act on.
 func (a *app) groupCommand() *cobra.Command {
-	return &cobra.Command{Use: "group", Short: "the gateway group's configuration in RADOS: its stored version and the version each gateway runs", Args: cobra.NoArgs,
+	return &cobra.Command{Use: "group", Short: "the gateway group's state: gateways, configuration versions, ANA group holders, problems", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st ctlclient.GroupStatus
 			return a.get("/v1/group", &st, func() {
-				fmt.Fprintf(a.stdout, "group %s: version %d (%s)\n", st.Group, st.Version, st.Object)
-				if st.Pending != "" {
-					fmt.Fprintf(a.stdout, "%s cannot apply %s\n", st.Gateway, st.Pending)
+				if st.Version != 0 {
+					fmt.Fprintf(a.stdout, "group %s: version %d (%s), as %s sees it\n", st.Group, st.Version, st.Object, st.Gateway)
+				} else {
+					fmt.Fprintf(a.stdout, "group %s: configuration in each gateway's file (%s), as %s sees it\n", st.Group, st.Object, st.Gateway)
+				}
+				holds := map[string][]string{}
+				for _, g := range st.ANAGroups {
+					if g.Holder != "" {
+						holds[g.Holder] = append(holds[g.Holder], fmt.Sprint(g.ID))
+					}
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "GATEWAY\tRUNS\tSTATE")
+				fmt.Fprintln(tw, "GATEWAY\tRUNS\tSTATE\tHOLDS")
 				for _, m := range st.Members {
-					note := "current"
+					runs, note := fmt.Sprint(m.Running), "current"
 					switch {
+					case st.Version == 0:
+						runs, note = "-", "file"
 					case m.Running == 0:
 						note = "no version recorded"
 					case m.Running < st.Version:
 						note = "behind"
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\n", m.Name, m.Running, note)
+					h := strings.Join(holds[m.Name], ",")
+					if h == "" {
+						h = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, runs, note, h)
 				}
 				tw.Flush()
+				if len(st.ANAGroups) > 0 {
+					tw = tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "ANA GROUP\tPREFERRED\tHOLDER")
+					for _, g := range st.ANAGroups {
+						h := g.Holder
+						if h == "" {
+							h = "none"
+						}
+						fmt.Fprintf(tw, "%d\t%s\t%s\n", g.ID, g.Preferred, h)
+					}
+					tw.Flush()
+				}
+				if len(st.Problems) == 0 {
+					fmt.Fprintln(a.stdout, "health: ok")
+					return
+				}
+				fmt.Fprintln(a.stdout, "health: attention")
+				for _, p := range st.Problems {
+					fmt.Fprintf(a.stdout, "  %s\n", p)
+				}
 			})
 		}}
 }

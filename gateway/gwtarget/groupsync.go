@@ -269,9 +269,14 @@ func (gs *Gateway) syncOnce() {
 	gs.Applied(sc.Version, nc)
 }
 
-// GroupStatus reads the group's stored version and the version each
-// member runs (GET /v1/group, nvmetctl group).
+// GroupStatus reads the group's state (GET /v1/group, nvmetctl group):
+// its members, the stored version of its configuration and the version
+// each member runs (held in RADOS), the holder of each ANA group as this
+// gateway reads their records, and the problems an operator must see.
 func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
+	if gs == nil {
+		return nil, errors.New("gateway: not a member of a gateway group")
+	}
 	gs.mu.Lock()
 	cl, st := gs.cl, gs.grp
 	var running uint64
@@ -283,29 +288,70 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 		}
 	}
 	gs.mu.Unlock()
-	if cl == nil || st == nil {
+	if cl == nil {
 		return nil, errors.New("gateway: not connected to the cluster")
 	}
-	sc, err := cl.ReadGroupConfig()
-	if err != nil {
-		return nil, err
+	out := &ctlclient.GroupStatus{Group: gs.cfg.Group, Object: gateway.ConfigObjectName(gs.cfg.Group),
+		Gateway: gs.cfg.Name, Running: running, Pending: pending, Members: []ctlclient.GroupMember{},
+		ANAGroups: []ctlclient.GroupANA{}, Problems: []string{}}
+	var stored map[string]uint64
+	if st != nil {
+		sc, err := cl.ReadGroupConfig()
+		if err != nil {
+			return nil, err
+		}
+		out.Version, stored = sc.Version, sc.Running
 	}
 	members, err := cl.Members()
 	if err != nil {
 		return nil, err
 	}
-	out := &ctlclient.GroupStatus{Group: gs.cfg.Group, Object: gateway.ConfigObjectName(gs.cfg.Group), Version: sc.Version,
-		Gateway: gs.cfg.Name, Running: running, Pending: pending, Members: []ctlclient.GroupMember{}}
 	seen := map[string]bool{}
 	for _, m := range members {
 		seen[m.Name] = true
-		out.Members = append(out.Members, ctlclient.GroupMember{Name: m.Name, Running: sc.Running[m.Name]})
+		out.Members = append(out.Members, ctlclient.GroupMember{Name: m.Name, Running: stored[m.Name]})
 	}
-	for name, v := range sc.Running {
+	for name, v := range stored {
 		if !seen[name] {
 			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: v})
 		}
 	}
 	slices.SortFunc(out.Members, func(a, b ctlclient.GroupMember) int { return strings.Compare(a.Name, b.Name) })
+	if s := gs.Status(); s != nil {
+		if s.Degraded != "" {
+			out.Problems = append(out.Problems, fmt.Sprintf("%s is degraded: %s", gs.cfg.Name, s.Degraded))
+		}
+		for _, g := range s.Groups {
+			out.ANAGroups = append(out.ANAGroups, ctlclient.GroupANA{ID: g.ID, Preferred: g.Preferred, Holder: g.Holder})
+		}
+	}
+	out.Problems = append(out.Problems, groupProblems(out)...)
 	return out, nil
+}
+
+// groupProblems names what an operator must see in a group's status:
+// an ANA group nobody holds (its hosts have no optimized path), a member
+// behind the stored version of the configuration (a skew) and the
+// answering gateway's pending version.
+func groupProblems(st *ctlclient.GroupStatus) []string {
+	var p []string
+	for _, g := range st.ANAGroups {
+		if g.Holder == "" {
+			p = append(p, fmt.Sprintf("ANA group %d has no holder: no gateway serves it optimized", g.ID))
+		}
+	}
+	if st.Version != 0 {
+		for _, m := range st.Members {
+			switch {
+			case m.Running == 0:
+				p = append(p, fmt.Sprintf("%s records no version of the group's configuration", m.Name))
+			case m.Running < st.Version:
+				p = append(p, fmt.Sprintf("%s runs version %d of %d", m.Name, m.Running, st.Version))
+			}
+		}
+	}
+	if st.Pending != "" {
+		p = append(p, fmt.Sprintf("%s cannot apply %s", st.Gateway, st.Pending))
+	}
+	return p
 }

@@ -81,6 +81,20 @@ type GroupStatus struct {
 	// Members are the group's gateways (their member entries) and the
 	// version each runs (running.<name>; 0: none recorded).
 	Members []GroupMember `json:"members"`
+	// ANAGroups are the group's ANA groups as the answering gateway reads
+	// their records: the preferred owner and the holder (none: unowned).
+	ANAGroups []GroupANA `json:"ana_groups"`
+	// Problems lists what needs an operator, one line each (empty:
+	// healthy): an unowned ANA group, a gateway behind the stored version
+	// or unable to apply it, the answering gateway degraded.
+	Problems []string `json:"problems"`
+}
+
+// GroupANA is one ANA group of GroupStatus.
+type GroupANA struct {
+	ID        uint32 `json:"id"`
+	Preferred string `json:"preferred"`
+	Holder    string `json:"holder,omitempty"`
 }
 
 // GroupMember is one gateway of GroupStatus.

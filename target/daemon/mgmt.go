@@ -93,9 +93,8 @@ func (m mgmtView) Queues() []target.QueueStatus           { return m.d.t.Queues(
 func (m mgmtView) Log() *zap.Logger                       { return m.d.log }
 
 func (m mgmtView) Group() (*mgmtapi.GroupStatus, error) {
-	if !m.d.gw.RADOSHeld() {
-		return nil, &apiError{Status: http.StatusNotFound,
-			Message: "this nvmetd holds no gateway group configuration in RADOS (gateway.group_config: rados)"}
+	if m.d.gw == nil {
+		return nil, &apiError{Status: http.StatusNotFound, Message: "this nvmetd is not a member of a gateway group (no gateway section)"}
 	}
 	st, err := m.d.gw.GroupStatus()
 	if err != nil {
@@ -138,6 +137,12 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 	// race undoes it here. The other gateways apply it from RADOS.
 	var base uint64
 	var doc []byte
+	if !d.gw.RADOSHeld() && r.URL.Query().Get("group_version") != "" {
+		// A change meant for the whole group must never change only
+		// this gateway.
+		return nil, &apiError{Status: http.StatusConflict,
+			Message: "group_version: this nvmetd holds no gateway group configuration in RADOS (gateway.group_config: rados); a change for the whole group is refused"}
+	}
 	if d.gw.RADOSHeld() {
 		base = d.gw.GroupVersion()
 		if q := r.URL.Query().Get("group_version"); q != "" {

@@ -779,6 +779,12 @@ func (l *wanLab) outage(name, args string) {
 	// Measured, not asserted (the guest runs under TCG): when the stall
 	// began against the link going down, and when I/O resumed against the
 	// link coming back (the goal: within reconnect_delay, 10 s).
+	// wanverify's progress (one line a second), for reading the outage
+	// by eye: the writes acknowledged while the link was down, if any.
+	t.Logf("%s: progress:\n%s", name, progress)
+	if k, err := l.sh(time.Minute, "dmesg -T 2>/dev/null | grep -iE 'nvme|usable path' | tail -40 || dmesg | grep -iE 'nvme|usable path' | tail -40; date"); err == nil {
+		t.Logf("%s: the guest kernel's nvme lines (the guest's clock):\n%s", name, k)
+	}
 	if res.StallEndUnix > 0 {
 		t.Logf("%s: link down at t=%.1f s, up at t=%.1f s (wanverify's clock); the stall began %+.1f s from the link going down and I/O resumed %.1f s after the link came back",
 			name, down-res.StartUnix, up-res.StartUnix, res.StallStartUnix-down, res.StallEndUnix-up)

@@ -61,6 +61,7 @@ func main() {
 	reconnect := flag.Duration("reconnect-delay", 0, "reconnect_delay (default: the host's, 10 s)")
 	ctrlLoss := flag.Duration("ctrl-loss-tmo", 0, "ctrl_loss_tmo (default: the host's, 600 s)")
 	kato := flag.Duration("keep-alive-tmo", 0, "keep_alive_tmo (default: the host's, 5 s)")
+	direct := flag.Bool("direct", true, "open -d with O_DIRECT (no page cache: a write is acknowledged by the controller); false: buffered with O_SYNC")
 	clock := flag.Bool("clock", false, "print the wall clock in Unix seconds (the clock the result's *Unix fields use) and exit: busybox date has no %N")
 	flag.Parse()
 	if *clock {
@@ -73,6 +74,16 @@ func main() {
 	var blk *os.File
 	res := Result{}
 	switch {
+	case *dev != "" && *direct:
+		// O_DIRECT: every write and read goes to the controller; the
+		// sweep reads the device, not a cache.
+		dd, err := verify.OpenDirect(*dev)
+		if err != nil {
+			fatal(err)
+		}
+		defer dd.Close()
+		d = dd
+		res.Device = *dev + " (O_DIRECT)"
 	case *dev != "":
 		// O_SYNC: a write returns once it is on the device (the
 		// controller acknowledged it), not in the page cache; the sweep
