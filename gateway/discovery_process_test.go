@@ -146,6 +146,9 @@ func TestGatewayProcessDiscovery(t *testing.T) {
 		}
 	}
 	a.waitLog(`the discovery log lists the group's other ports.*gw-b`, from)
+	if st := a.get("ctl.sock", "/v1/status"); !strings.Contains(st, `"gw-b 1 rdma `+pathB+` `+gwSubNQN+`"`) {
+		t.Fatalf("gw-a's status does not show gw-b's port in discovery_ports:\n%s", st)
+	}
 	// gw-b's own log lists both (it read gw-a's ports when it started).
 	deadline := time.Now().Add(hang)
 	for {

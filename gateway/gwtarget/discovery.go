@@ -100,6 +100,9 @@ func (gs *Gateway) syncDiscovery(ds *discoveryState) {
 		}
 	}
 	peers := PeerPorts(gs.cfg.Name, all)
+	gs.mu.Lock()
+	gs.peers = peers
+	gs.mu.Unlock()
 	if ps.SetPeerPorts(peers) {
 		names := []string{}
 		for _, p := range peers {

@@ -414,6 +414,8 @@ type Gateway struct {
 
 	mu    sync.Mutex
 	owned map[uint32]bool
+	// peers are the other gateways' ports the discovery log lists.
+	peers []target.PeerPort
 	// grp is the group configuration this gateway runs, when it is
 	// held in RADOS (nil otherwise).
 	grp *groupState
@@ -966,6 +968,10 @@ type Status struct {
 	// stored one it could not apply, and why.
 	GroupConfigVersion uint64 `json:"group_config_version,omitempty"`
 	GroupConfigPending string `json:"group_config_pending,omitempty"`
+	// DiscoveryPorts are the other gateways' ports this gateway's
+	// discovery log lists ("gw-b 1 rdma 192.0.2.12:4420 NQN,...":
+	// docs/rbd.md "Discovery across the group").
+	DiscoveryPorts []string `json:"discovery_ports,omitempty"`
 }
 
 type GroupStatus struct {
@@ -996,6 +1002,10 @@ func (gs *Gateway) Status() *Status {
 	groups, degr := r.Status()
 	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
 	gs.mu.Lock()
+	for _, p := range gs.peers {
+		st.DiscoveryPorts = append(st.DiscoveryPorts, fmt.Sprintf("%s %d %s %s %s", p.Gateway, p.PortID, p.Transport,
+			net.JoinHostPort(p.Address, strconv.Itoa(p.ServiceID)), strings.Join(p.Subsystems, ",")))
+	}
 	if gs.grp != nil {
 		st.GroupConfigVersion = gs.grp.version
 		if gs.grp.pending != 0 {
