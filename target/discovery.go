@@ -1,6 +1,8 @@
 package target
 
 import (
+	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -20,7 +22,16 @@ func (s *server) discoveryEntries(p *port, host string, local net.Addr) []nvmeof
 	pc := &p.cfg
 	traddr := pc.Address
 	adrfam := pc.AdrFam()
-	if pc.IsWildcard() {
+	if a, ok := s.advertised[p.id]; ok {
+		// The address hosts must use (a gateway's gateway.advertise):
+		// the listen address, or the one the host reached, may be one
+		// it cannot use again (NAT, a namespace's address).
+		traddr = a.String()
+		adrfam = nvmeof.AdrFamIPv4
+		if !a.Is4() {
+			adrfam = nvmeof.AdrFamIPv6
+		}
+	} else if pc.IsWildcard() {
 		if a, ok := addrIP(local); ok {
 			traddr = a.String()
 			adrfam = nvmeof.AdrFamIPv4
@@ -186,12 +197,45 @@ func (s *server) setPeerPorts(ports []PeerPort) bool {
 		s.regMu.Unlock()
 		return false
 	}
+	s.discoveryChange(func() { s.peers = next })
+	return true
+}
+
+// SetAdvertisedAddresses sets the address this target's own discovery log
+// entries give for a port (port ID → IP literal; nil: none), instead of
+// its listen address (or, on a wildcard port, the address the host
+// connected to): a gateway's gateway.advertise, the address hosts must
+// use. Like SetPeerPorts, a change moves GENCTR and notifies.
+func (t *Target) SetAdvertisedAddresses(addrs map[uint16]string) error {
+	next := make(map[uint16]netip.Addr, len(addrs))
+	for id, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.IsUnspecified() || ip.Zone() != "" {
+			return fmt.Errorf("target: port %d: advertised address %q is not an address a host can connect to", id, a)
+		}
+		next[id] = ip.Unmap()
+	}
+	s := t.s
+	s.regMu.Lock()
+	if maps.Equal(s.advertised, next) {
+		s.regMu.Unlock()
+		return nil
+	}
+	s.discoveryChange(func() { s.advertised = next })
+	return nil
+}
+
+// discoveryChange applies change to what the discovery log shows, moves
+// GENCTR on, and sends a Discovery Log Change notice to every discovery
+// controller whose log now reads differently. The caller holds regMu,
+// which it releases.
+func (s *server) discoveryChange(change func()) {
 	ctrls := s.disc.controllers()
 	views := make(map[*controller]string, len(ctrls))
 	for _, c := range ctrls {
 		views[c] = s.discoveryView(c)
 	}
-	s.peers = next
+	change()
 	s.genctr.Add(1)
 	var dnotify []*controller
 	for _, c := range ctrls {
@@ -203,7 +247,6 @@ func (s *server) setPeerPorts(ports []PeerPort) bool {
 	for _, c := range dnotify {
 		c.event(nvmeof.AENDiscoveryChanged, nvmeof.AECDiscoveryChange)
 	}
-	return true
 }
 
 // PeerPorts returns the other gateways' ports the discovery log lists.

@@ -99,3 +99,43 @@ func TestPeerPorts(t *testing.T) {
 		t.Fatalf("no peers: GENCTR %d, entries %+v", g, e)
 	}
 }
+
+// TestAdvertisedAddresses: with an advertised address for a port (a
+// gateway's gateway.advertise) the port's own discovery log entries give
+// it instead of the listen address or, on a wildcard port, the address
+// the host connected to; setting the same again changes nothing; a
+// wildcard is refused.
+func TestAdvertisedAddresses(t *testing.T) {
+	s := startServer(t, discoveryConfig(t))
+	tg := &Target{s: s}
+	d := discover(t, portAddr(s, 2), testHostNQN)
+	gen0, e0 := readDiscoveryLog(t, d)
+	if len(e0) != 2 || e0[1].TrAddr != "127.0.0.1" {
+		t.Fatalf("wildcard port entries %+v", e0)
+	}
+	if err := tg.SetAdvertisedAddresses(map[uint16]string{2: "2001:db8::7"}); err != nil {
+		t.Fatal(err)
+	}
+	gen1, e1 := readDiscoveryLog(t, d)
+	if gen1 == gen0 || len(e1) != 2 {
+		t.Fatalf("GENCTR %d (was %d), entries %+v", gen1, gen0, e1)
+	}
+	for _, e := range e1 {
+		if e.TrAddr != "2001:db8::7" || e.AdrFam != nvmeof.AdrFamIPv6 || e.PortID != 2 {
+			t.Errorf("entry with the advertised address: %+v", e)
+		}
+	}
+	if err := tg.SetAdvertisedAddresses(map[uint16]string{2: "2001:db8::7"}); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := readDiscoveryLog(t, d); g != gen1 {
+		t.Fatalf("GENCTR moved from %d to %d for the same addresses", gen1, g)
+	}
+	if err := tg.SetAdvertisedAddresses(map[uint16]string{2: "0.0.0.0"}); err == nil {
+		t.Fatal("a wildcard advertised address accepted")
+	}
+	// Port 1's log is unchanged.
+	if _, e := readDiscoveryLog(t, discover(t, portAddr(s, 1), testHostNQN)); e[1].TrAddr != "127.0.0.1" {
+		t.Fatalf("port 1 entries %+v", e)
+	}
+}

@@ -857,6 +857,19 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 			return err
 		}
 	}
+	// The own discovery log entries give the addresses hosts must use
+	// too (gateway.advertise), as the other gateways' logs do.
+	if as, ok := t.(interface {
+		SetAdvertisedAddresses(map[uint16]string) error
+	}); ok && len(g.Advertise) > 0 {
+		addrs := map[uint16]string{}
+		for _, a := range g.Advertise {
+			addrs[a.PortID] = a.Address
+		}
+		if err := as.SetAdvertisedAddresses(addrs); err != nil {
+			return err
+		}
+	}
 	member := member(g, cfg)
 	gs.identity = member.Identity
 	canonical := canonicalGroupConfig(g, cfg)
