@@ -21,7 +21,10 @@ import (
 // (gateway.advertise: they listen on the host's loopback). `nvme
 // discover` against either gateway lists both gateways' ports for the
 // subsystem; `nvme connect-all` against gw-a alone connects both paths
-// (two live controllers of the subsystem, one per gateway).
+// (two live controllers of the subsystem, one per gateway). The
+// gateways' own entries give the advertised address too: before, gw-a's
+// own entry said 127.0.0.1 (its listen address), which connect-all in the
+// guest could not use, and only gw-b's path came up.
 func testLinuxHostGatewayDiscovery(t *testing.T, k kernel) {
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 64<<20)
@@ -76,7 +79,7 @@ func testLinuxHostGatewayDiscovery(t *testing.T, k kernel) {
 	// Up to 90 s for both controllers to go live (TCG on a loaded machine).
 	out := step(t, vm, 2*time.Minute, fmt.Sprintf(`for i in $(seq 1 900); do n=0; for c in /sys/class/nvme/nvme*; do `+
 		`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && n=$((n+1)); done; [ $n = 2 ] && break; sleep 0.1; done; `+
-		`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && echo $(basename $c) $(cat $c/address) $(cat $c/state); done`,
+		`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && echo $(basename $c) $(cat $c/address) $(cat $c/state); done; true`,
 		gatewayNQN, gatewayNQN))
 	for _, p := range procs {
 		if !regexp.MustCompile(fmt.Sprintf(`trsvcid=%d\b.* live`, p.port)).MatchString(out) {
