@@ -91,7 +91,12 @@ subsystems:
 // test; cfg writes each one's configuration.
 func fbProcs(t *testing.T, cfg func(p *gwProc, group string, cmin int)) (a, b *gwProc) {
 	t.Helper()
-	bin := buildGateway(t)
+	return fbProcsOf(t, buildGateway(t), cfg)
+}
+
+// fbProcsOf is fbProcs with the binary bin.
+func fbProcsOf(t *testing.T, bin string, cfg func(p *gwProc, group string, cmin int)) (a, b *gwProc) {
+	t.Helper()
 	var rb [4]byte
 	rand.Read(rb[:])
 	group := "f" + hex.EncodeToString(rb[:])

@@ -77,6 +77,8 @@ type gwProc struct {
 	// group is the gateway group's name (a setup may choose another, for
 	// both gateways).
 	group string
+	// env is added to the process's environment (NAME=value).
+	env []string
 	// extra is added to the gateway section (indented lines).
 	extra string
 }
@@ -142,7 +144,7 @@ func (p *gwProc) start() {
 	} else {
 		p.cmd = exec.Command(p.bin, "--config", p.cfg)
 	}
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}, p.env...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -249,14 +251,17 @@ func tail(s string, n int) string {
 	return s
 }
 
-func buildGateway(t *testing.T) string {
+// buildGateway builds nvmetd with the rbd backend and the extra build tags
+// (faultinject: the test-only fault injector, gateway/gwtarget/faultinject.go).
+func buildGateway(t *testing.T, extraTags ...string) string {
 	t.Helper()
 	tags, err := exec.Command("make", "-s", "-C", "..", "rbd-tags").Output()
 	if err != nil {
 		t.Fatalf("make rbd-tags: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "nvmetd-rbd")
-	cmd := exec.Command("go", "build", "-tags", strings.TrimSpace(string(tags)), "-o", bin, "../cmd/nvmetd")
+	all := strings.Join(append([]string{strings.TrimSpace(string(tags))}, extraTags...), ",")
+	cmd := exec.Command("go", "build", "-tags", all, "-o", bin, "../cmd/nvmetd")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build nvmetd-rbd: %v\n%s", err, out)

@@ -347,6 +347,13 @@ func (p *Path) event(e Event) {
 		p.wantANA.Store(true)
 		p.wake()
 	case EventReconnecting:
+		// The path's ANA states are unknown from now until its log is
+		// read again: they may change while the association is down (a
+		// gateway hands its group over, the notice is lost with the
+		// association). Linux reads the log before the reconnected
+		// controller goes live (nvme_mpath_init_identify); here the path
+		// stays unusable until the loop has read it (NVME_NS_ANA_PENDING).
+		p.anaPending.Store(true)
 		p.ffMu.Lock()
 		p.ffGen++
 		gen := p.ffGen
@@ -421,7 +428,13 @@ func (p *Path) loop() {
 		}
 		if p.wantANA.Swap(false) || p.anaPending.Load() {
 			if err := p.readANA(ctx); err != nil && ctx.Err() == nil {
-				p.log.Warn("reading the ANA log", zap.Error(err))
+				p.logger().Warn("reading the ANA log", zap.Error(err))
+				if p.anaPending.Load() {
+					// The path stays unusable until a read succeeds:
+					// try again (a reconnect or a live path's next
+					// event would too, but need not come).
+					time.AfterFunc(anaRetry, p.wake)
+				}
 			}
 		}
 		p.sub.kickHeads()
@@ -430,6 +443,10 @@ func (p *Path) loop() {
 		}
 	}
 }
+
+// anaRetry is the wait before the ANA log is read again after a failed
+// read left a path's states unknown.
+const anaRetry = time.Second
 
 // readANA reads the ANA log page (nvme_read_ana_log: LID 0x0C with the
 // NSIDs, RAE clear so the ANA Change notice is unmasked again) and

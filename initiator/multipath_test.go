@@ -444,3 +444,43 @@ func TestMultipathNamespaceRemoved(t *testing.T) {
 		t.Fatalf("%d namespaces after the removal", n)
 	}
 }
+
+// TestReconnectingPathUnusableUntilANALog: a path whose association
+// dropped is not chosen again until its ANA log has been read after the
+// reconnect: its states may have changed while it was down, with the
+// notice lost (a gateway group's hand-over), and Linux reads the log
+// before the controller goes live (nvme_mpath_init_identify). The events
+// are injected, so the window between "live again" and "log read" is
+// scripted, not raced.
+func TestReconnectingPathUnusableUntilANALog(t *testing.T) {
+	_, addrs := twoPortTarget(t)
+	s := newMultipath(t, MultipathConfig{}, addrs[0], addrs[1])
+	h := s.Namespace(1)
+	pa, pb := s.Paths()[0], s.Paths()[1]
+	addr := func(p *Path) string {
+		if p == nil {
+			return "none"
+		}
+		return p.Address()
+	}
+	if p, _ := h.findPath(); p != pa {
+		t.Fatalf("before: the first optimized path %v is not chosen (got %v)", pa.Address(), addr(p))
+	}
+	pa.event(Event{Kind: EventReconnecting})
+	// The controller is still live here (the event is injected): only the
+	// unknown ANA state keeps the path out.
+	if p, _ := h.findPath(); p != pb {
+		t.Fatalf("path A is chosen while its ANA state is unknown (got %v)", addr(p))
+	}
+	pa.event(Event{Kind: EventReconnected})
+	deadline := time.Now().Add(mpHang)
+	for pa.anaPending.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("path A's ANA log was not read after the reconnect within %v", mpHang)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p, _ := h.findPath(); p != pa {
+		t.Fatalf("after the log was read: path A is not chosen again (got %v)", addr(p))
+	}
+}

@@ -37,7 +37,7 @@ type targetService interface {
 	Healthy() error
 	HealthReport(nqn string, nsid uint32) (string, error)
 	Queues() []target.QueueStatus
-	ReopenNamespaces(anaGroup uint32) error
+	ReopenNamespaces(anaGroup uint32, swap sync.Locker) error
 	SetGroupANA(anaGroup uint32, st nvmeof.ANAState) error
 }
 
@@ -290,9 +290,17 @@ starting:
 			}
 		case err := <-gwDone:
 			// Fenced by another gateway: every RADOS client of this
-			// process is blocklisted. Stop serving and exit so that the
-			// supervisor restarts it with fresh clients.
-			d.log.Error("gateway: fenced; stopping the target and exiting for a restart with new RADOS clients", zap.Error(err))
+			// process is blocklisted. Or a group could not be made
+			// inaccessible for a lease (gateway.ErrStepDownFailed): its
+			// ports may still say optimized, and only the process's end
+			// closes them (the next holder fences this gateway). Stop
+			// serving and exit so that the supervisor restarts it with
+			// fresh clients.
+			if errors.Is(err, gateway.ErrStepDownFailed) {
+				d.log.Error("gateway: a group could not be made inaccessible; stopping the target and exiting (the next holder fences this gateway)", zap.Error(err))
+			} else {
+				d.log.Error("gateway: fenced; stopping the target and exiting for a restart with new RADOS clients", zap.Error(err))
+			}
 			d.stopping.Store(true)
 			d.setState(stateStopping)
 			d.gw.Fenced()

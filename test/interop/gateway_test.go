@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmetd/nvmetd/internal/testing/faultinject"
 	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
 )
 
@@ -28,9 +29,10 @@ import (
 // acknowledged sequence per block recorded) runs on the multipath disk
 // while gw-a, the owner, is SIGKILLed (gw-b fences it and takes the group:
 // its path goes optimized and the I/O moves there), restarted (failback:
-// gw-b hands the group over, the I/O comes back), and frozen (SIGSTOP) for
-// three leases (gw-b fences it and takes the group; resumed, gw-a finds
-// itself fenced). At the end vwriter sweeps the whole disk: 0 regressed
+// gw-b hands the group over, the I/O comes back; its first step-downs are
+// refused by the test build's fault injector, gateway_anafail_test.go),
+// and frozen (SIGSTOP) for three leases (gw-b fences it and takes the
+// group; resumed, gw-a finds itself fenced). At the end vwriter sweeps the whole disk: 0 regressed
 // blocks (no write the host gave up on, or of a fenced gateway, landed
 // after a newer acknowledged one), and no I/O error. The stalls of the
 // host's I/O (vwriter's gaps) are logged against lease + fence + 2 × KATO,
@@ -56,6 +58,8 @@ type gwProc struct {
 	// advertise, if set, is the address the other gateway's discovery
 	// log gives hosts for this one's port (gateway.advertise).
 	advertise string
+	// env is added to the process's environment (NAME=value).
+	env []string
 }
 
 func (p *gwProc) listenAddr() string {
@@ -115,7 +119,7 @@ func (p *gwProc) start() {
 	} else {
 		p.cmd = exec.Command(p.bin, "--config", filepath.Join(p.dir, "nvmetd.yaml"))
 	}
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "XDG_RUNTIME_DIR=" + p.dir, "XDG_STATE_HOME=" + p.dir}, p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -188,15 +192,18 @@ func (p *gwProc) waitLogFrom(re string, from int64) {
 }
 
 // buildGatewayBinary builds nvmetd with the rbd backend (cgo; the cluster
-// script installed librbd-dev).
-func buildGatewayBinary(t *testing.T) string {
+// script installed librbd-dev) and the extra build tags (faultinject: the
+// test-only fault injector, gateway/gwtarget/faultinject.go, inert unless
+// armed).
+func buildGatewayBinary(t *testing.T, extraTags ...string) string {
 	t.Helper()
 	tags, err := exec.Command("make", "-s", "-C", "../..", "rbd-tags").Output()
 	if err != nil {
 		t.Fatalf("make rbd-tags: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "nvmetd-rbd")
-	cmd := exec.Command("go", "build", "-tags", strings.TrimSpace(string(tags)), "-o", bin, "github.com/nvmetd/nvmetd/cmd/nvmetd")
+	all := strings.Join(append([]string{strings.TrimSpace(string(tags))}, extraTags...), ",")
+	cmd := exec.Command("go", "build", "-tags", all, "-o", bin, "github.com/nvmetd/nvmetd/cmd/nvmetd")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build nvmetd-rbd: %v\n%s", err, out)
@@ -207,7 +214,9 @@ func buildGatewayBinary(t *testing.T) string {
 func testLinuxHostGateway(t *testing.T, k kernel) {
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 256<<20)
-	bin := buildGatewayBinary(t)
+	// The fault-injecting build (inert unless armed): the failback phase
+	// refuses gw-b's step-downs (gateway_anafail_test.go).
+	bin := buildGatewayBinary(t, faultinject.Tag)
 	vm := startHealthyVM(t, k)
 	var rb [4]byte
 	rand.Read(rb[:])
@@ -219,7 +228,8 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, port: freeTCPPort(t), log: filepath.Join(d, "nvmetd.log")}
+		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, port: freeTCPPort(t), log: filepath.Join(d, "nvmetd.log"),
+			env: []string{faultinject.StepDownEnv + "=" + filepath.Join(d, "stepdown.fault")}}
 		if err := os.WriteFile(filepath.Join(d, "nvmetd.yaml"), []byte(procs[i].config(c, image, group, 1+1000*i)), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -294,14 +304,8 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 	b.waitLog(`(?s)fencing the previous holder.*group 1: set-ana optimized`)
 	fences := []time.Duration{fenceTime(mark)}
 
-	// gw-a restarted: failback.
-	events["restart gw-a"] = time.Now()
-	a.start()
-	ctrlState(a.port, "live")
-	anaState(a.port, "optimized")
-	anaState(b.port, "inaccessible")
-	sampler.waitProgress(t, 0, 500, "after the failback to gw-a")
-	vw.waitWrites(200, "after the failback to gw-a")
+	// gw-a restarted: failback, while gw-b's step-down is refused.
+	anaFailFailback(t, anaFailGW{vm: vm, a: a, b: b, ctrlOf: ctrlOf, sampler: sampler, vw: vw, events: events})
 
 	// gw-a, the owner again, is frozen (SIGSTOP) for three leases while
 	// the host writes, as the Go host's TestGatewayProcessFreeze does:
