@@ -58,6 +58,8 @@ type RADOS struct {
 	mu      sync.Mutex
 	written map[uint32]string // the record JSON last written per group
 	closed  bool
+	// configWatched: the config object is watched (WatchConfigObject).
+	configWatched bool
 }
 
 var _ Cluster = (*RADOS)(nil)
@@ -146,20 +148,46 @@ func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 		if err := ioctx.Create(oid, rados.CreateIdempotent); err != nil {
 			return nil, fmt.Errorf("gateway: create %s: %w", oid, classify(err))
 		}
-		w, err := ioctx.Watch(oid)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: watch %s: %w", oid, classify(err))
+		if _, err := r.WatchConfigObject(); err != nil {
+			return nil, err
 		}
-		r.watches = append(r.watches, w)
-		sig := func() {
-			select {
-			case r.configChanged <- struct{}{}:
-			default:
-			}
-		}
-		r.wg.Go(func() { r.watchLoop(oid, w, sig) })
 	}
 	return r, nil
+}
+
+// WatchConfigObject watches the group's config object, if it exists and
+// is not watched yet, so that ConfigChanged is signalled when it is
+// notified; it reports whether it is watched. It does not create the
+// object: a gateway keeping the group's configuration in its file must
+// find it absent, or holding the agreement text, when it first compares
+// (CheckConfig's exclusive create), not created empty by a watch.
+func (r *RADOS) WatchConfigObject() (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.configWatched {
+		return true, nil
+	}
+	if r.closed {
+		return false, nil
+	}
+	oid := ConfigObjectName(r.o.GroupName)
+	w, err := r.ioctx.Watch(oid)
+	if err != nil {
+		if errnoOf(err) == syscall.ENOENT {
+			return false, nil
+		}
+		return false, fmt.Errorf("gateway: watch %s: %w", oid, classify(err))
+	}
+	r.watches = append(r.watches, w)
+	r.configWatched = true
+	sig := func() {
+		select {
+		case r.configChanged <- struct{}{}:
+		default:
+		}
+	}
+	r.wg.Go(func() { r.watchLoop(oid, w, sig) })
+	return true, nil
 }
 
 // watchBackoff bounds the wait between two attempts to watch an object
@@ -803,4 +831,68 @@ func (r *RADOS) SetMember(m *Member) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.o.Member = m
+}
+
+// SetPorts records this member's ports (omap key ports.<name>) on the
+// config object and notifies the members, whose discovery logs list them.
+// It does not create the object (false, nil while there is none: the
+// group's configuration is stored first, by CheckConfig or
+// LoadGroupConfig, which must find the object absent or theirs).
+func (r *RADOS) SetPorts(name string, ports []Port) (bool, error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	op := rados.CreateWriteOp()
+	op.AssertExists()
+	op.SetOmap(map[string][]byte{PortsKeyPrefix + name: []byte(EncodePorts(ports))})
+	err := op.Operate(r.ioctx, oid, rados.OperationNoFlag)
+	op.Release()
+	switch {
+	case errnoOf(err) == syscall.ENOENT:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("record the ports of %s in %s: %w", name, oid, classify(err))
+	}
+	r.notify(oid)
+	return true, nil
+}
+
+// RemovePorts removes member name's ports from the config object (a clean
+// stop) and notifies the members.
+func (r *RADOS) RemovePorts(name string) error {
+	oid := ConfigObjectName(r.o.GroupName)
+	op := rados.CreateWriteOp()
+	op.AssertExists()
+	op.RmOmapKeys([]string{PortsKeyPrefix + name})
+	err := op.Operate(r.ioctx, oid, rados.OperationNoFlag)
+	op.Release()
+	switch {
+	case errnoOf(err) == syscall.ENOENT:
+		return nil
+	case err != nil:
+		return fmt.Errorf("remove the ports of %s from %s: %w", name, oid, classify(err))
+	}
+	r.notify(oid)
+	return nil
+}
+
+// GroupPorts reads every member's ports (member name → ports). An entry
+// that does not parse is left out and reported in bad (one line each):
+// the others are still listed.
+func (r *RADOS) GroupPorts() (ports map[string][]Port, bad []string, err error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	vals, err := r.ioctx.GetOmapValues(oid, "", PortsKeyPrefix, maxMembers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the members' ports in %s: %w", oid, classify(err))
+	}
+	ports = make(map[string][]Port, len(vals))
+	for k, v := range vals {
+		name := strings.TrimPrefix(k, PortsKeyPrefix)
+		p, err := ParsePorts(name, string(v))
+		if err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		ports[name] = p
+	}
+	slices.Sort(bad)
+	return ports, bad, nil
 }

@@ -38,3 +38,15 @@ func (r *RADOS) Members() ([]Member, error) { return nil, ErrRADOSNotBuilt }
 
 // SetMember does nothing in this build.
 func (r *RADOS) SetMember(m *Member) {}
+
+// SetPorts fails in this build.
+func (r *RADOS) SetPorts(name string, ports []Port) (bool, error) { return false, ErrRADOSNotBuilt }
+
+// RemovePorts fails in this build.
+func (r *RADOS) RemovePorts(name string) error { return ErrRADOSNotBuilt }
+
+// GroupPorts fails in this build.
+func (r *RADOS) GroupPorts() (map[string][]Port, []string, error) { return nil, nil, ErrRADOSNotBuilt }
+
+// WatchConfigObject fails in this build.
+func (r *RADOS) WatchConfigObject() (bool, error) { return false, ErrRADOSNotBuilt }

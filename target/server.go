@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,12 @@ type server struct {
 	// genctr is the discovery log generation counter, bumped on every
 	// change a discovery log may show.
 	genctr atomic.Uint64
+	// peers are the other gateways' ports the discovery log lists
+	// (SetPeerPorts), sorted; guarded by regMu.
+	peers []PeerPort
+	// advertised are the addresses the own discovery log entries give
+	// for a port (SetAdvertisedAddresses); guarded by regMu.
+	advertised map[uint16]netip.Addr
 
 	shared   *workerPool
 	stopping atomic.Bool

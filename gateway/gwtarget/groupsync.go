@@ -219,24 +219,6 @@ func (gs *Gateway) Applied(v uint64, nc *target.Config) {
 	}
 }
 
-// syncGroup follows the group's configuration: at every notification of
-// the config object, and every lease (a notification may be lost), it
-// reads the stored version and applies a newer one. It ends at stop.
-func (gs *Gateway) syncGroup(stop <-chan struct{}) {
-	t := time.NewTicker(gs.cfg.Lease)
-	defer t.Stop()
-	gs.syncOnce()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-gs.cl.ConfigChanged():
-		case <-t.C:
-		}
-		gs.syncOnce()
-	}
-}
-
 // syncOnce applies the stored version if it is newer than the one that
 // runs: merged with the running configuration's own parts and applied
 // through the same path as a reload (the target's validation, the

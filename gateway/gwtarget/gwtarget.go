@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -90,6 +91,20 @@ type Config struct {
 	// configuration later); disjoint from every other gateway's.
 	CNTLIDMin uint16 `mapstructure:"cntlid_min"`
 	CNTLIDMax uint16 `mapstructure:"cntlid_max"`
+	// Advertise gives the address hosts must use for a port of this
+	// gateway where it is not the listen address: the other gateways'
+	// discovery logs list this gateway's ports (docs/rbd.md "Discovery
+	// across the group"), and a wildcard (0.0.0.0, ::) or an address
+	// only reachable inside this gateway's network namespace is no
+	// address a host can connect to. Required for a wildcard port.
+	Advertise []AdvertiseConfig `mapstructure:"advertise"`
+}
+
+// AdvertiseConfig is one of gateway.advertise: the address hosts connect
+// to for port PortID of this gateway.
+type AdvertiseConfig struct {
+	PortID  uint16 `mapstructure:"port_id"`
+	Address string `mapstructure:"address"`
 }
 
 // ClusterConfig is gateway.cluster: the RADOS client of the
@@ -243,10 +258,64 @@ func (g *Config) Validate(cfg *target.Config) error {
 			}
 		}
 	}
+	// The other gateways list this one's ports in their discovery logs:
+	// each needs an address a host can connect to.
+	adv := map[uint16]bool{}
+	for i, a := range g.Advertise {
+		key := fmt.Sprintf("advertise[%d]", i)
+		j := slices.IndexFunc(cfg.Ports, func(pc target.PortConfig) bool { return pc.ID == a.PortID })
+		ip, err := netip.ParseAddr(a.Address)
+		switch {
+		case j < 0:
+			add(key+".port_id", "no port has ID %d", a.PortID)
+		case adv[a.PortID]:
+			add(key+".port_id", "port %d is listed twice", a.PortID)
+		case err != nil || ip.IsUnspecified() || ip.Zone() != "":
+			add(key+".address", "%q is not an address a host can connect to (an IPv4 or IPv6 literal, not a wildcard, no zone)", a.Address)
+		case (ip.Is4() || ip.Is4In6()) != (cfg.Ports[j].AdrFam() == nvmeof.AdrFamIPv4):
+			add(key+".address", "%s is not of the address family of port %d (%s)", a.Address, a.PortID, cfg.Ports[j].Address)
+		}
+		adv[a.PortID] = true
+	}
+	for _, pc := range cfg.Ports {
+		if pc.IsWildcard() && !adv[pc.ID] {
+			add("advertise", "port %d listens on %s, which the other gateways of the group cannot list in their discovery logs: "+
+				"give the address hosts connect to (gateway.advertise: [{port_id: %d, address: ...}]) or listen on that address",
+				pc.ID, pc.Address, pc.ID)
+		}
+	}
 	if len(p) > 0 {
 		return errors.New(strings.Join(p, "\n"))
 	}
 	return nil
+}
+
+// advertised is this gateway's ports as hosts reach them (gateway.Port):
+// each port's advertised address, else its listen address; a wildcard
+// port without one (refused by Validate) is left out.
+func (g *Config) advertised(cfg *target.Config) []gateway.Port {
+	var out []gateway.Port
+	for _, pc := range cfg.Ports {
+		addr := pc.Address
+		if i := slices.IndexFunc(g.Advertise, func(a AdvertiseConfig) bool { return a.PortID == pc.ID }); i >= 0 {
+			addr = g.Advertise[i].Address
+		} else if pc.IsWildcard() {
+			continue
+		}
+		if pc.ServiceID <= 0 {
+			continue // an ephemeral port: none to advertise
+		}
+		if a, err := netip.ParseAddr(addr); err == nil {
+			addr = a.Unmap().String()
+		}
+		transport := pc.Transport
+		if transport == "" {
+			transport = target.TransportRDMA
+		}
+		out = append(out, gateway.Port{ID: pc.ID, Transport: transport, Address: addr, ServiceID: pc.ServiceID,
+			Subsystems: slices.Clone(pc.Subsystems)})
+	}
+	return out
 }
 
 // machineConfig is the gateway.Config of the section.
@@ -336,14 +405,18 @@ type Gateway struct {
 
 	runner *gateway.Runner
 	cl     *gateway.RADOS
-	// syncStop ends syncGroup (closed by Stop), syncDone is closed when
-	// it has ended.
+	// identity is this gateway's member identity (gateway.Member).
+	identity string
+	// syncStop ends followGroup (closed by Stop), syncDone is closed
+	// when it has ended.
 	syncStop, syncDone chan struct{}
 	cancel             context.CancelFunc
 	done               chan error // the runner's result
 
 	mu    sync.Mutex
 	owned map[uint32]bool
+	// peers are the other gateways' ports the discovery log lists.
+	peers []target.PeerPort
 	// grp is the group configuration this gateway runs, when it is
 	// held in RADOS (nil otherwise).
 	grp *groupState
@@ -760,7 +833,21 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 			return err
 		}
 	}
+	// The own discovery log entries give the addresses hosts must use
+	// too (gateway.advertise), as the other gateways' logs do.
+	if as, ok := t.(interface {
+		SetAdvertisedAddresses(map[uint16]string) error
+	}); ok && len(g.Advertise) > 0 {
+		addrs := map[uint16]string{}
+		for _, a := range g.Advertise {
+			addrs[a.PortID] = a.Address
+		}
+		if err := as.SetAdvertisedAddresses(addrs); err != nil {
+			return err
+		}
+	}
 	member := member(g, cfg)
+	gs.identity = member.Identity
 	canonical := canonicalGroupConfig(g, cfg)
 	gs.mu.Lock()
 	cl := gs.cl
@@ -791,13 +878,11 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 		log.Warn("gateway: " + note)
 	}
 	go func() { gs.done <- r.Run(ctx, g.Lease/2) }()
-	if gs.RADOSHeld() {
-		gs.syncStop, gs.syncDone = make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(gs.syncDone)
-			gs.syncGroup(gs.syncStop)
-		}()
-	}
+	gs.syncStop, gs.syncDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(gs.syncDone)
+		gs.followGroup(gs.syncStop)
+	}()
 	return nil
 }
 
@@ -836,6 +921,7 @@ func (gs *Gateway) Stop() {
 		close(gs.syncStop)
 		<-gs.syncDone
 	}
+	gs.withdrawPorts()
 	select {
 	case err := <-gs.done:
 		if err != nil {
@@ -874,6 +960,10 @@ type Status struct {
 	// stored one it could not apply, and why.
 	GroupConfigVersion uint64 `json:"group_config_version,omitempty"`
 	GroupConfigPending string `json:"group_config_pending,omitempty"`
+	// DiscoveryPorts are the other gateways' ports this gateway's
+	// discovery log lists ("gw-b 1 rdma 192.0.2.12:4420 NQN,...":
+	// docs/rbd.md "Discovery across the group").
+	DiscoveryPorts []string `json:"discovery_ports,omitempty"`
 }
 
 type GroupStatus struct {
@@ -904,6 +994,10 @@ func (gs *Gateway) Status() *Status {
 	groups, degr := r.Status()
 	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
 	gs.mu.Lock()
+	for _, p := range gs.peers {
+		st.DiscoveryPorts = append(st.DiscoveryPorts, fmt.Sprintf("%s %d %s %s %s", p.Gateway, p.PortID, p.Transport,
+			net.JoinHostPort(p.Address, strconv.Itoa(p.ServiceID)), strings.Join(p.Subsystems, ",")))
+	}
 	if gs.grp != nil {
 		st.GroupConfigVersion = gs.grp.version
 		if gs.grp.pending != 0 {

@@ -55,6 +55,9 @@ type gwProc struct {
 	// process runs in, and listen the address its port listens on there
 	// (default 127.0.0.1).
 	netns, listen string
+	// advertise, if set, is the address the other gateway's discovery
+	// log gives hosts for this one's port (gateway.advertise).
+	advertise string
 	// env is added to the process's environment (NAME=value).
 	env []string
 }
@@ -77,7 +80,7 @@ gateway:
   step_down_margin: 2s
   failback_delay: 3s
   ana_groups: [{id: 1, preferred: gw-a}]
-ports:
+%sports:
   - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
 subsystems:
   - nqn: %s
@@ -89,8 +92,16 @@ subsystems:
       - nsid: 1
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s}
-`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.port, gatewayNQN,
+`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, advertiseLine(p.advertise), p.port, gatewayNQN,
 		gatewayNQN, cmin, cmin+999, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
+}
+
+// advertiseLine is the gateway section's advertise line for port 1 ("" none).
+func advertiseLine(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return "  advertise: [{port_id: 1, address: " + addr + "}]\n"
 }
 
 func (p *gwProc) start() {

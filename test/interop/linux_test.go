@@ -69,6 +69,9 @@ var suite = []struct {
 	{"LinuxHostMultipath", testLinuxHostMultipath},
 	// The Ceph RBD gateway group (issue 16): needs the test cluster.
 	{"LinuxHostGateway", testLinuxHostGateway},
+	// Discovery across the group (issue 27): nvme discover and
+	// connect-all against one gateway reach both.
+	{"LinuxHostGatewayDiscovery", testLinuxHostGatewayDiscovery},
 	// The gateway group with real partitions (issue 21): each gateway in
 	// a network namespace, a cluster of the test's own.
 	{"LinuxHostGatewayPartition", testLinuxHostGatewayPartition},

@@ -1,0 +1,90 @@
+package interop_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvmetd/nvmetd/test/ceph/cephtest"
+)
+
+// testLinuxHostGatewayDiscovery: discovery across the gateway group
+// (issue 27) against the stock Linux host. Two nvmetd-rbd gateways of one
+// group, each advertising the address the guest reaches the host at
+// (gateway.advertise: they listen on the host's loopback). `nvme
+// discover` against either gateway lists both gateways' ports for the
+// subsystem; `nvme connect-all` against gw-a alone connects both paths
+// (two live controllers of the subsystem, one per gateway). The
+// gateways' own entries give the advertised address too: before, gw-a's
+// own entry said 127.0.0.1 (its listen address), which connect-all in the
+// guest could not use, and only gw-b's path came up.
+func testLinuxHostGatewayDiscovery(t *testing.T, k kernel) {
+	c := cephtest.Shared(t)
+	image := c.CreateImage(t, 64<<20)
+	bin := buildGatewayBinary(t)
+	vm := startHealthyVM(t, k)
+	addr := vm.HostAddr()
+	var rb [4]byte
+	rand.Read(rb[:])
+	group := "d" + hex.EncodeToString(rb[:])
+	dir := t.TempDir()
+	var procs [2]*gwProc
+	for i, name := range []string{"gw-a", "gw-b"} {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, port: freeTCPPort(t), log: filepath.Join(d, "nvmetd.log"), advertise: addr}
+		if err := os.WriteFile(filepath.Join(d, "nvmetd.yaml"), []byte(procs[i].config(c, image, group, 1+1000*i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := procs[0], procs[1]
+	a.start()
+	a.waitLog(`group 1: set-ana optimized`)
+	b.start()
+	defer func() {
+		for _, p := range procs {
+			p.stop(syscall.SIGTERM)
+			if t.Failed() {
+				logTail(t, p.name, p.log)
+			}
+		}
+	}()
+	// Each lists the other's port.
+	a.waitLog(`the discovery log lists the group's other ports.*gw-b`)
+	b.waitLog(`the discovery log lists the group's other ports.*gw-a`)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = vm.Exec(ctx, "nvme disconnect -n "+gatewayNQN)
+	}()
+
+	for _, p := range procs {
+		out := step(t, vm, time.Minute, fmt.Sprintf("nvme discover -t rdma -a %s -s %d", addr, p.port))
+		for _, q := range procs {
+			if !regexp.MustCompile(fmt.Sprintf(`(?s)trsvcid:\s*%d\s.*subnqn:\s*%s`, q.port, regexp.QuoteMeta(gatewayNQN))).MatchString(out) {
+				t.Fatalf("nvme discover through %s does not list %s's port %d for %s:\n%s", p.name, q.name, q.port, gatewayNQN, out)
+			}
+		}
+	}
+	step(t, vm, time.Minute, fmt.Sprintf("nvme connect-all -t rdma -a %s -s %d -i 2 -c 1 -l 600", addr, a.port))
+	// Up to 90 s for both controllers to go live (TCG on a loaded machine).
+	out := step(t, vm, 2*time.Minute, fmt.Sprintf(`for i in $(seq 1 900); do n=0; for c in /sys/class/nvme/nvme*; do `+
+		`[ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && [ "$(cat $c/state)" = live ] && n=$((n+1)); done; [ $n = 2 ] && break; sleep 0.1; done; `+
+		`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = %s ] && echo $(basename $c) $(cat $c/address) $(cat $c/state); done; true`,
+		gatewayNQN, gatewayNQN))
+	for _, p := range procs {
+		if !regexp.MustCompile(fmt.Sprintf(`trsvcid=%d\b.* live`, p.port)).MatchString(out) {
+			t.Fatalf("after connect-all through gw-a, no live controller to %s (port %d):\n%s", p.name, p.port, out)
+		}
+	}
+	t.Logf("connect-all through gw-a:\n%s", out)
+}
