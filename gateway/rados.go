@@ -125,8 +125,8 @@ func DialRADOS(o RADOSOptions) (_ *RADOS, err error) {
 		stop: make(chan struct{}), written: map[uint32]string{}}
 	defer func() {
 		if err != nil {
-			close(r.stop)
 			r.closeWatches()
+			close(r.stop)
 			r.wg.Wait()
 			ioctx.Destroy()
 		}
@@ -267,7 +267,16 @@ func (r *RADOS) readWatch(w *rados.Watcher, signal func()) bool {
 	}
 }
 
+// closeWatches deletes the watches. The watch loops still read their
+// events meanwhile (Close stops them only afterwards), and the pending
+// notify callbacks are flushed first: go-ceph's Watcher.Delete closes the
+// events channel right after rados_unwatch2, which does not wait for
+// callbacks in flight (rados_watch_flush does), so a callback blocked on
+// a send with nobody reading raced the close (a data race the CI's -race
+// run of TestGroupConfigCompareAndSet found; with bad luck a send on a
+// closed channel).
 func (r *RADOS) closeWatches() {
+	_ = r.conn.WatcherFlush()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, w := range r.watches {
@@ -285,8 +294,8 @@ func (r *RADOS) Close() {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	close(r.stop)
 	r.closeWatches()
+	close(r.stop)
 	r.wg.Wait()
 	r.ioctx.Destroy()
 	r.conn.Shutdown()
