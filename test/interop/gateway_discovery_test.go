@@ -2,13 +2,8 @@ package interop_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,33 +26,8 @@ func testLinuxHostGatewayDiscovery(t *testing.T, k kernel) {
 	bin := buildGatewayBinary(t)
 	vm := startHealthyVM(t, k)
 	addr := vm.HostAddr()
-	var rb [4]byte
-	rand.Read(rb[:])
-	group := "d" + hex.EncodeToString(rb[:])
-	dir := t.TempDir()
-	var procs [2]*gwProc
-	for i, name := range []string{"gw-a", "gw-b"} {
-		d := filepath.Join(dir, name)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, port: freeTCPPort(t), log: filepath.Join(d, "nvmetd.log"), advertise: addr}
-		if err := os.WriteFile(filepath.Join(d, "nvmetd.yaml"), []byte(procs[i].config(c, image, group, 1+1000*i)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	procs := startGatewayPair(t, c, image, bin, "d", func(p *gwProc) { p.advertise = addr })
 	a, b := procs[0], procs[1]
-	a.start()
-	a.waitLog(`group 1: set-ana optimized`)
-	b.start()
-	defer func() {
-		for _, p := range procs {
-			p.stop(syscall.SIGTERM)
-			if t.Failed() {
-				logTail(t, p.name, p.log)
-			}
-		}
-	}()
 	// Each lists the other's port.
 	a.waitLog(`the discovery log lists the group's other ports.*gw-b`)
 	b.waitLog(`the discovery log lists the group's other ports.*gw-a`)

@@ -218,34 +218,10 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 	// refuses gw-b's step-downs (gateway_anafail_test.go).
 	bin := buildGatewayBinary(t, faultinject.Tag)
 	vm := startHealthyVM(t, k)
-	var rb [4]byte
-	rand.Read(rb[:])
-	group := "i" + hex.EncodeToString(rb[:])
-	dir := t.TempDir()
-	var procs [2]*gwProc
-	for i, name := range []string{"gw-a", "gw-b"} {
-		d := filepath.Join(dir, name)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, port: freeTCPPort(t), log: filepath.Join(d, "nvmetd.log"),
-			env: []string{faultinject.StepDownEnv + "=" + filepath.Join(d, "stepdown.fault")}}
-		if err := os.WriteFile(filepath.Join(d, "nvmetd.yaml"), []byte(procs[i].config(c, image, group, 1+1000*i)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	procs := startGatewayPair(t, c, image, bin, "i", func(p *gwProc) {
+		p.env = []string{faultinject.StepDownEnv + "=" + filepath.Join(p.dir, "stepdown.fault")}
+	})
 	a, b := procs[0], procs[1]
-	a.start()
-	a.waitLog(`group 1: set-ana optimized`)
-	b.start()
-	defer func() {
-		for _, p := range procs {
-			p.stop(syscall.SIGTERM)
-			if t.Failed() {
-				logTail(t, p.name, p.log)
-			}
-		}
-	}()
 	addr := vm.HostAddr()
 	defer stopWorkersAndDisconnect(vm, gatewayNQN, "gw")
 	mark0 := kmsgMark(t, vm)
@@ -424,4 +400,44 @@ func gwLogTime(log, re string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// startGatewayPair starts gw-a and gw-b of a new gateway group (name
+// prefix groupPrefix and a random suffix) serving image with bin, gw-a
+// first and owning group 1 before gw-b starts; setup, if not nil,
+// completes each process before its configuration is written. Both are
+// stopped (SIGTERM) at the end of the test, their logs' tails printed if
+// it failed.
+func startGatewayPair(t *testing.T, c *cephtest.Cluster, image, bin, groupPrefix string, setup func(p *gwProc)) [2]*gwProc {
+	t.Helper()
+	var rb [4]byte
+	rand.Read(rb[:])
+	group := groupPrefix + hex.EncodeToString(rb[:])
+	dir := t.TempDir()
+	var procs [2]*gwProc
+	for i, name := range []string{"gw-a", "gw-b"} {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = &gwProc{t: t, name: name, bin: bin, dir: d, port: freeTCPPort(t), log: filepath.Join(d, "nvmetd.log")}
+		if setup != nil {
+			setup(procs[i])
+		}
+		if err := os.WriteFile(filepath.Join(d, "nvmetd.yaml"), []byte(procs[i].config(c, image, group, 1+1000*i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.stop(syscall.SIGTERM)
+			if t.Failed() {
+				logTail(t, p.name, p.log)
+			}
+		}
+	})
+	procs[0].start()
+	procs[0].waitLog(`group 1: set-ana optimized`)
+	procs[1].start()
+	return procs
 }
