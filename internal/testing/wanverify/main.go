@@ -43,7 +43,10 @@ type Result struct {
 	// the wall clock (Unix seconds), so that a test can set them against
 	// events it timed on the same machine's clock (a link going down).
 	StartUnix, StallStartUnix, StallEndUnix float64
-	Reconnects                              int
+	// LastWriteUnix is when the last write was acknowledged (the wall
+	// clock): after a link came back, the I/O resumed.
+	LastWriteUnix float64
+	Reconnects    int
 	// Sweep is the sweep's summary; SweepOK its verdict (every block its
 	// last acknowledged write or a later one).
 	Sweep   string
@@ -62,6 +65,8 @@ func main() {
 	ctrlLoss := flag.Duration("ctrl-loss-tmo", 0, "ctrl_loss_tmo (default: the host's, 600 s)")
 	kato := flag.Duration("keep-alive-tmo", 0, "keep_alive_tmo (default: the host's, 5 s)")
 	direct := flag.Bool("direct", true, "open -d with O_DIRECT (no page cache: a write is acknowledged by the controller); false: buffered with O_SYNC")
+	resumeFile := flag.String("resume-file", "", "after -duration, go on until this file exists, holding a time (Unix seconds, the -clock clock: when a link came back), and a write was acknowledged after that time; bounded by -max-duration")
+	maxDuration := flag.Duration("max-duration", 10*time.Minute, "with -resume-file: the longest run")
 	clock := flag.Bool("clock", false, "print the wall clock in Unix seconds (the clock the result's *Unix fields use) and exit: busybox date has no %N")
 	flag.Parse()
 	if *clock {
@@ -146,7 +151,7 @@ func main() {
 			s := w.Stats()
 			fmt.Fprintf(os.Stderr, "t=%5.1fs writes=%d reads=%d errors=%d\n", now.Sub(start).Seconds(), s.Writes, s.Reads, s.WriteErrors+s.ReadErrors+s.ReadBackErrors)
 		}
-		if now.Sub(start) >= *duration {
+		if el := now.Sub(start); el >= *duration && (*resumeFile == "" || resumedAfter(*resumeFile, lastChange) || el >= *maxDuration) {
 			break
 		}
 	}
@@ -166,6 +171,7 @@ func main() {
 	res.StartUnix = unixSeconds(start)
 	res.StallStartUnix = unixSeconds(longestAt)
 	res.StallEndUnix = unixSeconds(longestAt.Add(longest))
+	res.LastWriteUnix = unixSeconds(lastChange)
 	if c != nil {
 		res.Reconnects = c.Reconnects()
 	}
@@ -184,6 +190,20 @@ func main() {
 	if res.Errors > 0 || !res.SweepOK {
 		os.Exit(1)
 	}
+}
+
+// resumedAfter reports whether file holds a time (Unix seconds) and the
+// write acknowledged last, at last, came after it.
+func resumedAfter(file string, last time.Time) bool {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return false
+	}
+	var up float64
+	if _, err := fmt.Sscanf(string(b), "%f", &up); err != nil {
+		return false
+	}
+	return unixSeconds(last) > up
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
