@@ -157,6 +157,9 @@ type Lab struct {
 	nvmetdJob *lab.Job
 }
 
+// SetRate sets the bottleneck's rate (Mbit/s) for the next Shape.
+func (l *Lab) SetRate(mbit float64) { l.rate = mbit }
+
 // SetT points the lab's failures and logs at t (a subtest's).
 func (l *Lab) SetT(t testing.TB) { l.t = t }
 
@@ -737,7 +740,7 @@ func Pick[T any](all []T, names []string, name func(T) string) []T {
 }
 
 func Loadavg() string {
-	b, _ := os.ReadFile("/proc/Loadavg")
+	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.TrimSpace(string(b))
 }
 
