@@ -28,7 +28,7 @@ import (
 func testWAN(t *testing.T, k kernel) {
 	vm := lab.Start(t, k.opts(labOpts))
 	start := time.Now()
-	l := wanlab.Setup(t, vm, wanlab.Options{Runtime: 4, NSMiB: 16, NoKernelTarget: true, NoIperf3: true})
+	l := wanlab.Setup(t, vm, wanlab.Options{Runtime: 4, NSMiB: 8, NoKernelTarget: true, NoIperf3: true})
 	t.Logf("WAN lab built in %.1fs", time.Since(start).Seconds())
 	defer func() {
 		t.Logf("WAN subset: %.1fs in all (host load average %s)", time.Since(start).Seconds(), wanlab.Loadavg())
@@ -71,14 +71,15 @@ func testWAN(t *testing.T, k kernel) {
 	// The outage on the 1 ms path with the rate out of the way (the
 	// emulated CPU is the limit then), so that the sweep, which reads the
 	// namespace whole, is short.
-	outage := wanlab.Outage{Before: 5 * time.Second, Down: 10 * time.Second, Duration: 15 * time.Second}
+	outage := wanlab.Outage{Before: 3 * time.Second, Down: 10 * time.Second, Duration: 15 * time.Second}
+	const blocks = " -blocks 2048" // the 8 MiB namespace in 4 KiB blocks
 	t.Run("outage", func(t *testing.T) {
 		l.SetT(t)
 		l.SetRate(1000)
 		l.Shape(path("1ms"))
 		t.Run("nvmeof-iwarp", func(t *testing.T) {
 			l.SetT(t)
-			l.Outage("nvmeof-iwarp", "-a "+wanlab.TargetIP+":4420 -n "+wanlab.NQN, outage)
+			l.Outage("nvmeof-iwarp", "-a "+wanlab.TargetIP+":4420 -n "+wanlab.NQN+blocks, outage)
 		})
 		// The Linux host's nvme-rdma over siw, through the re-segmenting
 		// relay, through the outage: siw must find its FPDUs in a stream
@@ -86,7 +87,7 @@ func testWAN(t *testing.T, k kernel) {
 		// reconnects (through the relay again).
 		t.Run("linux-nvme-rdma-relay", func(t *testing.T) {
 			l.SetT(t)
-			testWANSiwRelay(t, l, outage)
+			testWANSiwRelay(t, l, outage, blocks)
 		})
 	})
 	if !l.NvmetdAlive() {
@@ -104,7 +105,7 @@ func testWAN(t *testing.T, k kernel) {
 // the I/O resumes after the outage, the sweep finds every block at its
 // last acknowledged write or a later one, and the relay did split and
 // join the stream (the FPDUs reached both ends unaligned).
-func testWANSiwRelay(t *testing.T, l *wanlab.Lab, o wanlab.Outage) {
+func testWANSiwRelay(t *testing.T, l *wanlab.Lab, o wanlab.Outage, args string) {
 	r := l.StartRelay(3000)
 	mark := kmsgMark(t, l.VM())
 	dev, err := l.KernelConnect("rdma", fmt.Sprint(wanlab.RelayPort), wanlab.NQN)
@@ -112,7 +113,7 @@ func testWANSiwRelay(t *testing.T, l *wanlab.Lab, o wanlab.Outage) {
 		t.Fatalf("siw through the relay (seed %s): %v\nguest kernel:\n%s", r.Seed, err, dmesgSince(t, l.VM(), mark))
 	}
 	defer l.KernelDisconnect(wanlab.NQN)
-	res := l.Outage("linux-nvme-rdma-relay", "-d "+dev, o)
+	res := l.Outage("linux-nvme-rdma-relay", "-d "+dev+args, o)
 	st, err := r.Stats()
 	if err != nil {
 		t.Fatal(err)

@@ -762,8 +762,8 @@ func (l *Lab) PrintTable(paths []Path, rows []Row) {
 	}
 }
 
-// Outage is one outage run's shape: the link goes down Before into the
-// run and comes back Down later; wanverify runs at least Duration, and on
+// Outage is one outage run's shape: the link goes down Before after the
+// first write was acknowledged and comes back Down later; wanverify runs at least Duration, and on
 // until a write was acknowledged after the link came back (bounded by 10
 // minutes): a run never ends before the host could resume.
 type Outage struct {
@@ -811,22 +811,39 @@ func (l *Lab) Outage(name, args string, o Outage) OutageResult {
 	l.Must(time.Minute, "rm -f /root/wan/"+name+".up")
 	job := l.vm.Background(ctx, fmt.Sprintf("wanverify -duration %s -resume-file /root/wan/%s.up %s 2>/root/wan/%s.progress", o.Duration, name, args, name))
 	defer job.Kill()
+	// Before counts from wanverify's first acknowledged write (its
+	// connect and start take seconds under TCG), polled in its progress.
+	if out, err := l.Sh(5*time.Minute, "for i in $(seq 2400); do grep -q 'writes=[1-9]' /root/wan/"+name+".progress 2>/dev/null && exit 0; sleep 0.1; done; cat /root/wan/"+name+".progress; exit 1"); err != nil {
+		t.Fatalf("%s: wanverify acknowledged no write: %v\n%s", name, err, out)
+	}
 	time.Sleep(o.Before)
 	// The link's times come from the guest's clock, the clock wanverify
-	// stamps its stall with (docs/wan.md, Recovery through an outage).
-	guestNow := func(cmd string) float64 {
-		out := l.Must(time.Minute, cmd+" && wanverify -clock")
-		f, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
-		if err != nil {
-			t.Fatalf("guest clock after %q: %q: %v", cmd, out, err)
+	// stamps its stall with (docs/wan.md, Recovery through an outage),
+	// read just before and just after the command (starting wanverify
+	// -clock takes a fraction of a second under TCG). The link went down
+	// at the latest at the second stamp and came up at the earliest at
+	// the first: a write acknowledged after "up" was acknowledged after
+	// the link came back.
+	guestNow := func(cmd string) (before, after float64) {
+		out := l.Must(time.Minute, "wanverify -clock && "+cmd+" && wanverify -clock")
+		f := strings.Fields(out)
+		if len(f) != 2 {
+			t.Fatalf("guest clock around %q: %q", cmd, out)
 		}
-		return f
+		var err error
+		if before, err = strconv.ParseFloat(f[0], 64); err == nil {
+			after, err = strconv.ParseFloat(f[1], 64)
+		}
+		if err != nil {
+			t.Fatalf("guest clock around %q: %q: %v", cmd, out, err)
+		}
+		return before, after
 	}
 	// The link comes back up whatever happens, or the next run finds no route.
 	defer l.Sh(time.Minute, "/usr/bin/ip -n wt link set vb up")
-	down := guestNow("/usr/bin/ip -n wt link set vb down")
+	_, down := guestNow("/usr/bin/ip -n wt link set vb down")
 	time.Sleep(o.Down)
-	up := guestNow("/usr/bin/ip -n wt link set vb up")
+	up, _ := guestNow("/usr/bin/ip -n wt link set vb up")
 	l.Must(time.Minute, fmt.Sprintf("echo %.6f > /root/wan/%s.up", up, name))
 	select {
 	case <-job.Done():
