@@ -278,6 +278,7 @@ type Options struct {
 // default; no siw link at boot, 3 GiB) and builds the lab in it: make wan.
 // It skips unless NVMETD_WAN is set.
 func Start(t testing.TB, o Options) *Lab {
+	t.Helper()
 	if os.Getenv("NVMETD_WAN") == "" {
 		t.Skip("the WAN lab boots the lab VM and runs for minutes per path: make wan (NVMETD_WAN=1)")
 	}
