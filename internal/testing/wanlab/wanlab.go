@@ -297,7 +297,7 @@ func Start(t testing.TB, o Options) *Lab {
 // :4421), the kernel's nvmet-tcp (:4430) and iperf3 -s unless o leaves
 // them out. t's cleanup takes all of it down again (nvmetd and iperf3
 // stopped, nvmet-tcp torn down, siw_va, the pair and wt deleted, the
-// global socket buffer limits restored), so that a VM shared with other
+// socket buffer limits of the root namespace restored), so that a VM shared with other
 // tests (test/interop) is left as it was found.
 func Setup(t testing.TB, vm *lab.VM, o Options) *Lab {
 	t.Helper()
@@ -328,6 +328,11 @@ func Setup(t testing.TB, vm *lab.VM, o Options) *Lab {
 	if len(limits) != 2 {
 		t.Fatalf("guest: net.core.[rw]mem_max: %q", limits)
 	}
+	// The root namespace's tcp_[rw]mem too (wt's go with wt).
+	tcpMem := strings.Split(strings.TrimSpace(l.Must(time.Minute, "cat /proc/sys/net/ipv4/tcp_rmem; cat /proc/sys/net/ipv4/tcp_wmem")), "\n")
+	if len(tcpMem) != 2 {
+		t.Fatalf("guest: net.ipv4.tcp_[rw]mem: %q", tcpMem)
+	}
 	// The teardown, registered before the build so that a build that
 	// fails half-way is taken down too (every step tolerates what is not
 	// there). Cleanups run last-in first-out: nvmetd's kill (below) runs
@@ -341,6 +346,8 @@ $I link del va 2>/dev/null
 $I netns del wt 2>/dev/null
 echo `+limits[0]+` > /proc/sys/net/core/rmem_max
 echo `+limits[1]+` > /proc/sys/net/core/wmem_max
+echo "`+strings.Join(strings.Fields(tcpMem[0]), " ")+`" > /proc/sys/net/ipv4/tcp_rmem
+echo "`+strings.Join(strings.Fields(tcpMem[1]), " ")+`" > /proc/sys/net/ipv4/tcp_wmem
 rm -rf /root/wan
 ! $I netns list | grep -qw wt`)
 		if err != nil {
