@@ -181,12 +181,16 @@ func (l *Lab) Must(d time.Duration, cmd string) string {
 	return out
 }
 
-// putIperf3 copies the host's iperf3 and the shared libraries it links
-// into the guest's /host/wan (the lab copies its tools the same way, with
-// ldd, into the initramfs: test/lab/setup.sh). iperf3 is not in the
-// initramfs: adding it to setup.sh would rebuild the lab's shared
-// initramfs under every other user of the cache.
+// putIperf3 makes iperf3 runnable in the guest: the lab's initramfs has
+// it (test/lab/setup.sh's BINS); with an initramfs built before that, the
+// host's iperf3 and the shared libraries it links are copied into the
+// guest's /host/bin (as setup.sh does, with ldd) and run with
+// LD_LIBRARY_PATH=/host/bin.
 func (l *Lab) putIperf3() {
+	if _, err := l.Sh(time.Minute, "iperf3 --version"); err == nil {
+		l.iperfOK = true // in the initramfs (test/lab/setup.sh's BINS)
+		return
+	}
 	bin, err := exec.LookPath("iperf3")
 	if err != nil {
 		l.iperfWhy = "iperf3 is not installed on the host (apt-get install iperf3): no capacity reference"
@@ -217,14 +221,17 @@ func (l *Lab) putIperf3() {
 	l.iperfOK = true
 }
 
-// putModules loads veth, sch_tbf and tcp_bbr into the guest: the lab's
-// initramfs does not carry them (test/lab/setup.sh's MODS), so they are
-// copied from the kernel package the lab unpacked (kroot-<release>, xz
-// decompressed on the host) and inserted with insmod. (Adding them to
-// MODS would rebuild the lab's shared initramfs under every other user of
-// the cache; the next change of setup.sh should add them.)
+// putModules loads veth, sch_tbf and tcp_bbr into the guest, and puts
+// netem's jitter distribution table where tc looks for it. The lab's
+// initramfs has both (test/lab/setup.sh's MODS); with an initramfs built
+// before that, the modules are copied from the kernel package the lab
+// unpacked (kroot-<release>, xz decompressed on the host) and inserted
+// with insmod, and the table from the host's iproute2.
 func (l *Lab) putModules() {
 	t := l.t
+	if _, err := l.Sh(time.Minute, "modprobe -a veth sch_tbf tcp_bbr && [ -s /usr/lib/x86_64-linux-gnu/tc/normal.dist ]"); err == nil {
+		return
+	}
 	cache := os.Getenv("NVMETD_LAB_CACHE")
 	if cache == "" {
 		cache = "/var/cache/nvmetd-lab"
