@@ -47,6 +47,11 @@ var directMinFromEnv = func() int {
 	return DefaultDirectMin
 }()
 
+// rxWide: NVMETD_RX_PLACEMENT=wide, the straight read's second iovec is
+// the whole read-ahead buffer instead of rxTail bytes (fewer reads, what
+// follows the data copied); as the iWARP engine's rxWide.
+var rxWide = strings.EqualFold(os.Getenv("NVMETD_RX_PLACEMENT"), "wide")
+
 // directMin resolves a configured threshold: 0 the default (or the
 // environment's), negative off.
 func directMin(v int) int {
@@ -193,8 +198,12 @@ func (b *rxReader) ReadData(p []byte) error {
 	}
 	// The buffer is empty (all of it went into p).
 	b.r, b.w = 0, 0
+	tail := b.buf[:min(rxTail, len(b.buf))]
+	if rxWide {
+		tail = b.buf
+	}
 	for len(rest) > 0 {
-		m, err := b.sock.readv(rest, b.buf[:rxTail])
+		m, err := b.sock.readv(rest, tail)
 		d := min(m, len(rest))
 		b.dataDirect.Add(uint64(d))
 		rest = rest[d:]
