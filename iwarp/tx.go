@@ -144,7 +144,9 @@ func (qp *QP) writev(blocking bool) (n int, full bool, err error) {
 // runtime wait for socket space (blocking mode).
 func (qp *QP) doWrite(fd uintptr) bool {
 	t := &qp.tx
-	qp.txParked.Store(false)
+	if qp.txParked.Load() {
+		qp.txParked.Store(false) // (the poller found room: called again)
+	}
 	for {
 		n := 0
 		skip := t.off
