@@ -60,6 +60,9 @@ type gwProc struct {
 	advertise string
 	// env is added to the process's environment (NAME=value).
 	env []string
+	// extra is added to the gateway section of its configuration (lines
+	// indented by two spaces, e.g. "  group_config: rados\n").
+	extra string
 }
 
 func (p *gwProc) listenAddr() string {
@@ -80,7 +83,7 @@ gateway:
   step_down_margin: 2s
   failback_delay: 3s
   ana_groups: [{id: 1, preferred: gw-a}]
-%sports:
+%s%sports:
   - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
 subsystems:
   - nqn: %s
@@ -92,7 +95,7 @@ subsystems:
       - nsid: 1
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s}
-`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, advertiseLine(p.advertise), p.port, gatewayNQN,
+`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, advertiseLine(p.advertise), p.extra, p.port, gatewayNQN,
 		gatewayNQN, cmin, cmin+999, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
 }
 
