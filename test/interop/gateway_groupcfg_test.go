@@ -91,17 +91,34 @@ func testLinuxHostGatewayGroupConfig(t *testing.T, k kernel) {
 	vw := startLinuxWriter(t, vm, dev, "gc")
 	vw.waitWrites(200, "before the restarts")
 	events := map[string]time.Time{}
-	for _, p := range []*gwProc{b, a} {
-		events["restart "+p.name] = time.Now()
-		p.stop(syscall.SIGTERM)
-		p.start()
-		waitGroupVersion(t, p, 2, []uint32{1, 2})
-		// gw-a, the preferred owner, takes group 1 back (failback) once
-		// its path is live again.
-		waitPathState(t, vm, ca, 2, "optimized")
-		waitPathState(t, vm, cb, 2, "inaccessible")
-		vw.waitWrites(200, "after the restart of "+p.name)
+	ctrlLive := func(ctrl string) {
+		t.Helper()
+		step(t, vm, 3*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do s=$(cat /sys/class/nvme/%s/state); [ "$s" = live ] && echo $s && exit 0; sleep 0.1; done; echo $s; exit 1`, ctrl))
 	}
+	// gw-b, the standby: its path comes back inaccessible.
+	events["restart gw-b"] = time.Now()
+	b.stop(syscall.SIGTERM)
+	b.start()
+	waitGroupVersion(t, b, 2, []uint32{1, 2})
+	ctrlLive(cb)
+	waitPathState(t, vm, cb, 2, "inaccessible")
+	vw.waitWrites(200, "after the restart of gw-b")
+	// gw-a, the owner: its clean stop releases group 1 to gw-b (the I/O
+	// moves there); restarted, the preferred owner takes the group back
+	// (failback): its path optimized again, gw-b's inaccessible. The
+	// kernel's path states are only read after gw-a's log says it serves
+	// the group again (before, the path of gw-a still shows the state it
+	// had before the stop).
+	events["restart gw-a"] = time.Now()
+	mark := a.logSize()
+	a.stop(syscall.SIGTERM)
+	a.start()
+	waitGroupVersion(t, a, 2, []uint32{1, 2})
+	a.waitLogFrom(`group 1: set-ana optimized`, mark)
+	ctrlLive(ca)
+	waitPathState(t, vm, ca, 2, "optimized")
+	waitPathState(t, vm, cb, 2, "inaccessible")
+	vw.waitWrites(200, "after the restart of gw-a")
 	hostView(t, vm, ca, cb, []string{"1", "2"}, "after both gateways restarted")
 	sum, off := vw.stop()
 	checkLinuxSweep(t, sum, dmesgSince(t, vm, mark0))
@@ -165,7 +182,8 @@ func waitPathState(t *testing.T, vm *lab.VM, ctrl string, nsid int, want string)
 // Change); the kernel hands it to user space as a change uevent on the
 // discovery controller with NVME_AEN=0x70f002 (log page 0x70, info 0xf0,
 // type notice: nvme_aen_uevent; nvme-cli's udev rule runs connect-all on
-// it), seen here with udevadm monitor; and the log read again through the
+// it; the lab guest has no udev, and ueventmon, a test program, prints
+// the kernel's uevents as udevadm monitor would); and the log read again through the
 // persistent controller (nvme discover -d) lists gw-b's port, then not,
 // then again.
 func testLinuxHostGatewayDiscoveryNotice(t *testing.T, k kernel) {
@@ -180,8 +198,11 @@ func testLinuxHostGatewayDiscoveryNotice(t *testing.T, k kernel) {
 	defer vm.Exec(t.Context(), `kill $(cat /root/udevmon.pid) 2>/dev/null; for c in /sys/class/nvme/nvme*; do `+
 		`[ "$(cat $c/subsysnqn 2>/dev/null)" = nqn.2014-08.org.nvmexpress.discovery ] && echo 1 > $c/delete_controller; done; nvme disconnect -n `+gatewayNQN+` >/dev/null 2>&1; true`)
 
-	step(t, vm, time.Minute, `rm -f /root/udev.log; udevadm monitor --kernel --property --subsystem-match=nvme > /root/udev.log 2>&1 & echo $! > /root/udevmon.pid; `+
-		`for i in $(seq 1 300); do grep -q 'KERNEL - the kernel uevent' /root/udev.log && exit 0; sleep 0.1; done; cat /root/udev.log; exit 1`)
+	// The guest has no udev: ueventmon prints the kernel's uevents of
+	// the nvme class as udevadm monitor --kernel --property would.
+	mon := vm.BuildAndPut(t, "./internal/testing/uevent/cmd/ueventmon")
+	step(t, vm, time.Minute, `rm -f /root/udev.log; `+mon+` -subsystem nvme > /root/udev.log 2>&1 & echo $! > /root/udevmon.pid; `+
+		`for i in $(seq 1 300); do grep -q '^listening$' /root/udev.log && exit 0; sleep 0.1; done; cat /root/udev.log; exit 1`)
 	out := step(t, vm, time.Minute, fmt.Sprintf("nvme discover --persistent -t rdma -a %s -s %d", addr, a.port))
 	lists := func(out string, p *gwProc) bool {
 		return regexp.MustCompile(fmt.Sprintf(`(?s)trsvcid:\s*%d\s.*subnqn:\s*%s`, p.port, regexp.QuoteMeta(gatewayNQN))).MatchString(out)
@@ -197,7 +218,7 @@ func testLinuxHostGatewayDiscoveryNotice(t *testing.T, k kernel) {
 	// and returns the log.
 	aens := func(n int, what string) string {
 		t.Helper()
-		return step(t, vm, 3*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do m=$(awk '/^KERNEL\[/ {ev=$0} /^DEVNAME=(\/dev\/)?%[1]s$/ {d=1} /^NVME_AEN=0x70f002$/ {a=1} /^$/ {if (d && a) n++; d=0; a=0} END {print n+0}' /root/udev.log); `+
+		return step(t, vm, 3*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do m=$(awk '/^DEVNAME=(\/dev\/)?%[1]s$/ {d=1} /^NVME_AEN=0x70f002$/ {a=1} /^$/ {if (d && a) n++; d=0; a=0} END {print n+0}' /root/udev.log); `+
 			`[ "$m" -ge %[2]d ] && { echo "$m notices"; cat /root/udev.log; exit 0; }; sleep 0.1; done; echo "$m notices ($what)"; cat /root/udev.log; exit 1`, disc, n))
 	}
 	reread := func() string {
