@@ -218,8 +218,14 @@ func testLinuxHostGatewayDiscoveryNotice(t *testing.T, k kernel) {
 	// and returns the log.
 	aens := func(n int, what string) string {
 		t.Helper()
-		return step(t, vm, 3*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do m=$(awk '/^DEVNAME=(\/dev\/)?%[1]s$/ {d=1} /^NVME_AEN=0x70f002$/ {a=1} /^$/ {if (d && a) n++; d=0; a=0} END {print n+0}' /root/udev.log); `+
-			`[ "$m" -ge %[2]d ] && { echo "$m notices"; cat /root/udev.log; exit 0; }; sleep 0.1; done; echo "$m notices ($what)"; cat /root/udev.log; exit 1`, disc, n))
+		// ueventmon prints nvme-class events only, and the persistent
+		// discovery controller is the only discovery controller.
+		out := step(t, vm, 3*time.Minute, fmt.Sprintf(`for i in $(seq 1 1200); do m=$(grep -c '^NVME_AEN=0x70f002$' /root/udev.log); `+
+			`[ "$m" -ge %[1]d ] && { echo "$m notices"; cat /root/udev.log; exit 0; }; sleep 0.1; done; echo "$m notices (%[2]s)"; cat /root/udev.log; exit 1`, n, what))
+		if !regexp.MustCompile(`(?m)^change@\S+/` + disc + `$`).MatchString(out) {
+			t.Fatalf("no change uevent of the discovery controller %s:\n%s", disc, out)
+		}
+		return out
 	}
 	reread := func() string {
 		t.Helper()
