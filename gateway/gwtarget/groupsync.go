@@ -236,6 +236,17 @@ func (gs *Gateway) syncOnce() {
 	st := *gs.grp
 	gs.mu.Unlock()
 	if sc.Version <= st.version {
+		// The version that runs here is recorded (running.<name>) also
+		// when it was not applied through a sync: the one this gateway
+		// started on (the seed of version 1, or the stored version at a
+		// start), or after its entry was removed. Before, a gateway that
+		// started on the stored version was shown "no version recorded"
+		// (health: attention) until the next change.
+		if st.version != 0 && sc.Version == st.version && sc.Running[gs.cfg.Name] != st.version {
+			if err := gs.cl.SetRunning(gs.cfg.Name, st.version); err != nil {
+				gs.log.Warn("gateway: cannot record the running version of the group configuration", zap.Uint64("version", st.version), zap.Error(err))
+			}
+		}
 		return
 	}
 	fail := func(err error) {
