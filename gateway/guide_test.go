@@ -293,6 +293,16 @@ func TestGuideGatewayGroup(t *testing.T) {
 				if !strings.Contains(hosts, "0c4ddd4d-4a4c-4b3c-9a6e-2f1d3f0b7e11") || !strings.Contains(hosts, "5e2a3c8e-1b7d-4d2b-8f0e-6c9a4b1d2e33") {
 					t.Fatalf("%s: the hosts gw-db allows:\n%s", g, hosts)
 				}
+				// Every port of every gateway serves every subsystem of
+				// the group, the gateway the change was made through too.
+				if ports := on(g, "port", "list"); !strings.Contains(ports, "nqn.2024-01.com.example:gw-db") {
+					t.Fatalf("%s's port does not serve gw-db:\n%s", g, ports)
+				}
+				// Each gateway hands out its own CNTLIDs on both subsystems.
+				subs := on(g, "-o", "json", "subsystem", "list")
+				if n := len(regexp.MustCompile(`"cntlid_max": ?` + map[string]string{"gw-a": "1000", "gw-b": "2000"}[g] + `\b`).FindAllString(subs, -1)); n != 2 {
+					t.Fatalf("%s: %d subsystems with its CNTLID range, want 2:\n%s", g, n, subs)
+				}
 			}
 		},
 		"gw-a refused": func(out string) {
