@@ -300,7 +300,7 @@ func TestGuideGatewayGroup(t *testing.T) {
 				}
 				// Each gateway hands out its own CNTLIDs on both subsystems.
 				subs := on(g, "-o", "json", "subsystem", "list")
-				if n := len(regexp.MustCompile(`"cntlid_max": ?` + map[string]string{"gw-a": "1000", "gw-b": "2000"}[g] + `\b`).FindAllString(subs, -1)); n != 2 {
+				if n := len(regexp.MustCompile(`"cntlid_max": ?`+map[string]string{"gw-a": "1000", "gw-b": "2000"}[g]+`\b`).FindAllString(subs, -1)); n != 2 {
 					t.Fatalf("%s: %d subsystems with its CNTLID range, want 2:\n%s", g, n, subs)
 				}
 			}
