@@ -366,8 +366,8 @@ func TestGuideGatewayGroup(t *testing.T) {
 }
 
 // startFileGroup starts step 7's starting point: gw-a and gw-b of a group
-// whose configuration is in their files (group_config: file, the
-// default; the files agree: one subsystem, namespace 1 on image, ANA
+// whose configuration is in their files (group_config: file; the files
+// agree: one subsystem, namespace 1 on image, ANA
 // groups 1 and 2), through the same systemctl as the guide's steps.
 func startFileGroup(t *testing.T, c *cephtest.Cluster, image, group, dirA, dirB string, portA, portB int, binDir string) {
 	t.Helper()
@@ -380,6 +380,7 @@ func startFileGroup(t *testing.T, c *cephtest.Cluster, image, group, dirA, dirB 
   name: %s
   group: %s
   cluster: {ceph_conf: %s, client_id: nvmetd, keyring: %s, pool: %s}
+  group_config: file
   advertise: [{port_id: 1, address: 127.0.0.1}]
   ana_groups: [{id: 1, preferred: gw-a}, {id: 2, preferred: gw-b}]
 ports:

@@ -39,7 +39,7 @@ func testLinuxHostGatewayGroupConfig(t *testing.T, k kernel) {
 	bin := buildGatewayBinary(t)
 	vm := startHealthyVM(t, k)
 	addr := vm.HostAddr()
-	procs := startGatewayPair(t, c, image, bin, "c", func(p *gwProc) { p.extra = "  group_config: rados\n" })
+	procs := startGatewayPair(t, c, image, bin, "c", func(p *gwProc) { p.groupConfig = "rados" })
 	a, b := procs[0], procs[1]
 	for _, p := range procs {
 		waitGroupVersion(t, p, 1, []uint32{1})
