@@ -91,9 +91,18 @@ type Ranges struct {
 func FileRanges(g *Config, file *target.Config) Ranges {
 	r := Ranges{Subsystems: map[string][2]uint16{}, Default: [2]uint16{g.CNTLIDMin, g.CNTLIDMax}}
 	for _, s := range file.Subsystems {
-		if s.CNTLIDMin != 0 || s.CNTLIDMax != 0 {
-			r.Subsystems[s.NQN] = [2]uint16{s.CNTLIDMin, s.CNTLIDMax}
+		if s.CNTLIDMin == 0 && s.CNTLIDMax == 0 {
+			continue
 		}
+		// A loaded file's subsystem without a range holds the target's
+		// default, every CNTLID, which overlaps every other member's:
+		// with gateway.cntlid_min/max set, that range is the gateway's
+		// (before, the seeding gateway's own subsystems kept 1-65519 and
+		// the next gateway to join was degraded for the overlap).
+		if r.Default != [2]uint16{} && s.CNTLIDMin == target.DefaultCNTLIDMin && s.CNTLIDMax == target.DefaultCNTLIDMax {
+			continue
+		}
+		r.Subsystems[s.NQN] = [2]uint16{s.CNTLIDMin, s.CNTLIDMax}
 	}
 	return r
 }

@@ -162,38 +162,45 @@ type GroupConflict = gateway.VersionConflictError
 // behind), and nc's group part must be valid for the whole group
 // (ValidateGroup against the members' CNTLID ranges; ErrGroupInvalid,
 // nothing is stored). It returns nc's group part as stored, or nil if it
-// is the running one (nothing to store). The change lock is held.
-func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, error) {
+// is the running one (nothing to store), and the configuration this
+// gateway must apply: nc merged as every other gateway merges the stored
+// version (MergeGroup: each subsystem with this gateway's CNTLID range,
+// every port serving every subsystem of the group). Applying nc as
+// edited left a subsystem added through this gateway on none of its
+// ports, with the target's default CNTLID range. The change lock is held.
+func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, *target.Config, error) {
 	gs.mu.Lock()
 	st, cl := *gs.grp, gs.cl
 	gs.mu.Unlock()
 	sc, err := cl.ReadGroupConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sc.Version != base {
-		return nil, &gateway.VersionConflictError{Base: base, Current: sc.Version}
+		return nil, nil, &gateway.VersionConflictError{Base: base, Current: sc.Version}
 	}
 	if base != st.version {
-		return nil, fmt.Errorf("gateway: %s runs version %d of the group configuration, not the stored %d (%s): make the change through another gateway",
+		return nil, nil, fmt.Errorf("gateway: %s runs version %d of the group configuration, not the stored %d (%s): make the change through another gateway",
 			gs.cfg.Name, st.version, sc.Version, st.pendingErr)
 	}
 	doc := SplitGroup(nc, st.doc.ANAGroups)
 	members, err := cl.Members()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := ValidateGroup(doc, MergeGroup(nc, doc, st.ranges), members); err != nil {
-		return nil, err
+	merged := MergeGroup(nc, doc, st.ranges)
+	merged.ApplyDefaults()
+	if err := ValidateGroup(doc, merged, members); err != nil {
+		return nil, nil, err
 	}
 	b, err := EncodeGroup(doc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cur, err := EncodeGroup(st.doc); err == nil && string(cur) == string(b) {
-		return nil, nil // the group's part did not change
+		return nil, merged, nil // the group's part did not change
 	}
-	return b, nil
+	return b, merged, nil
 }
 
 // StoreChange stores doc (from PrepareChange) as the version after base:

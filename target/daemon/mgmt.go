@@ -153,10 +153,16 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 			base = b
 		}
 		var err error
-		doc, err = d.gw.PrepareChange(base, nc)
+		var merged *target.Config
+		doc, merged, err = d.gw.PrepareChange(base, nc)
 		if err != nil {
 			return nil, groupError(d, err, base)
 		}
+		// Served here as every other gateway serves the stored version:
+		// with this gateway's ports and CNTLID ranges.
+		nc = merged
+		diff = target.Diff(cur.Target, nc)
+		res.Changes = diff.Summary()
 		res.GroupVersion = base
 	}
 	if !diff.Empty() {
