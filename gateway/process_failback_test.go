@@ -42,7 +42,8 @@ type fbNS struct {
 }
 
 // fbConfig writes p's configuration: the ANA groups (id: preferred
-// owner) and the namespaces, in one subsystem.
+// owner) and the namespaces, in one subsystem; p.extra is added to the
+// gateway section.
 func (p *gwProc) fbConfig(c *cephtest.Cluster, group string, cmin int, groups map[uint32]string, nss []fbNS) {
 	var ag, ns []string
 	for id := uint32(1); id <= 8; id++ {
@@ -72,7 +73,7 @@ gateway:
   step_down_margin: 1s
   failback_delay: %s
   ana_groups: [%s]
-ports:
+%sports:
   - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
 subsystems:
   - nqn: %s
@@ -81,7 +82,7 @@ subsystems:
     cntlid_max: %d
     namespaces:
 %s`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool,
-		fbLease, fbDelay, strings.Join(ag, ", "), p.port, gwSubNQN, gwSubNQN, cmin, cmin+99, strings.Join(ns, ""))
+		fbLease, fbDelay, strings.Join(ag, ", "), p.extra, p.port, gwSubNQN, gwSubNQN, cmin, cmin+99, strings.Join(ns, ""))
 	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
 		p.t.Fatal(err)
 	}
