@@ -209,18 +209,30 @@ func (gs *Gateway) ChangeGroupState(base uint64, what string, edit GroupEdit) (u
 // state of the version that runs here.
 func (gs *Gateway) pushGroupState() {
 	gs.mu.Lock()
-	r, st := gs.runner, gs.grp
-	if st == nil || r == nil {
+	st := gs.grp
+	if st == nil {
 		gs.mu.Unlock()
 		return
 	}
+	ana, drained := slices.Clone(st.doc.ANAGroups), slices.Clone(st.doc.Drained)
+	gs.mu.Unlock()
+	gs.pushState(ana, drained)
+}
+
+// pushState gives the machine the preferred owners ana and whether this
+// gateway is among drained.
+func (gs *Gateway) pushState(ana []GroupConfig, drained []string) {
+	gs.mu.Lock()
+	r := gs.runner
+	gs.mu.Unlock()
+	if r == nil {
+		return
+	}
 	pref := map[uint32]string{}
-	for _, a := range st.doc.ANAGroups {
+	for _, a := range ana {
 		pref[a.ID] = a.Preferred
 	}
-	drained := slices.Contains(st.doc.Drained, gs.cfg.Name)
-	gs.mu.Unlock()
-	r.SetGroupState(pref, drained)
+	r.SetGroupState(pref, slices.Contains(drained, gs.cfg.Name))
 }
 
 // Drained reports whether this gateway is drained in the version of the

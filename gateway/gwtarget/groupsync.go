@@ -267,14 +267,22 @@ func (gs *Gateway) syncOnce() {
 		fail(err)
 		return
 	}
+	// The group's own state (preferred owners, drained members) needs no
+	// reload and reaches the machine even when the target cannot apply
+	// this version: a drained gateway must never stay an owner because
+	// an image of another change does not open here.
+	failTarget := func(err error) {
+		fail(err)
+		gs.pushState(doc.ANAGroups, doc.Drained)
+	}
 	nc := MergeGroup(gs.running(), doc, st.ranges)
 	nc.ApplyDefaults()
 	if err := nc.Validate(); err != nil {
-		fail(err)
+		failTarget(err)
 		return
 	}
 	if err := st.apply(nc); err != nil {
-		fail(err)
+		failTarget(err)
 		return
 	}
 	gs.log.Info("gateway: applied the group configuration", zap.Uint64("version", sc.Version), zap.Uint64("was", st.version))
