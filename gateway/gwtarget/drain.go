@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/target"
 )
 
 // Changes of the group's own state through a version of its configuration
@@ -254,4 +255,49 @@ func (gs *Gateway) drainedOf() []string {
 		return nil
 	}
 	return slices.Clone(gs.grp.doc.Drained)
+}
+
+// SpreadANAGroup is the ANA group a namespace added to c without one goes
+// to: the group's ANA group with the fewest namespaces in c (across its
+// subsystems), the lowest ID among equals, so that namespaces spread over
+// the groups (and so over their owners) as they are added, the same on
+// every gateway. 0 for a nil *Gateway (a stand-alone target keeps the
+// default group).
+func (gs *Gateway) SpreadANAGroup(c *target.Config) uint32 {
+	if gs == nil {
+		return 0
+	}
+	gs.mu.Lock()
+	ana := gs.cfg.ANAGroups
+	if gs.grp != nil {
+		ana = gs.grp.doc.ANAGroups
+	}
+	ids := make([]uint32, 0, len(ana))
+	for _, a := range ana {
+		ids = append(ids, a.ID)
+	}
+	gs.mu.Unlock()
+	return spread(ids, c)
+}
+
+// spread is SpreadANAGroup's choice among ids.
+func spread(ids []uint32, c *target.Config) uint32 {
+	if len(ids) == 0 {
+		return 0
+	}
+	n := map[uint32]int{}
+	for _, s := range c.Subsystems {
+		for _, ns := range s.Namespaces {
+			n[ns.ANAGroup]++
+		}
+	}
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	best := ids[0]
+	for _, id := range ids[1:] {
+		if n[id] < n[best] {
+			best = id
+		}
+	}
+	return best
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/target"
 )
 
 func view(running ...string) GroupView {
@@ -84,5 +85,36 @@ func TestSetPreferredEdit(t *testing.T) {
 	}
 	if err := SetPreferredEdit(3, "gw-a")(&d, view()); !errors.Is(err, ErrNoSuchANAGroup) || !strings.Contains(err.Error(), "1, 2") {
 		t.Fatalf("no group: %v", err)
+	}
+}
+
+// TestSpreadANAGroup: a namespace added without an ANA group goes to the
+// group's ANA group with the fewest namespaces (across subsystems), the
+// lowest ID among equals; a stand-alone target (nil gateway) keeps the
+// default.
+func TestSpreadANAGroup(t *testing.T) {
+	c := local()
+	ns := func(nsid, group uint32) target.NamespaceConfig {
+		return target.NamespaceConfig{NSID: nsid, ANAGroup: group, Backend: target.BackendConfig{Kind: "memory", Size: "1MiB"}}
+	}
+	ids := []uint32{3, 1, 2}
+	if g := spread(ids, c); g != 2 { // group 1 has namespace 1
+		t.Fatalf("spread: %d, want 2", g)
+	}
+	c.Subsystems[0].Namespaces = append(c.Subsystems[0].Namespaces, ns(2, 2))
+	if g := spread(ids, c); g != 3 {
+		t.Fatalf("spread: %d, want 3", g)
+	}
+	c.Subsystems = append(c.Subsystems, target.SubsystemConfig{NQN: nqnB, Namespaces: []target.NamespaceConfig{ns(1, 3), ns(2, 3)}})
+	if g := spread(ids, c); g != 1 {
+		t.Fatalf("spread across subsystems: %d, want 1", g)
+	}
+	var gs *Gateway
+	if g := gs.SpreadANAGroup(c); g != 0 {
+		t.Fatalf("stand-alone: %d", g)
+	}
+	g := New(&Config{Name: "gw-a", ANAGroups: []GroupConfig{{ID: 1, Preferred: "gw-a"}, {ID: 2, Preferred: "gw-b"}}})
+	if got := g.SpreadANAGroup(local()); got != 2 {
+		t.Fatalf("gateway: %d, want 2", got)
 	}
 }

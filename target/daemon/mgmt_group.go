@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nvmetd/nvmetd/gateway/gwtarget"
+	"github.com/nvmetd/nvmetd/target"
 )
 
 // The gateway group's own state through the management API (docs/rbd.md
@@ -28,6 +29,8 @@ func (m mgmtView) Drain(r *http.Request, name string, drain bool) (any, error) {
 	}
 	return m.d.groupState(r, what, gwtarget.DrainEdit(name, drain))
 }
+
+func (m mgmtView) SpreadANAGroup(c *target.Config) uint32 { return m.d.gw.SpreadANAGroup(c) }
 
 // groupState stores edit as a version of the group's configuration based
 // on ?group_version= (default: the version this gateway runs).

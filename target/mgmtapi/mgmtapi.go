@@ -62,6 +62,10 @@ type Daemon interface {
 	// (?group_version= its base).
 	SetPreferred(r *http.Request, id uint32, name string) (any, error)
 	Drain(r *http.Request, name string, drain bool) (any, error)
+	// SpreadANAGroup is the ANA group of a namespace added to c without
+	// one: in a gateway group, the group's ANA group with the fewest
+	// namespaces; 0 (the default group) for a stand-alone nvmetd.
+	SpreadANAGroup(c *target.Config) uint32
 }
 
 // MaxBody bounds a request body (a whole configuration at most).
@@ -430,7 +434,12 @@ func Routes(mux RouteMux, d Daemon) {
 			return nil, err
 		}
 		return d.Change(r, "add namespace", func(c *target.Config, res *ChangeResult) (string, error) {
-			path, nsid, err := c.AddNamespace(r.PathValue("nqn"), nc)
+			n := nc
+			if n.ANAGroup == 0 {
+				// Spread over a gateway group's ANA groups.
+				n.ANAGroup = d.SpreadANAGroup(c)
+			}
+			path, nsid, err := c.AddNamespace(r.PathValue("nqn"), n)
 			res.NSID = nsid
 			return path, err
 		})
