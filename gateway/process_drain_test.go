@@ -146,6 +146,13 @@ func TestGatewayProcessRollingUpgrade(t *testing.T) {
 		oi := regexp.MustCompile(fmt.Sprintf(`group %d: set-ana optimized`, g)).FindStringIndex(log)
 		if fi == nil || fi[0] > oi[0] {
 			t.Errorf("%s did not fence %s's client of group %d before serving it:\n%s", p.name, from, g, grepLines(log, "fenc|hand-over|set-ana"))
+			return
+		}
+		fs, ok1 := logTime(log, fmt.Sprintf(`fencing the previous holder[^\n]*"group": %d,`, g))
+		fd, ok2 := logTime(log, fmt.Sprintf(`group %d: fence .*: done`, g))
+		op, ok3 := logTime(log, fmt.Sprintf(`group %d: set-ana optimized`, g))
+		if ok1 && ok2 && ok3 {
+			t.Logf("%s: group %d: fence of %s's client %s, optimized %s after the fence began", p.name, g, from, fd.Sub(fs), op.Sub(fs))
 		}
 	}
 	// groupShows waits until nvmetctl group through p matches re (the
