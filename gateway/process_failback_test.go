@@ -313,6 +313,10 @@ func TestGatewayProcessFailbackUnservable(t *testing.T) {
 	c := cephtest.Shared(t)
 	image := c.CreateImage(t, 64<<20)
 	a, b := fbProcs(t, func(p *gwProc, group string, cmin int) {
+		// A namespace that one gateway opens differently (badClient) is
+		// a difference of the files: with the group's configuration in
+		// RADOS (the default) the first gateway's would be the group's.
+		p.extra = "  group_config: file\n"
 		p.fbConfig(c, group, cmin, map[uint32]string{1: "gw-a"}, []fbNS{{nsid: 1, group: 1, image: image, badClient: p.name == "gw-a"}})
 	})
 	b.start()

@@ -200,9 +200,7 @@ func (gs *Gateway) ChangeGroupState(base uint64, what string, edit GroupEdit) (u
 	}
 	gs.mu.Unlock()
 	gs.pushGroupState()
-	if err := cl.SetRunning(gs.cfg.Name, nv); err != nil {
-		gs.log.Warn("gateway: cannot record the running version of the group configuration", zap.Uint64("version", nv), zap.Error(err))
-	}
+	gs.recordRunning(cl, nv)
 	return nv, true, nil
 }
 
