@@ -188,10 +188,7 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	b.waitGroup(3, want)
 
 	// nvmetctl group: the stored version and each gateway's.
-	ctl := filepath.Join(t.TempDir(), "nvmetctl")
-	if out, err := exec.Command("go", "build", "-o", ctl, "../cmd/nvmetctl").CombinedOutput(); err != nil {
-		t.Fatalf("go build nvmetctl: %v\n%s", err, out)
-	}
+	ctl := buildCtl(t)
 	deadline = time.Now().Add(hang)
 	for {
 		out, err := exec.Command(ctl, "--socket", filepath.Join(b.dir, "ctl.sock"), "group").CombinedOutput()

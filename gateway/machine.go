@@ -415,6 +415,7 @@ type Machine struct {
 	exited   bool
 	shutdown bool // Shutdown was called
 	fenceErr error
+	drained  bool // SetDrained: release what is owned, take nothing (drain.go)
 }
 
 // NewMachine returns a machine for cfg (which must be valid). The groups
@@ -459,6 +460,9 @@ func (m *Machine) Status() []GroupStatus {
 		st := GroupStatus{Group: g.id, Role: g.role, Preferred: g.preferred, Holder: g.holder, Fences: g.fences, LastError: g.lastErr, Failbacks: g.failbacks}
 		if g.role == Standby && g.preferred == m.cfg.Name && g.holder != "" && g.holder != m.cfg.Name {
 			st.FailbackWait = g.waitWhy
+			if m.drained {
+				st.FailbackWait = "this gateway is drained (nvmetctl gateway undrain)"
+			}
 		}
 		out = append(out, st)
 	}
@@ -516,6 +520,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 				continue
 			}
 			m.failbackStable(g, now)
+			acts = m.drain(acts, g)
 			if !g.pending && !now.Before(g.lastRenew.Add(m.cfg.RenewInterval)) {
 				g.pending, g.issued, g.lastRenew = true, now, now
 				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)})
@@ -726,9 +731,10 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		if o.LockerSession == m.cfg.Session {
 			// Our own lock (we stepped down while the cluster still had
 			// it): take it again; no fence, it is us. Not while the
-			// group cannot be served here: the lock then runs out and
-			// a survivor fences this gateway's clients and takes it.
-			if now.Before(g.serveAfter) {
+			// group cannot be served here (nor while drained): the lock
+			// then runs out and a survivor fences this gateway's
+			// clients and takes it.
+			if now.Before(g.serveAfter) || m.drained {
 				return nil
 			}
 			return m.acquire(g, now, false)
@@ -747,14 +753,14 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		// Failback: the preferred owner asks for its group back once it
 		// can serve it, a host is connected to it, and its backoff has
 		// passed (failback.go).
-		if g.preferred == m.cfg.Name && m.configOK && o.HandoverRequest != m.cfg.Name && m.failbackDue(g, now, o.Record) &&
+		if g.preferred == m.cfg.Name && m.configOK && !m.drained && o.HandoverRequest != m.cfg.Name && m.failbackDue(g, now, o.Record) &&
 			!now.Before(g.serveAfter) {
 			g.pending, g.issued, g.requested = true, now, true
 			return append(acts, Action{Kind: ActRequestHandover, Group: g.id})
 		}
 		return acts
 	}
-	if !m.configOK || now.Before(g.serveAfter) {
+	if !m.configOK || now.Before(g.serveAfter) || m.drained {
 		return nil
 	}
 	if g.freeSince.IsZero() {
@@ -845,6 +851,12 @@ func (m *Machine) FenceDone(id uint32, now time.Time, err error) []Action {
 		return nil
 	}
 	g.fences++
+	if m.drained {
+		// Drained meanwhile: fenced, but not taken (a live member
+		// takes it; fencing again is idempotent).
+		g.role = Standby
+		return nil
+	}
 	return m.acquire(g, now, g.everHeld)
 }
 

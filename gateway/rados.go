@@ -779,14 +779,21 @@ func isCmpExtMismatch(err error) bool {
 // operation that first compares the object's version with base (cmpext):
 // if another change was stored since, the OSD applies nothing and the
 // error is a *VersionConflictError with the current version. It then
-// notifies the members and returns the new version.
-func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte) (uint64, error) {
+// notifies the members and returns the new version. A non-empty agreement
+// replaces the agreement text (omap key config) in the same operation: a
+// version that changes an ANA group's preferred owner changes what every
+// member's start compares (CheckConfig).
+func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte, agreement string) (uint64, error) {
 	oid := ConfigObjectName(r.o.GroupName)
 	next := base + 1
 	op := rados.CreateWriteOp()
 	cmp := op.CmpExt(EncodeVersion(base), 0)
 	op.WriteFull(EncodeVersion(next))
-	op.SetOmap(map[string][]byte{keyGroupConfig: cfg, keyVersion: []byte(strconv.FormatUint(next, 10))})
+	kv := map[string][]byte{keyGroupConfig: cfg, keyVersion: []byte(strconv.FormatUint(next, 10))}
+	if agreement != "" {
+		kv[keyConfig] = []byte(agreement)
+	}
+	op.SetOmap(kv)
 	err := op.Operate(r.ioctx, oid, rados.OperationNoFlag)
 	res := cmp.Result
 	op.Release()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -122,6 +123,19 @@ type Runner struct {
 
 	results chan func() []Action
 	ops     sync.WaitGroup // cluster operations on their goroutines
+
+	// update is the group state a version of the group's configuration
+	// set (SetGroupState), taken by the loop at its next turn; updated
+	// signals it.
+	update  *groupUpdate
+	updated chan struct{}
+	drained bool // as the machine last took it
+}
+
+// groupUpdate is SetGroupState's input.
+type groupUpdate struct {
+	preferred map[uint32]string
+	drained   bool
 }
 
 // NewRunner returns a runner; canonical is this gateway's group
@@ -134,6 +148,7 @@ func NewRunner(cfg Config, canonical string, cl Cluster, ap Applier, log *zap.Lo
 	r := &Runner{cfg: cfg, canonical: canonical, cl: cl, ap: ap, log: log, m: m,
 		tick:    min(cfg.RenewInterval/4, 250*time.Millisecond),
 		results: make(chan func() []Action, len(cfg.Groups)+1),
+		updated: make(chan struct{}, 1),
 		status:  m.Status(), degr: m.Degraded()}
 	return r, nil
 }
@@ -144,6 +159,51 @@ func (r *Runner) Status() ([]GroupStatus, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.status), r.degr
+}
+
+// SetGroupState gives the machine the ANA groups' preferred owners (by
+// group; groups it does not have are ignored) and whether this gateway is
+// drained, as a version of the group's configuration says (drain.go). The
+// loop applies them at its next turn (before its first tick, if it has
+// not run yet). Safe from any goroutine.
+func (r *Runner) SetGroupState(preferred map[uint32]string, drained bool) {
+	r.mu.Lock()
+	r.update = &groupUpdate{preferred: maps.Clone(preferred), drained: drained}
+	r.mu.Unlock()
+	select {
+	case r.updated <- struct{}{}:
+	default:
+	}
+}
+
+// Drained reports whether the machine runs drained (SetGroupState taken).
+func (r *Runner) Drained() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.drained
+}
+
+// takeUpdate applies the last SetGroupState to the machine.
+func (r *Runner) takeUpdate() {
+	r.mu.Lock()
+	u := r.update
+	r.update = nil
+	r.mu.Unlock()
+	if u == nil {
+		return
+	}
+	for id, name := range u.preferred {
+		if _, ok := r.cfg.Groups[id]; ok {
+			r.m.SetPreferred(id, name)
+		}
+	}
+	if u.drained != r.m.Drained() {
+		r.log.Info("gateway: drained state from the group's configuration", zap.Bool("drained", u.drained))
+	}
+	r.m.SetDrained(u.drained)
+	r.mu.Lock()
+	r.drained = u.drained
+	r.mu.Unlock()
 }
 
 // Fences returns the number of fences this runner performed.
@@ -201,6 +261,7 @@ func (r *Runner) Run(ctx context.Context, release time.Duration) error {
 		for id := range r.cfg.Groups {
 			r.m.SetReadiness(id, r.ap.Readiness(id))
 		}
+		r.takeUpdate()
 		acts = append(acts, r.m.Tick(now)...)
 		for len(acts) > 0 {
 			var err error
@@ -216,6 +277,8 @@ func (r *Runner) Run(ctx context.Context, release time.Duration) error {
 		case <-t.C:
 		case <-r.cl.Changed():
 			r.m.Notified()
+		case <-r.updated:
+			// Taken at the top of the loop.
 		case f := <-r.results:
 			pending--
 			acts = f()

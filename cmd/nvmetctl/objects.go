@@ -554,7 +554,7 @@ func (a *app) refuseConnected(nqn string, force bool, what string) error {
 // gateway.group_config: rados), the holder of each ANA group, and the
 // problems an operator must act on.
 func (a *app) groupCommand() *cobra.Command {
-	return &cobra.Command{Use: "group", Short: "the gateway group's state: gateways, configuration versions, ANA group holders, problems", Args: cobra.NoArgs,
+	cmd := &cobra.Command{Use: "group", Short: "the gateway group's state: gateways, configuration versions, ANA group holders, drains, problems", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st ctlclient.GroupStatus
 			return a.get("/v1/group", &st, func() {
@@ -581,6 +581,12 @@ func (a *app) groupCommand() *cobra.Command {
 					case m.Running < st.Version:
 						note = "behind"
 					}
+					if m.Drained {
+						note += ", drained"
+						if len(holds[m.Name]) > 0 {
+							note += " (draining)"
+						}
+					}
 					h := strings.Join(holds[m.Name], ",")
 					if h == "" {
 						h = "-"
@@ -600,6 +606,12 @@ func (a *app) groupCommand() *cobra.Command {
 					}
 					tw.Flush()
 				}
+				if len(st.Draining) > 0 {
+					fmt.Fprintln(a.stdout, "draining:")
+					for _, p := range st.Draining {
+						fmt.Fprintf(a.stdout, "  %s\n", p)
+					}
+				}
 				if len(st.Problems) == 0 {
 					fmt.Fprintln(a.stdout, "health: ok")
 					return
@@ -610,4 +622,6 @@ func (a *app) groupCommand() *cobra.Command {
 				}
 			})
 		}}
+	cmd.AddCommand(a.groupMoveCommand())
+	return cmd
 }

@@ -40,6 +40,11 @@ type GroupDoc struct {
 	Subsystems []target.SubsystemConfig `mapstructure:"subsystems"`
 	Hosts      []target.HostConfig      `mapstructure:"hosts"`
 	ANAGroups  []GroupConfig            `mapstructure:"ana_groups"`
+	// Drained are the members under maintenance (nvmetctl gateway
+	// drain): each is never a group's owner until undrained (drain.go).
+	// Sorted; nil when none (so that a group that never drained stores
+	// the same text as before).
+	Drained []string `mapstructure:"drained"`
 }
 
 // SplitGroup is the group's part of cfg, with the ANA groups ana.
@@ -133,7 +138,7 @@ func MergeGroup(local *target.Config, d GroupDoc, r Ranges) *target.Config {
 
 func (d GroupDoc) clone() GroupDoc {
 	t := (&target.Config{Subsystems: d.Subsystems, Hosts: d.Hosts}).Clone()
-	return GroupDoc{Subsystems: t.Subsystems, Hosts: t.Hosts, ANAGroups: slices.Clone(d.ANAGroups)}
+	return GroupDoc{Subsystems: t.Subsystems, Hosts: t.Hosts, ANAGroups: slices.Clone(d.ANAGroups), Drained: slices.Clone(d.Drained)}
 }
 
 // ErrGroupInvalid is in the error of a group configuration refused as a

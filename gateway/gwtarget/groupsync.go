@@ -114,7 +114,9 @@ func (gs *Gateway) Bootstrap(file *target.Config, apply func(*target.Config) err
 	gs.cl = cl
 	// The group's part as it runs (defaults spelled out), which a change
 	// is compared with.
-	gs.grp = &groupState{version: sc.Version, doc: SplitGroup(merged, doc.ANAGroups), ranges: ranges, apply: apply}
+	run := SplitGroup(merged, doc.ANAGroups)
+	run.Drained = doc.Drained
+	gs.grp = &groupState{version: sc.Version, doc: run, ranges: ranges, apply: apply}
 	gs.mu.Unlock()
 	log.Info("gateway: serving the group's configuration from RADOS", zap.Uint64("version", sc.Version),
 		zap.String("object", gateway.ConfigObjectName(g.Group)))
@@ -184,6 +186,7 @@ func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, *targe
 			gs.cfg.Name, st.version, sc.Version, st.pendingErr)
 	}
 	doc := SplitGroup(nc, st.doc.ANAGroups)
+	doc.Drained = st.doc.Drained
 	members, err := cl.Members()
 	if err != nil {
 		return nil, nil, err
@@ -210,21 +213,30 @@ func (gs *Gateway) StoreChange(base uint64, doc []byte) (uint64, error) {
 	gs.mu.Lock()
 	cl := gs.cl
 	gs.mu.Unlock()
-	return cl.WriteGroupConfig(base, doc)
+	return cl.WriteGroupConfig(base, doc, "")
 }
 
 // Applied records that version v, whose group part is nc's, runs here
 // (its running.<name> entry on the config object).
 func (gs *Gateway) Applied(v uint64, nc *target.Config) {
 	gs.mu.Lock()
+	gs.applied(v, nc, gs.grp.doc.ANAGroups, gs.grp.doc.Drained)
+}
+
+// applied is Applied with the version's ANA groups and drained members,
+// which it gives the machine (a preferred owner changed, a drain); gs.mu
+// is held and is unlocked.
+func (gs *Gateway) applied(v uint64, nc *target.Config, ana []GroupConfig, drained []string) {
 	st := gs.grp
-	st.doc = SplitGroup(nc, st.doc.ANAGroups)
+	st.doc = SplitGroup(nc, ana)
+	st.doc.Drained = slices.Clone(drained)
 	st.version = v
 	if st.pending <= v {
 		st.pending, st.pendingErr = 0, ""
 	}
 	cl := gs.cl
 	gs.mu.Unlock()
+	gs.pushGroupState()
 	gs.recordRunning(cl, v)
 }
 
@@ -284,18 +296,27 @@ func (gs *Gateway) syncOnce() {
 		fail(err)
 		return
 	}
+	// The group's own state (preferred owners, drained members) needs no
+	// reload and reaches the machine even when the target cannot apply
+	// this version: a drained gateway must never stay an owner because
+	// an image of another change does not open here.
+	failTarget := func(err error) {
+		fail(err)
+		gs.pushState(doc.ANAGroups, doc.Drained)
+	}
 	nc := MergeGroup(gs.running(), doc, st.ranges)
 	nc.ApplyDefaults()
 	if err := nc.Validate(); err != nil {
-		fail(err)
+		failTarget(err)
 		return
 	}
 	if err := st.apply(nc); err != nil {
-		fail(err)
+		failTarget(err)
 		return
 	}
 	gs.log.Info("gateway: applied the group configuration", zap.Uint64("version", sc.Version), zap.Uint64("was", st.version))
-	gs.Applied(sc.Version, nc)
+	gs.mu.Lock()
+	gs.applied(sc.Version, nc, doc.ANAGroups, doc.Drained)
 }
 
 // GroupStatus reads the group's state (GET /v1/group, nvmetctl group):
@@ -345,6 +366,15 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: v})
 		}
 	}
+	drained := gs.drainedOf()
+	for _, name := range drained {
+		if !seen[name] {
+			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: stored[name]})
+		}
+	}
+	for i := range out.Members {
+		out.Members[i].Drained = slices.Contains(drained, out.Members[i].Name)
+	}
 	slices.SortFunc(out.Members, func(a, b ctlclient.GroupMember) int { return strings.Compare(a.Name, b.Name) })
 	if s := gs.Status(); s != nil {
 		if s.Degraded != "" {
@@ -355,6 +385,7 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 		}
 	}
 	out.Problems = append(out.Problems, groupProblems(out)...)
+	out.Draining = draining(out, drained)
 	return out, nil
 }
 
@@ -383,4 +414,22 @@ func groupProblems(st *ctlclient.GroupStatus) []string {
 		p = append(p, fmt.Sprintf("%s cannot apply %s", st.Gateway, st.Pending))
 	}
 	return p
+}
+
+// draining names each drained gateway that still holds ANA groups (its
+// drain is in progress: their hand-overs are not done).
+func draining(st *ctlclient.GroupStatus, drained []string) []string {
+	var out []string
+	for _, name := range drained {
+		var ids []string
+		for _, g := range st.ANAGroups {
+			if g.Holder == name {
+				ids = append(ids, fmt.Sprint(g.ID))
+			}
+		}
+		if len(ids) > 0 {
+			out = append(out, fmt.Sprintf("%s is drained and still holds ANA group(s) %s: their hand-over is in progress", name, strings.Join(ids, ",")))
+		}
+	}
+	return out
 }

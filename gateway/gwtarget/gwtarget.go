@@ -906,6 +906,10 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 	gs.mu.Lock()
 	gs.runner, gs.cl, gs.cancel = r, cl, cancel
 	gs.mu.Unlock()
+	// The version's preferred owners and drained state, before the
+	// machine's first tick: a drained gateway stays out across its
+	// restarts.
+	gs.pushGroupState()
 	log.Info("gateway: member of the group", zap.String("name", g.Name), zap.String("group", g.Group),
 		zap.String("session", session), zap.String("client", cl.Addrs()), zap.Duration("lease", g.Lease))
 	if note := faultInjectorNote(); note != "" {
@@ -1000,6 +1004,9 @@ type Status struct {
 	// stored one it could not apply, and why.
 	GroupConfigVersion uint64 `json:"group_config_version,omitempty"`
 	GroupConfigPending string `json:"group_config_pending,omitempty"`
+	// Drained: this gateway is drained (nvmetctl gateway drain): it
+	// owns no group until undrained.
+	Drained bool `json:"drained,omitempty"`
 	// DiscoveryPorts are the other gateways' ports this gateway's
 	// discovery log lists ("gw-b 1 rdma 192.0.2.12:4420 NQN,...":
 	// docs/rbd.md "Discovery across the group").
@@ -1032,7 +1039,7 @@ func (gs *Gateway) Status() *Status {
 		return &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthDegraded, Degraded: "not connected to the cluster"}
 	}
 	groups, degr := r.Status()
-	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
+	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences(), Drained: r.Drained()}
 	gs.mu.Lock()
 	for _, p := range gs.peers {
 		st.DiscoveryPorts = append(st.DiscoveryPorts, fmt.Sprintf("%s %d %s %s %s", p.Gateway, p.PortID, p.Transport,
