@@ -279,12 +279,14 @@ func TestMachineFailback(t *testing.T) {
 		t.Fatalf("a: %+v", st)
 	}
 	// a dies: b fences it and takes the group back, with new clients
-	// (a fenced b's old ones).
+	// (a fenced b's old ones; b fences them again with its own, as
+	// every acquisition that replaces them does: its released record
+	// named b-addr).
 	run(t, b, []step{
 		{poke, nil},
 		{tick(30000), []string{"group 1: read"}},
 		{read(1, 30000, Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-rbd"}, Epoch: 2}}, nil),
-			[]string{"group 1: fence [a-rbd] (lease of a (session a-s1) expired without release)"}},
+			[]string{"group 1: fence [a-rbd b-addr] and own clients (lease of a (session a-s1) expired without release; " + ownReason + ")"}},
 		{fenceDone(1, 30100, nil), []string{"group 1: acquire (reopen)"}},
 	})
 }

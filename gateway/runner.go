@@ -380,9 +380,22 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
 				func(err error) []Action { return r.m.RenewDone(g, req, err) })
 		case ActFence:
-			r.log.Warn("gateway: fencing the previous holder before taking the group", zap.Uint32("group", g),
-				zap.Strings("addrs", a.Addrs), zap.String("reason", a.Reason))
-			async(func() error { return r.cl.Fence(a.Addrs) },
+			addrs := slices.Clone(a.Addrs)
+			msg := "gateway: fencing the previous holder before taking the group"
+			if a.Own {
+				// Every client this gateway has on the group's images,
+				// closed ones included: the acquisition that follows
+				// replaces them all (ActAcquire Reopen), so the new
+				// ones, opened after this, are not among them.
+				for _, v := range r.ap.Addrs(g) {
+					if !slices.Contains(addrs, v) {
+						addrs = append(addrs, v)
+					}
+				}
+				msg = "gateway: fencing the previous holder (this gateway's own old clients of the group included) before taking the group on new clients"
+			}
+			r.log.Warn(msg, zap.Uint32("group", g), zap.Strings("addrs", addrs), zap.String("reason", a.Reason))
+			async(func() error { return r.cl.Fence(addrs) },
 				func(err error) []Action {
 					if err == nil {
 						r.mu.Lock()
