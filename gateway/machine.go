@@ -23,6 +23,12 @@ var (
 	// gateway's ports for a whole lease (the target refused the change):
 	// the gateway stops serving by exiting (ActExitStepDownFailed).
 	ErrStepDownFailed = errors.New("gateway: a group could not be made inaccessible here")
+	// ErrHolderSince: an acquisition found, under the lock, a record
+	// of an epoch at least its own: a gateway held the group after the
+	// read on which the acquisition was decided (during its fence), and
+	// was not fenced by it. The acquisition is abandoned (the lock
+	// given back) and the group read again.
+	ErrHolderSince = errors.New("gateway: another gateway held the group since it was read")
 )
 
 // ActionKind is what an [Action] asks the driver to do.
@@ -361,10 +367,10 @@ type group struct {
 	// fenceReopen (Fencing): the acquisition after the fence replaces
 	// this gateway's clients of the group (ActAcquire Reopen).
 	fenceReopen bool
-	// own: the client addresses that records of this gateway's session
-	// named for the group (read back from the group object): fenced
-	// with the clients the driver has before an acquisition replaces
-	// them (ActFence Own).
+	// own: the client addresses that the last record of this gateway's
+	// session named for the group (read back from the group object):
+	// fenced with the clients the driver has before an acquisition
+	// replaces them (ActFence Own).
 	own []string
 	// serveAfter: the group could not be served here (the target refused
 	// to make it optimized, [Machine.ServeFailed]); it is not acquired
@@ -653,6 +659,10 @@ func (m *Machine) SetANADone(id uint32, optimized bool, now time.Time, err error
 		if g.anaWant && g.role == Owner && !m.exited {
 			m.serveFailed(g, now)
 			g.serveAfter, g.releasing, g.releaseTo = now.Add(m.cfg.Lease), true, ""
+			// Whatever failed may be its clients (blocklisted, cut): the
+			// next acquisition replaces them, also when the release below
+			// fails and the record stays ours.
+			g.be.reopen = true
 			acts = m.setANA(acts, g, false)
 			return append(acts, Action{Kind: ActStepDown, Group: g.id, Reason: "the target could not serve it: " + err.Error()})
 		}
@@ -743,12 +753,11 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 	}
 	if o.Record.Session == m.cfg.Session {
 		// This gateway's own record: the clients it names are fenced
-		// before an acquisition replaces them (acquire).
-		for _, a := range o.Record.Addrs {
-			if !slices.Contains(g.own, a) {
-				g.own = append(g.own, a)
-			}
-		}
+		// before an acquisition replaces them (acquire). Its last record
+		// only: a record names the clients that may still write (the
+		// driver leaves out those it fenced itself), so that a fence
+		// does not grow with the group's history.
+		g.own = slices.Clone(o.Record.Addrs)
 	}
 	if o.Locked {
 		g.freeSince = time.Time{}
@@ -820,7 +829,13 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 			return nil
 		}
 		if r.Session == m.cfg.Session {
-			return m.acquire(g, now, false, prior{}) // released by us; nobody since
+			// Released by us, nobody since: taken back on new clients.
+			// The gateway it was handed to (or any that saw it
+			// released) fences our clients of the group before it takes
+			// it, and may be doing so now: the old clients could be
+			// blocklisted under us (seen: TestFailbackBackoff, whose
+			// recipient's fence outlasted a lease).
+			return m.acquire(g, now, true, prior{})
 		}
 		if r.Session == "" || len(r.Addrs) == 0 {
 			return m.acquire(g, now, g.everHeld, prior{})
@@ -954,6 +969,14 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	if err != nil {
 		g.noteErr(err)
 		g.role, g.byFailback = Standby, false
+		if errors.Is(err, ErrLockBusy) {
+			// Another gateway has the lock, or held the group since
+			// the read (ErrHolderSince): read it again at once (that
+			// holder is fenced before the next acquisition). Not a
+			// failure of the new clients: no backend backoff.
+			g.poke = true
+			return nil
+		}
 		m.backendAcquireFailed(g)
 		return nil
 	}
@@ -1013,6 +1036,12 @@ func (m *Machine) ReleaseDone(id uint32, err error) []Action {
 		return nil
 	}
 	g.noteErr(err)
+	if err != nil {
+		// The flush or the record write failed: perhaps on its clients
+		// (blocklisted, cut). The group is taken again here only on
+		// new ones (its own lock or record taken back included).
+		g.be.reopen = true
+	}
 	m.lost(g, g.issued)
 	g.role, g.freeSince, g.holder, g.poke = Standby, time.Time{}, "", true
 	return nil
