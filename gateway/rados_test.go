@@ -725,6 +725,103 @@ func TestAcquireRefusedAfterHolderSince(t *testing.T) {
 	}
 }
 
+// heldFence is a Cluster whose first Fence waits, once entered, until the
+// test lets it go: a fence that outlasts a lease (a loaded monitor), in
+// an order the test chooses.
+type heldFence struct {
+	gateway.Cluster
+	first   sync.Once
+	entered chan struct{} // closed when the first Fence is entered
+	go_     chan struct{} // the first Fence goes on once closed
+	letGo   sync.Once
+}
+
+func holdFirstFence(t *testing.T, h **heldFence) func(gateway.Cluster) gateway.Cluster {
+	return func(c gateway.Cluster) gateway.Cluster {
+		*h = &heldFence{Cluster: c, entered: make(chan struct{}), go_: make(chan struct{})}
+		return *h
+	}
+}
+
+func (h *heldFence) Fence(addrs []string) error {
+	held := false
+	h.first.Do(func() { held = true })
+	if held {
+		close(h.entered)
+		<-h.go_
+	}
+	return h.Cluster.Fence(addrs)
+}
+
+func (h *heldFence) release() { h.letGo.Do(func() { close(h.go_) }) }
+
+func (h *heldFence) waitEntered(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-h.entered:
+	case <-time.After(hang):
+		t.Fatalf("no %s within %s", what, hang)
+	}
+}
+
+// TestFailbackFenceOutlastsLease: the sequence that lost a failback strike
+// in TestFailbackBackoff with the self-fence (s7), in order, by holding
+// fences rather than by timing. b hands the group over to a (preferred,
+// refusing optimized); a's fence of b's clients is held; after a lease b
+// takes its own released record back on new clients and its own fence is
+// held too; a's fence then completes: a acquires, cannot serve and
+// releases (a strike); then b's fence completes. b's acquisition was
+// decided before a held the group: it must be refused (ErrHolderSince),
+// and b must fence a's clients and write a later epoch with a's strike.
+// Before the check under the lock, b acquired at a's epoch, over a's
+// record, with no strike and a's clients never fenced.
+func TestFailbackFenceOutlastsLease(t *testing.T) {
+	f := newFixture(t)
+	var hb, ha *heldFence
+	b := f.start(t, "b", "b-1", holdFirstFence(t, &hb))
+	t.Cleanup(hb.release)
+	b.waitEvent("b optimized", 0, isANA(true))
+	a := f.start(t, "a", "a-1", holdFirstFence(t, &ha))
+	t.Cleanup(ha.release)
+	a.mu.Lock()
+	a.refuseOptimized = true
+	a.mu.Unlock()
+	ha.waitEntered(t, "fence by a (b's hand-over)")
+	hb.waitEntered(t, "fence by b (its own released record taken back)")
+	ha.release()
+	k := a.waitEvent("a's release after its serve failure", 0, isAct(gateway.ActRelease, true))
+	a.mu.Lock()
+	aEpoch := a.events[k].Action.Epoch
+	a.mu.Unlock()
+	hb.release()
+	b.waitStatus("b owner again", func(s gateway.GroupStatus) bool { return s.Role == gateway.Owner })
+	o, err := b.cl.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a released at epoch %d; the record now: %+v; b's events:\n%s", aEpoch, o.Record, b.dump())
+	if o.Record.Name != "b" || o.Record.Epoch <= aEpoch || o.Record.Failbacks < 1 {
+		t.Fatalf("record after a's failed failback: %+v, want b's at an epoch above a's %d, with a's strike", o.Record, aEpoch)
+	}
+	aAddrs := a.Addrs(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	refused, fencedA := false, false
+	for _, e := range b.events {
+		switch {
+		case e.Action.Kind == gateway.ActAcquire && errors.Is(e.Err, gateway.ErrHolderSince):
+			refused = true
+		case refused && e.Action.Kind == gateway.ActFence && e.Err == nil:
+			for _, v := range aAddrs {
+				fencedA = fencedA || slices.Contains(e.Action.Addrs, v)
+			}
+		}
+	}
+	if !refused || !fencedA {
+		t.Fatalf("b's acquisition refused (ErrHolderSince): %v; a's client fenced after: %v; want both", refused, fencedA)
+	}
+}
+
 // TestFenceAddsOnlyMissingEntries: a fence adds one blocklist entry per
 // client, none for a client listed already (fenced by an earlier fence: a
 // hand-over's recipient fences clients the previous holder's own fence
