@@ -589,7 +589,8 @@ func blocklistCmd(addr string, expire time.Duration) []byte {
 // the entries (as librbd does when it breaks a lock).
 //
 // It lists the blocklist first (`osd blocklist ls`, a read of the
-// monitor's committed OSD map, no commit) and adds only the entries that
+// monitor's committed OSD map, no commit; "profile rbd" allows it, as
+// it allows reading the OSD map) and adds only the entries that
 // are not there for at least half the expiry (ToBlocklist): each add is a
 // Paxos commit of a new OSD map, seconds on a loaded cluster, and the
 // clients of a group are often fenced already (the previous holder's by
@@ -602,13 +603,12 @@ func (r *RADOS) Fence(vecs []string) error {
 	if expire <= 0 {
 		expire = DefaultBlocklistExpire
 	}
-	out, status, err := r.conn.MonCommand([]byte(`{"prefix":"osd blocklist ls","format":"json"}`))
-	if err != nil {
-		return fmt.Errorf("osd blocklist ls: %w (%s)", classify(err), status)
-	}
-	have, err := ParseBlocklist(out)
-	if err != nil {
-		return err
+	// The listing only saves commits: if it fails (or cannot be read),
+	// every entry is added, as before it existed. A fenced gateway's
+	// ErrFenced still shows at the adds.
+	var have map[string]time.Time
+	if out, _, err := r.conn.MonCommand([]byte(`{"prefix":"osd blocklist ls","format":"json"}`)); err == nil {
+		have, _ = ParseBlocklist(out)
 	}
 	for _, e := range ToBlocklist(vecs, have, time.Now().Add(expire/2)) {
 		if _, status, err := r.conn.MonCommand(blocklistCmd(e, expire)); err != nil {
