@@ -133,10 +133,11 @@ type Action struct {
 	Reopen bool
 	// Own (ActFence): the fence precedes an acquisition that replaces
 	// this gateway's own clients of the group (Reopen): Addrs has those
-	// its records named, and the driver adds every client it has on the
-	// group's images (Applier.Addrs, taken at the fence: all of them are
-	// about to be replaced), so that no write of theirs can land after
-	// one of the new clients.
+	// its last record named, and the driver adds every client it has on
+	// the group's images that its own fences have not blocklisted yet
+	// (Applier.Addrs, taken at the fence: all of them are about to be
+	// replaced), so that no write of theirs can land after one of the
+	// new clients.
 	Own bool
 	// Until (ActServeUntil): the serving deadline.
 	Until time.Time
@@ -876,8 +877,9 @@ type prior struct {
 // Before the group is served here, every client that may still write to
 // its images and will not carry its writes from now on is fenced: those
 // of the previous holders (p), and, when this gateway's own clients are
-// replaced, those too (ActFence Own: the addresses its records named,
-// and the driver adds every client it has on the group's images). A
+// replaced, those too (ActFence Own: the addresses its last record
+// named, and the driver adds every client it has on the group's images
+// that it has not fenced itself yet). A
 // write of an old client of its own may still be in librbd or in an
 // OSD's queue (after a backend step-down it is stuck there: that is why
 // the group was stepped down) and would otherwise land after a newer
