@@ -74,7 +74,12 @@ func TestGatewayProcessGuard(t *testing.T) {
 	rand.Read(rb[:])
 	group := "g" + hex.EncodeToString(rb[:])
 	d := t.TempDir()
-	p := &gwProc{t: t, name: "gw-a", bin: bin, dir: d, cfg: filepath.Join(d, "nvmetd.yaml"), port: freePort(t)}
+	// The file-held group configuration: its SIGHUP re-reads the file's
+	// subsystems, which the guard must refuse. (With the default,
+	// group_config: rados, a SIGHUP keeps the group's configuration and
+	// the API's change is validated for the whole group:
+	// TestGatewayProcessGroupConfig.)
+	p := &gwProc{t: t, name: "gw-a", bin: bin, dir: d, cfg: filepath.Join(d, "nvmetd.yaml"), port: freePort(t), extra: "  group_config: file\n"}
 	p.writeConfig(c, image, group, 1)
 	p.start()
 	t.Cleanup(func() {

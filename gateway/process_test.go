@@ -543,14 +543,16 @@ func TestGatewayProcesses(t *testing.T) {
 	}
 
 	// The group's state (GET /v1/group, nvmetctl group) with the
-	// configuration in each gateway's file: both members, no version,
-	// group 1 held by gw-a as gw-b reads it, nothing to act on.
+	// configuration in RADOS (the default): both members, each running
+	// version 1 (the one gw-a seeded: recorded at the start, not only
+	// when a later version is applied), group 1 held by gw-a as gw-b
+	// reads it, nothing to act on.
 	var gst ctlclient.GroupStatus
 	if err := json.Unmarshal([]byte(b.get("ctl.sock", "/v1/group")), &gst); err != nil {
 		t.Fatalf("gw-b GET /v1/group: %v", err)
 	}
-	if gst.Version != 0 || len(gst.Members) != 2 || len(gst.ANAGroups) != 1 || gst.ANAGroups[0].Holder != "gw-a" ||
-		gst.ANAGroups[0].Preferred != "gw-a" || len(gst.Problems) != 0 {
+	if gst.Version != 1 || gst.Running != 1 || len(gst.Members) != 2 || gst.Members[0].Running != 1 || gst.Members[1].Running != 1 ||
+		len(gst.ANAGroups) != 1 || gst.ANAGroups[0].Holder != "gw-a" || gst.ANAGroups[0].Preferred != "gw-a" || len(gst.Problems) != 0 {
 		t.Errorf("gw-b's view of the group: %+v", gst)
 	}
 

@@ -24,6 +24,10 @@ type groupState struct {
 	// pending: a stored version that could not be applied here, and why.
 	pending    uint64
 	pendingErr string
+	// recorded is the version last recorded as running here
+	// (running.<name>): the one Bootstrap loaded is recorded once the
+	// gateway runs, and retried with every sync until it is.
+	recorded uint64
 	// apply applies a whole configuration to the target as a reload does
 	// and makes it the running one; the change lock is held.
 	apply func(*target.Config) error
@@ -214,9 +218,22 @@ func (gs *Gateway) Applied(v uint64, nc *target.Config) {
 	}
 	cl := gs.cl
 	gs.mu.Unlock()
+	gs.recordRunning(cl, v)
+}
+
+// recordRunning records version v as the one this gateway runs
+// (running.<name>), unless a newer one was recorded meanwhile. A failure
+// is logged and retried at the next sync (every lease).
+func (gs *Gateway) recordRunning(cl *gateway.RADOS, v uint64) {
 	if err := cl.SetRunning(gs.cfg.Name, v); err != nil {
 		gs.log.Warn("gateway: cannot record the running version of the group configuration", zap.Uint64("version", v), zap.Error(err))
+		return
 	}
+	gs.mu.Lock()
+	if gs.grp != nil && gs.grp.recorded < v {
+		gs.grp.recorded = v
+	}
+	gs.mu.Unlock()
 }
 
 // syncOnce applies the stored version if it is newer than the one that
@@ -236,6 +253,11 @@ func (gs *Gateway) syncOnce() {
 	st := *gs.grp
 	gs.mu.Unlock()
 	if sc.Version <= st.version {
+		if st.recorded != st.version {
+			// The version loaded at the start (or one whose record
+			// failed) runs and is not recorded yet.
+			gs.recordRunning(gs.cl, st.version)
+		}
 		return
 	}
 	fail := func(err error) {

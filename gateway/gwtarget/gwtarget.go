@@ -80,11 +80,11 @@ type Config struct {
 	// gateway.MaxBlocklistExpire).
 	BlocklistExpire time.Duration `mapstructure:"blocklist_expire"`
 	// GroupConfig says where the group's configuration (subsystems,
-	// namespaces, hosts, ANA groups) is held: "file" (default: each
-	// gateway's file, compared) or "rados" (the group's config object,
-	// versioned, changed through any gateway's management API; the
-	// file's subsystems and hosts only seed version 1). See
-	// groupconfig.go and docs/rbd.md.
+	// namespaces, hosts, ANA groups) is held: "rados" (the default: the
+	// group's config object, versioned, changed through any gateway's
+	// management API; the file's subsystems and hosts only seed version
+	// 1) or "file" (each gateway's file, compared). See groupconfig.go
+	// and docs/rbd.md.
 	GroupConfig string `mapstructure:"group_config"`
 	// CNTLIDMin and CNTLIDMax are this gateway's CNTLID range on the
 	// subsystems its file does not list (those added to the group's
@@ -165,7 +165,7 @@ func (g *Config) ApplyDefaults() {
 		g.BackendMaxBackoff = 32 * g.BackendBackoff
 	}
 	if g.GroupConfig == "" {
-		g.GroupConfig = GroupConfigFile
+		g.GroupConfig = GroupConfigRADOS
 	}
 	if g.Cluster.CephConf == "" {
 		g.Cluster.CephConf = backend.DefaultCephConf
@@ -878,6 +878,12 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 		log.Warn("gateway: " + note)
 	}
 	go func() { gs.done <- r.Run(ctx, g.Lease/2) }()
+	if v := gs.GroupVersion(); v != 0 {
+		// The version Bootstrap loaded is served now: recorded as a
+		// later one is when it is applied (Applied), so that the group's
+		// status does not say this member runs none.
+		gs.recordRunning(cl, v)
+	}
 	gs.syncStop, gs.syncDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(gs.syncDone)

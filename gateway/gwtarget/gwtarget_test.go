@@ -63,3 +63,20 @@ func TestCanonicalGroupConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupConfigDefault: a gateway section that does not say where the
+// group's configuration is held keeps it in RADOS, versioned (issue 27:
+// the group's configuration once, in the cluster; a gateway's file keeps
+// only what is local); "file" stays selectable.
+func TestGroupConfigDefault(t *testing.T) {
+	g := &Config{}
+	g.ApplyDefaults()
+	if g.GroupConfig != GroupConfigRADOS {
+		t.Fatalf("default group_config %q, want %q", g.GroupConfig, GroupConfigRADOS)
+	}
+	g = &Config{GroupConfig: GroupConfigFile}
+	g.ApplyDefaults()
+	if g.GroupConfig != GroupConfigFile {
+		t.Fatalf("group_config file became %q", g.GroupConfig)
+	}
+}

@@ -112,6 +112,7 @@ gateway:
   step_down_margin: 2s
   failback_delay: 3s
   ana_groups: [{id: 1, preferred: gw-a}, {id: 2, preferred: gw-b}]
+  group_config: file
 ports:
   - {id: 1, address: %[8]s, service_id: %[9]d, subsystems: [%[10]s]}
 subsystems:

@@ -58,6 +58,8 @@ type gwProc struct {
 	// advertise, if set, is the address the other gateway's discovery
 	// log gives hosts for this one's port (gateway.advertise).
 	advertise string
+	// groupConfig is gateway.group_config ("" file: groupConfigLine).
+	groupConfig string
 	// env is added to the process's environment (NAME=value).
 	env []string
 }
@@ -80,7 +82,7 @@ gateway:
   step_down_margin: 2s
   failback_delay: 3s
   ana_groups: [{id: 1, preferred: gw-a}]
-%sports:
+%s%sports:
   - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
 subsystems:
   - nqn: %s
@@ -92,8 +94,19 @@ subsystems:
       - nsid: 1
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s}
-`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, advertiseLine(p.advertise), p.port, gatewayNQN,
+`, filepath.Join(p.dir, "ctl.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, groupConfigLine(p.groupConfig), advertiseLine(p.advertise), p.port, gatewayNQN,
 		gatewayNQN, cmin, cmin+999, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
+}
+
+// groupConfigLine is the gateway section's group_config line: mode, or
+// "file" where the test gives none. These phases were written for the
+// file-held configuration (the guard phase's SIGHUP re-reads the file's
+// subsystems); the product's default is rados.
+func groupConfigLine(mode string) string {
+	if mode == "" {
+		mode = "file"
+	}
+	return "  group_config: " + mode + "\n"
 }
 
 // advertiseLine is the gateway section's advertise line for port 1 ("" none).
