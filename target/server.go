@@ -43,7 +43,7 @@ type server struct {
 	opMu       sync.Mutex
 	// applies counts the swaps (apply) and configuration changes under
 	// opMu: a reopen prepared outside opMu is applied only if none came
-	// in between (PrepareReopen).
+	// in between (prepareReopen).
 	applies   uint64
 	started   bool
 	stopped   bool

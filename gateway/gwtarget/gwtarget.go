@@ -383,7 +383,8 @@ func member(g *Config, cfg *target.Config) gateway.Member {
 // (GroupInFlight, SetServingDeadline, BackendHealth, SetGatewayGuard).
 type Target interface {
 	Reload(cfg *target.Config) error
-	ReopenNamespaces(anaGroup uint32) error
+	// ReopenNamespaces holds swap around its swaps, not across its opens.
+	ReopenNamespaces(anaGroup uint32, swap sync.Locker) error
 	// SetGroupANA is the one path of an ANA change of the group (not a
 	// reload: it waits for no backend I/O).
 	SetGroupANA(anaGroup uint32, st nvmeof.ANAState) error
@@ -732,7 +733,7 @@ func (a applier) Reopen(group uint32) error {
 	for _, c := range backend.CephClients() {
 		before[c.Addrs] = true
 	}
-	if err := a.reopen(group); err != nil {
+	if err := gs.t.ReopenNamespaces(group, gs.change); err != nil {
 		if errors.Is(err, target.ErrReloadRefused) || errors.Is(err, target.ErrReopenStale) {
 			return fmt.Errorf("reopen the rbd namespaces of ANA group %d: %w", group, err)
 		}
@@ -772,41 +773,6 @@ func (a applier) AnswerInFlight(group uint32) (int, error) {
 }
 
 var _ gateway.InFlightAnswerer = applier{}
-
-// reopenTarget is the target's reopen in two halves (*target.Target has
-// it): the opens, then the swap.
-type reopenTarget interface {
-	PrepareReopen(anaGroup uint32) (*target.PreparedReopen, error)
-}
-
-// reopenTries bounds the reopens prepared again because a reload swapped
-// namespaces while the new backends opened.
-const reopenTries = 3
-
-// reopen reopens the group's namespaces: the opens without the change
-// lock, the swap under it.
-func (a applier) reopen(group uint32) error {
-	gs := a.gs
-	rt, ok := gs.t.(reopenTarget)
-	if !ok {
-		gs.change.Lock()
-		defer gs.change.Unlock()
-		return gs.t.ReopenNamespaces(group)
-	}
-	for try := 1; ; try++ {
-		r, err := rt.PrepareReopen(group)
-		if err != nil {
-			return err
-		}
-		gs.change.Lock()
-		err = r.Apply()
-		gs.change.Unlock()
-		if errors.Is(err, target.ErrReopenStale) && try < reopenTries {
-			continue
-		}
-		return err
-	}
-}
 
 // retryNamespaces reloads the target, in the background and at most once
 // per failback_delay (at least a lease apart), so that the namespaces
