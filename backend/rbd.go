@@ -787,6 +787,14 @@ func (r *RBD) Flush() error {
 			// cache, and releasing the lock waited for its writes.
 			return nil
 		}
+		if rbdErrno(err) == syscall.ESHUTDOWN && r.exclusive && !r.lockHeld.Load() && !r.writable.Load() {
+			// Blocklisted (a gateway's successor fenced this client
+			// after its group went inaccessible here) with its writes
+			// off: nothing to flush either. No cache, so what it
+			// acknowledged is on the OSDs; it takes no write any more;
+			// a write still in librbd can only fail now.
+			return nil
+		}
 		return r.fail(OpFlush, 0, 0, 0, err)
 	}
 	return nil

@@ -458,6 +458,42 @@ func TestRBDClusterPaused(t *testing.T) {
 	}
 }
 
+// TestRBDFlushFencedNotWritable: a backend whose writes were turned off
+// (its gateway group went inaccessible: SetWritable(false), whose lock
+// release runs in the target's background) and whose client was then
+// blocklisted (a successor fenced it, as every hand-over does) has nothing
+// to flush: no cache, so what it acknowledged is on the OSDs, and it takes
+// no write any more. Its flush succeeds, so that a gateway's clean stop
+// after its release is clean however fast the successor's fence is
+// (TestGatewayProcesses' SIGTERM found gw-a exiting 1, "flush namespace 1:
+// ... cannot send after transport endpoint shutdown", once fences stopped
+// re-adding every old entry and came 0.3 s before its last flush).
+// Before: ESHUTDOWN.
+func TestRBDFlushFencedNotWritable(t *testing.T) {
+	r, c, _ := openRBD(t, 8<<20, 512)
+	defer r.Close()
+	p := pageBuffer(t, 4096)
+	copy(p, "before the fence")
+	if err := r.WriteAt(p, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimSuffix(strings.TrimPrefix(r.CephClient().Addrs, "["), "]")
+	addr, _, _ = strings.Cut(addr, ",")
+	if out, err := c.Ceph("osd", "blocklist", "add", addr, "600"); err != nil {
+		t.Fatalf("blocklist %s: %v\n%s", addr, err, out)
+	}
+	// The fenced client sees its entry once it has the OSD map with it.
+	_ = r.WaitForLatestOSDMap()
+	err := r.SetWritable(false)
+	t.Logf("writes off after the fence: %v", err)
+	if err := r.Flush(); err != nil {
+		t.Fatalf("flush of a fenced client whose writes are off: %v, want nil (nothing to flush)", err)
+	}
+	if err := r.WriteAt(p, 0, false); err == nil {
+		t.Fatal("a write after SetWritable(false) succeeded")
+	}
+}
+
 // TestRBDBlocklisted: a backend whose RADOS client is blocklisted (fenced,
 // as a gateway group fences a dead gateway, with the gateway's own caps)
 // has its writes refused by the cluster: ErrUnavailable (EBLOCKLISTED is

@@ -49,7 +49,7 @@ func TestMachineBackendBlocklisted(t *testing.T) {
 		step{tick(23500), []string{"group 1: read"}},
 		// b handed it back: a takes it on new clients.
 		step{read(1, 23500, Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-rbd"}, Released: true, HandoverTo: "a", Epoch: 2}}, nil),
-			[]string{"group 1: fence [b-rbd] (hand-over from b (session b-s1): its clients of the group are fenced before serving)"}},
+			[]string{"group 1: fence [b-rbd a-rbd] and own clients (hand-over from b (session b-s1): its clients of the group are fenced before serving; " + ownReason + ")"}},
 		step{fenceDone(1, 23600, nil), []string{"group 1: acquire (reopen)"}},
 		step{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 	))
@@ -74,7 +74,8 @@ func TestMachineBackendReopenWithoutSuccessor(t *testing.T) {
 		step{tick(20199), []string{"group 1: read"}},
 		step{read(1, 20199, releasedBy("a"), nil), nil},
 		step{tick(20200 + 3000), []string{"group 1: read"}},
-		step{read(1, 23200, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
+		step{read(1, 23200, releasedBy("a"), nil), []string{"group 1: fence [a-rbd] and own clients (" + ownReason + ")"}},
+		step{fenceDone(1, 23200, nil), []string{"group 1: acquire (reopen)"}},
 		step{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 	))
 }
@@ -101,7 +102,11 @@ func TestMachineBackendCutFromOSDs(t *testing.T) {
 		step{anaDone(1, false, 15100, nil), []string{"group 1: release to  (no drain)"}},
 		step{released(1, nil), nil},
 		step{tick(35100), []string{"group 1: read"}},
-		step{read(1, 35100, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
+		step{read(1, 35100, releasedBy("a"), nil), []string{"group 1: fence [a-rbd] and own clients (" + ownReason + ")"}},
+		// Not blocklisted by anyone: what was stuck in the old clients
+		// is answered once this gateway fenced them itself.
+		step{fenceDone(1, 35100, nil), []string{"group 1: answer-in-flight (this gateway fenced its own clients of the group before taking it back)",
+			"group 1: acquire (reopen)"}},
 		step{acquired(1, nil), []string{"group 1: set-ana optimized"}},
 		step{anaDone(1, true, 35100, nil), nil},
 		// Still cut: the next step-down backs off twice as long.
@@ -150,7 +155,8 @@ func TestMachineBackendReopenFails(t *testing.T) {
 		step{tick(20299), []string{"group 1: read"}},
 		step{read(1, 20299, releasedBy("a"), nil), nil}, // the backoff runs from the release (0.3 s)
 		step{tick(23300), []string{"group 1: read"}},
-		step{read(1, 23300, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
+		step{read(1, 23300, releasedBy("a"), nil), []string{"group 1: fence [a-rbd] and own clients (" + ownReason + ")"}},
+		step{fenceDone(1, 23300, nil), []string{"group 1: acquire (reopen)"}},
 		step{acquired(1, errors.New("reopen the group's namespaces with new RADOS clients: timed out")), nil},
 		// b took it meanwhile: a asks for nothing until 23.3 + 40 s.
 		step{tick(26300), []string{"group 1: read"}},
@@ -209,6 +215,9 @@ func TestMachineBackendStuck(t *testing.T) {
 	))
 }
 
+// ownReason is the reason of an ActFence Own.
+const ownReason = "taken on new clients: a write of this gateway's old ones may still be in flight"
+
 // takenBy is group 1 locked by name with a record of epoch epoch.
 func takenBy(name string, epoch uint64) Observed {
 	o := heldBy(name)
@@ -237,7 +246,8 @@ func TestMachineBackendBackoffFromRelease(t *testing.T) {
 		step{tick(27199), []string{"group 1: read"}},
 		step{read(1, 27199, releasedBy("a"), nil), nil},
 		step{tick(30200), []string{"group 1: read"}},
-		step{read(1, 30200, releasedBy("a"), nil), []string{"group 1: acquire (reopen)"}},
+		step{read(1, 30200, releasedBy("a"), nil), []string{"group 1: fence [a-rbd] and own clients (" + ownReason + ")"}},
+		step{fenceDone(1, 30200, nil), []string{"group 1: acquire (reopen)"}},
 	))
 }
 
@@ -264,7 +274,7 @@ func TestMachineBackendDownsSurviveRestart(t *testing.T) {
 		{tick(43000), []string{"group 1: read"}},
 		{read(1, 43000, Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-rbd"}, Released: true, HandoverTo: "a",
 			Epoch: 2, BackendDowns: map[string]uint32{"a": 2}}}, nil),
-			[]string{"group 1: fence [b-rbd] (hand-over from b (session b-s1): its clients of the group are fenced before serving)"}},
+			[]string{"group 1: fence [b-rbd] and own clients (hand-over from b (session b-s1): its clients of the group are fenced before serving; " + ownReason + ")"}},
 	})
 	acts := m.FenceDone(1, at(43100), nil)
 	if len(acts) != 1 || acts[0].String() != "group 1: acquire (reopen)" || acts[0].BackendDowns["a"] != 2 {
@@ -296,4 +306,84 @@ func TestMachineBackendDownsSurviveRestart(t *testing.T) {
 	if renew == nil || renew.BackendDowns["a"] != 3 || len(renew.BackendDowns) != 1 {
 		t.Fatalf("b's renewal: %+v, want a's 3 step-downs written on", renew)
 	}
+}
+
+// TestMachineBackendOwnClientsFenced (issue 21): a group stepped down for
+// its backends (here its commands stood still in librbd: cut from the
+// image's OSDs, nobody blocklisted the client) that no other gateway took
+// meanwhile is taken back by the same gateway after its backoff, on new
+// clients: its old clients, whose writes may still be stuck in librbd or
+// an OSD's queue and land later, are fenced first (the addresses its
+// record named, and the driver adds every client it has on the group:
+// ActFence Own), and only then is the group acquired (the reopen and the
+// OSD-map barrier on the new clients, then the lock). Before, the
+// acquisition came at once, without a fence: a late write of the old
+// client could land after newer writes through the new one. The same
+// when the release failed and the lock is still this gateway's.
+func TestMachineBackendOwnClientsFenced(t *testing.T) {
+	stuck := func(completed, ended uint64, inFlight int64) BackendHealth {
+		return BackendHealth{Transferred: 4096, Completed: completed, Ended: ended, InFlight: inFlight}
+	}
+	down := []step{
+		step{sample(1, 100, stuck(10, 10, 4)), nil},
+		step{sample(1, 200, stuck(10, 10, 4)), nil},
+		step{sample(1, 10100, stuck(10, 10, 4)), []string{"group 1: set-ana inaccessible",
+			"group 1: step-down (backend: the group's I/O stood still in the backend (commands in flight, none ended since " +
+				at(100).Format("15:04:05.000") + ") for 10s and none completed (window 10s); " +
+				"released to a survivor, not taken again here for 20s, and only on new RADOS clients)"}},
+		step{anaDone(1, false, 10100, nil), []string{"group 1: release to  (no drain)"}},
+	}
+	own := releasedBy("a")
+	own.Record.Addrs = []string{"a-rbd-old"}
+	fence := "group 1: fence [a-rbd-old] and own clients (" + ownReason + ")"
+
+	t.Run("released", func(t *testing.T) {
+		m := oneGroup("a")
+		m.SetReadiness(1, Readiness{Hosts: 1})
+		var acts []Action
+		run(t, m, append(append(ownedSteps, down...),
+			step{released(1, nil), nil},
+			step{tick(30100), []string{"group 1: read"}},
+			// Its own released record, nobody since: its old clients
+			// are fenced before it takes the group back.
+			step{read(1, 30100, own, nil), []string{fence}},
+			step{func(m *Machine) []Action { acts = m.FenceDone(1, at(30200), nil); return acts },
+				[]string{"group 1: answer-in-flight (this gateway fenced its own clients of the group before taking it back)",
+					"group 1: acquire (reopen)"}},
+			step{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+		))
+		if a := acts[len(acts)-1]; a.Kind != ActAcquire || !a.Reopen {
+			t.Fatalf("after its own fence: %+v, want an acquisition on new clients", a)
+		}
+	})
+
+	t.Run("lock still held", func(t *testing.T) {
+		m := oneGroup("a")
+		m.SetReadiness(1, Readiness{Hosts: 1})
+		held := heldBy("a")
+		held.Record.Addrs = []string{"a-rbd-old"}
+		run(t, m, append(append(ownedSteps, down...),
+			// The release failed: the lock stays this gateway's until
+			// it expires.
+			step{released(1, errors.New("release: timed out")), nil},
+			step{tick(30100), []string{"group 1: read"}},
+			step{read(1, 30100, held, nil), []string{fence}},
+			step{fenceDone(1, 30200, nil), []string{"group 1: answer-in-flight (this gateway fenced its own clients of the group before taking it back)",
+				"group 1: acquire (reopen)"}},
+		))
+	})
+
+	t.Run("fence fails", func(t *testing.T) {
+		m := oneGroup("a")
+		m.SetReadiness(1, Readiness{Hosts: 1})
+		run(t, m, append(append(ownedSteps, down...),
+			step{released(1, nil), nil},
+			step{tick(30100), []string{"group 1: read"}},
+			step{read(1, 30100, own, nil), []string{fence}},
+			// No fence, no acquisition: the next read starts over.
+			step{fenceDone(1, 30200, errors.New("osd blocklist add: timed out")), nil},
+			step{tick(33100), []string{"group 1: read"}},
+			step{read(1, 33100, own, nil), []string{fence}},
+		))
+	})
 }

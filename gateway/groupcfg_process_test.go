@@ -112,10 +112,24 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	obj := gateway.ConfigObjectName(a.group)
 	stored := func() string { return admin(t, c, "rados", "-p", c.Pool, "get", obj, "-") }
 
-	// Added once, through gw-a.
-	status, body := a.post(path, `{"nsid": 2, "ana_group": 1, "backend": `+rbdBackend(img2)+`}`)
+	// Added once, through gw-a, asked to persist: the group's change has
+	// its record in RADOS, so the file is left alone (it keeps gw-a's
+	// own parts; its subsystems seed nothing now) and nothing is
+	// "unsaved" (a reload keeps the stored version).
+	fileBefore, err := os.ReadFile(a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := a.post(path+"?persist=true", `{"nsid": 2, "ana_group": 1, "backend": `+rbdBackend(img2)+`}`)
 	if status != 200 || !strings.Contains(body, `"group_version": 2`) {
 		t.Fatalf("add namespace 2 through gw-a: %d %s", status, body)
+	}
+	if fileAfter, _ := os.ReadFile(a.cfg); !strings.Contains(body, "not persisted to the file") || strings.Contains(body, `"persisted": true`) ||
+		!bytes.Equal(fileAfter, fileBefore) {
+		t.Fatalf("a group change with persist=true: %s; file changed: %v", body, !bytes.Equal(fileAfter, fileBefore))
+	}
+	if st := a.get("ctl.sock", "/v1/status"); strings.Contains(st, "unsaved_changes") {
+		t.Fatalf("gw-a says it has unsaved changes after a change stored in RADOS: %s", grepLines(st, "unsaved"))
 	}
 	a.waitGroup(2, []uint32{1, 2})
 	b.waitGroup(2, []uint32{1, 2})
@@ -188,10 +202,7 @@ func TestGatewayProcessGroupConfig(t *testing.T) {
 	b.waitGroup(3, want)
 
 	// nvmetctl group: the stored version and each gateway's.
-	ctl := filepath.Join(t.TempDir(), "nvmetctl")
-	if out, err := exec.Command("go", "build", "-o", ctl, "../cmd/nvmetctl").CombinedOutput(); err != nil {
-		t.Fatalf("go build nvmetctl: %v\n%s", err, out)
-	}
+	ctl := buildCtl(t)
 	deadline = time.Now().Add(hang)
 	for {
 		out, err := exec.Command(ctl, "--socket", filepath.Join(b.dir, "ctl.sock"), "group").CombinedOutput()

@@ -56,7 +56,7 @@ func TestGroupConfigCompareAndSet(t *testing.T) {
 	var errs [2]error
 	var vers [2]uint64
 	for i, cl := range []*gateway.RADOS{a, b} {
-		wg.Go(func() { vers[i], errs[i] = cl.WriteGroupConfig(1, []byte("change "+string(rune('a'+i))+"\n")) })
+		wg.Go(func() { vers[i], errs[i] = cl.WriteGroupConfig(1, []byte("change "+string(rune('a'+i))+"\n"), "") })
 	}
 	wg.Wait()
 	won := -1

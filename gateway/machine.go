@@ -23,6 +23,12 @@ var (
 	// gateway's ports for a whole lease (the target refused the change):
 	// the gateway stops serving by exiting (ActExitStepDownFailed).
 	ErrStepDownFailed = errors.New("gateway: a group could not be made inaccessible here")
+	// ErrHolderSince: an acquisition found, under the lock, a record
+	// of an epoch at least its own: a gateway held the group after the
+	// read on which the acquisition was decided (during its fence), and
+	// was not fenced by it. The acquisition is abandoned (the lock
+	// given back) and the group read again.
+	ErrHolderSince = errors.New("gateway: another gateway held the group since it was read")
 )
 
 // ActionKind is what an [Action] asks the driver to do.
@@ -46,7 +52,8 @@ const (
 	// handover request on the group object.
 	ActRenew
 	// ActFence blocklists every address in Addrs (the previous holder's
-	// RADOS clients); success only if all were blocklisted.
+	// RADOS clients, and with Own this gateway's own clients of the
+	// group); success only if all were blocklisted.
 	ActFence
 	// ActSetANA sets the group's ANA state on every port of this gateway:
 	// optimized when Optimized, else inaccessible. Its result is reported
@@ -121,8 +128,17 @@ type Action struct {
 	// ActRelease write.
 	Epoch uint64
 	// Reopen (ActAcquire): first replace the RADOS clients of the group's
-	// namespaces (Applier.Reopen): a successor may have fenced them.
+	// namespaces (Applier.Reopen): a successor may have fenced them, or
+	// this gateway did (Own).
 	Reopen bool
+	// Own (ActFence): the fence precedes an acquisition that replaces
+	// this gateway's own clients of the group (Reopen): Addrs has those
+	// its last record named, and the driver adds every client it has on
+	// the group's images that its own fences have not blocklisted yet
+	// (Applier.Addrs, taken at the fence: all of them are about to be
+	// replaced), so that no write of theirs can land after one of the
+	// new clients.
+	Own bool
 	// Until (ActServeUntil): the serving deadline.
 	Until time.Time
 	// Failbacks (ActAcquire, ActRenew, ActRelease): the failback strike
@@ -146,6 +162,9 @@ func (a Action) String() string {
 		}
 		return fmt.Sprintf("group %d: set-ana %s", a.Group, st)
 	case ActFence:
+		if a.Own {
+			return fmt.Sprintf("group %d: fence %v and own clients (%s)", a.Group, a.Addrs, a.Reason)
+		}
 		return fmt.Sprintf("group %d: fence %v (%s)", a.Group, a.Addrs, a.Reason)
 	case ActRelease:
 		if a.NoDrain {
@@ -346,6 +365,14 @@ type group struct {
 	fences    int
 	lastErr   string
 	fenceSess string // Fencing/Acquiring: the session being fenced
+	// fenceReopen (Fencing): the acquisition after the fence replaces
+	// this gateway's clients of the group (ActAcquire Reopen).
+	fenceReopen bool
+	// own: the client addresses that the last record of this gateway's
+	// session named for the group (read back from the group object):
+	// fenced with the clients the driver has before an acquisition
+	// replaces them (ActFence Own).
+	own []string
 	// serveAfter: the group could not be served here (the target refused
 	// to make it optimized, [Machine.ServeFailed]); it is not acquired
 	// again before this time, so that a survivor takes it meanwhile.
@@ -415,6 +442,7 @@ type Machine struct {
 	exited   bool
 	shutdown bool // Shutdown was called
 	fenceErr error
+	drained  bool // SetDrained: release what is owned, take nothing (drain.go)
 }
 
 // NewMachine returns a machine for cfg (which must be valid). The groups
@@ -459,6 +487,9 @@ func (m *Machine) Status() []GroupStatus {
 		st := GroupStatus{Group: g.id, Role: g.role, Preferred: g.preferred, Holder: g.holder, Fences: g.fences, LastError: g.lastErr, Failbacks: g.failbacks}
 		if g.role == Standby && g.preferred == m.cfg.Name && g.holder != "" && g.holder != m.cfg.Name {
 			st.FailbackWait = g.waitWhy
+			if m.drained {
+				st.FailbackWait = "this gateway is drained (nvmetctl gateway undrain)"
+			}
 		}
 		out = append(out, st)
 	}
@@ -516,6 +547,7 @@ func (m *Machine) Tick(now time.Time) []Action {
 				continue
 			}
 			m.failbackStable(g, now)
+			acts = m.drain(acts, g)
 			if !g.pending && !now.Before(g.lastRenew.Add(m.cfg.RenewInterval)) {
 				g.pending, g.issued, g.lastRenew = true, now, now
 				acts = append(acts, Action{Kind: ActRenew, Group: g.id, Epoch: g.epoch, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)})
@@ -633,6 +665,10 @@ func (m *Machine) SetANADone(id uint32, optimized bool, now time.Time, err error
 		if g.anaWant && g.role == Owner && !m.exited {
 			m.serveFailed(g, now)
 			g.serveAfter, g.releasing, g.releaseTo = now.Add(m.cfg.Lease), true, ""
+			// Whatever failed may be its clients (blocklisted, cut): the
+			// next acquisition replaces them, also when the release below
+			// fails and the record stays ours.
+			g.be.reopen = true
 			acts = m.setANA(acts, g, false)
 			return append(acts, Action{Kind: ActStepDown, Group: g.id, Reason: "the target could not serve it: " + err.Error()})
 		}
@@ -721,17 +757,27 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		g.last = o.Record
 		m.loadBackendDowns(g, o.Record)
 	}
+	if o.Record.Session == m.cfg.Session {
+		// This gateway's own record: the clients it names are fenced
+		// before an acquisition replaces them (acquire). Its last record
+		// only: a record names the clients that may still write (the
+		// driver leaves out those it fenced itself), so that a fence
+		// does not grow with the group's history.
+		g.own = slices.Clone(o.Record.Addrs)
+	}
 	if o.Locked {
 		g.freeSince = time.Time{}
 		if o.LockerSession == m.cfg.Session {
 			// Our own lock (we stepped down while the cluster still had
-			// it): take it again; no fence, it is us. Not while the
-			// group cannot be served here: the lock then runs out and
-			// a survivor fences this gateway's clients and takes it.
-			if now.Before(g.serveAfter) {
+			// it): take it again; nobody else held it (its own clients
+			// are fenced first only if they are replaced: acquire). Not
+			// while the group cannot be served here (nor while drained):
+			// the lock then runs out and a survivor fences this
+			// gateway's clients and takes it.
+			if now.Before(g.serveAfter) || m.drained {
 				return nil
 			}
-			return m.acquire(g, now, false)
+			return m.acquire(g, now, false, prior{})
 		}
 		g.holder = o.Record.Name
 		var acts []Action
@@ -747,14 +793,14 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		// Failback: the preferred owner asks for its group back once it
 		// can serve it, a host is connected to it, and its backoff has
 		// passed (failback.go).
-		if g.preferred == m.cfg.Name && m.configOK && o.HandoverRequest != m.cfg.Name && m.failbackDue(g, now, o.Record) &&
+		if g.preferred == m.cfg.Name && m.configOK && !m.drained && o.HandoverRequest != m.cfg.Name && m.failbackDue(g, now, o.Record) &&
 			!now.Before(g.serveAfter) {
 			g.pending, g.issued, g.requested = true, now, true
 			return append(acts, Action{Kind: ActRequestHandover, Group: g.id})
 		}
 		return acts
 	}
-	if !m.configOK || now.Before(g.serveAfter) {
+	if !m.configOK || now.Before(g.serveAfter) || m.drained {
 		return nil
 	}
 	if g.freeSince.IsZero() {
@@ -769,16 +815,15 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		// The record was lost (the object removed) or rolled back: the
 		// holder is unknown, so the last known one (and the one the
 		// record now names) is fenced, whatever the record says.
-		g.role, g.pending, g.issued, g.fenceSess = Fencing, true, now, g.last.Session
-		return []Action{{Kind: ActFence, Group: g.id, Addrs: suspects,
-			Reason: fmt.Sprintf("the group's record went from epoch %d (%s, session %s) to %d: the last known holder may still write",
-				g.last.Epoch, g.last.Name, g.last.Session, o.Record.Epoch)}}
+		return m.acquire(g, now, g.everHeld, prior{addrs: suspects, sess: g.last.Session,
+			reason: fmt.Sprintf("the group's record went from epoch %d (%s, session %s) to %d: the last known holder may still write",
+				g.last.Epoch, g.last.Name, g.last.Session, o.Record.Epoch)})
 	case lost:
 		// Lost, but the last record known was this gateway's own.
-		return m.acquire(g, now, false)
+		return m.acquire(g, now, false, prior{})
 	case r.Session == m.cfg.Session && !r.Released:
-		// Our own record: nobody held the group since; no fence.
-		return m.acquire(g, now, false)
+		// Our own record: nobody held the group since.
+		return m.acquire(g, now, false, prior{})
 	case r.Session == "" || r.Released:
 		// Never held, or released. A group released to nobody (its
 		// holder stopped) goes to whoever is first; one handed over goes
@@ -790,10 +835,16 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 			return nil
 		}
 		if r.Session == m.cfg.Session {
-			return m.acquire(g, now, false) // released by us; nobody since
+			// Released by us, nobody since: taken back on new clients.
+			// The gateway it was handed to (or any that saw it
+			// released) fences our clients of the group before it takes
+			// it, and may be doing so now: the old clients could be
+			// blocklisted under us (seen: TestFailbackBackoff, whose
+			// recipient's fence outlasted a lease).
+			return m.acquire(g, now, true, prior{})
 		}
 		if r.Session == "" || len(r.Addrs) == 0 {
-			return m.acquire(g, now, g.everHeld)
+			return m.acquire(g, now, g.everHeld, prior{})
 		}
 		// Released: its clients of the group are fenced all the same.
 		// The release followed a drain that counts only the commands of
@@ -803,30 +854,86 @@ func (m *Machine) ReadDone(id uint32, now time.Time, o Observed, err error) []Ac
 		// this gateway's writes. The record names only the clients that
 		// carry the group's I/O (Applier.Addrs), so the previous
 		// holder's other groups go on.
-		g.role, g.pending, g.issued, g.fenceSess = Fencing, true, now, r.Session
-		return []Action{{Kind: ActFence, Group: g.id, Addrs: slices.Clone(r.Addrs),
-			Reason: fmt.Sprintf("hand-over from %s (session %s): its clients of the group are fenced before serving", r.Name, r.Session)}}
+		return m.acquire(g, now, g.everHeld, prior{addrs: r.Addrs, sess: r.Session,
+			reason: fmt.Sprintf("hand-over from %s (session %s): its clients of the group are fenced before serving", r.Name, r.Session)})
 	}
 	// The holder's lease expired without a release: fence every client
 	// through which it can write, then take the group.
-	g.role, g.pending, g.issued, g.fenceSess = Fencing, true, now, r.Session
-	return []Action{{Kind: ActFence, Group: g.id, Addrs: slices.Clone(r.Addrs),
-		Reason: fmt.Sprintf("lease of %s (session %s) expired without release", r.Name, r.Session)}}
+	return m.acquire(g, now, g.everHeld, prior{addrs: r.Addrs, sess: r.Session,
+		reason: fmt.Sprintf("lease of %s (session %s) expired without release", r.Name, r.Session)})
 }
 
-// acquire takes the group; reopen: this gateway's clients of the group
-// may have been fenced by a holder since it last held it (every successor
-// fences them), so they are replaced first.
-func (m *Machine) acquire(g *group, now time.Time, reopen bool) []Action {
+// prior is what an acquisition fences first: the clients of the group's
+// previous holder(s) (addrs; sess is the session whose record named
+// them), and why.
+type prior struct {
+	addrs  []string
+	sess   string
+	reason string
+}
+
+// acquire is the one path by which this gateway takes a group: every
+// acquisition (a takeover, a hand-over, its own lock, record or release
+// taken back) comes through it. reopen: this gateway's clients of the
+// group are to be replaced before it serves the group (a successor may
+// have fenced them since it last held it; a group stepped down for its
+// backends is always taken back on new clients, BackendObserved).
+//
+// Before the group is served here, every client that may still write to
+// its images and will not carry its writes from now on is fenced: those
+// of the previous holders (p), and, when this gateway's own clients are
+// replaced, those too (ActFence Own: the addresses its last record
+// named, and the driver adds every client it has on the group's images
+// that it has not fenced itself yet). A
+// write of an old client of its own may still be in librbd or in an
+// OSD's queue (after a backend step-down it is stuck there: that is why
+// the group was stepped down) and would otherwise land after a newer
+// write of the new clients. Then the acquisition (ActAcquire, after
+// FenceDone) reopens, makes the new clients wait for the OSD map with
+// the blocklist (Applier.WaitForLatestOSDMap: an OSD handles their
+// operations only once it has it, and then drops the old clients'), takes
+// the lock and writes the record: the same sequence whether the group
+// comes from another gateway or from this one. Clients that are kept (no
+// reopen) are not fenced: they are this gateway's writers still, and one
+// RADOS client's operations on an object are applied in the order it sent
+// them.
+func (m *Machine) acquire(g *group, now time.Time, reopen bool, p prior) []Action {
+	reopen = reopen || g.be.reopen
+	if len(p.addrs) == 0 && !reopen {
+		return m.take(g, now, false)
+	}
+	addrs := slices.Clone(p.addrs)
+	reason := p.reason
+	if reopen {
+		for _, a := range g.own {
+			if !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
+		own := "taken on new clients: a write of this gateway's old ones may still be in flight"
+		if reason == "" {
+			reason = own
+		} else {
+			reason += "; " + own
+		}
+	}
+	g.role, g.pending, g.issued, g.fenceSess, g.fenceReopen = Fencing, true, now, p.sess, reopen
+	return []Action{{Kind: ActFence, Group: g.id, Addrs: addrs, Own: reopen, Reason: reason}}
+}
+
+// take emits the acquisition proper, once acquire's fence (if any) is
+// done; reopen: this gateway's clients of the group are replaced first
+// (they were fenced: acquire).
+func (m *Machine) take(g *group, now time.Time, reopen bool) []Action {
 	g.role, g.pending, g.issued, g.epoch = Acquiring, true, now, g.last.Epoch+1
-	g.answer = false // taken back before a successor: nothing was answered early
-	// A group stepped down for its backends is served again only on new
-	// clients (BackendObserved).
+	// Taken back before a successor, the stuck commands answered at
+	// its own fence (FenceDone) or not: nothing more to answer.
+	g.answer = false
 	g.failbacks = g.last.Failbacks
 	if g.byFailback {
 		g.failbacks++
 	}
-	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen || g.be.reopen, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)}}
+	return []Action{{Kind: ActAcquire, Group: g.id, Epoch: g.epoch, Reopen: reopen, Failbacks: g.failbacks, BackendDowns: m.recordDowns(g)}}
 }
 
 // FenceDone reports the result of ActFence at time now. On failure the
@@ -845,7 +952,21 @@ func (m *Machine) FenceDone(id uint32, now time.Time, err error) []Action {
 		return nil
 	}
 	g.fences++
-	return m.acquire(g, now, g.everHeld)
+	if m.drained {
+		// Drained meanwhile: fenced, but not taken (a live member
+		// takes it; fencing again is idempotent).
+		g.role = Standby
+		return nil
+	}
+	var acts []Action
+	if g.fenceReopen && g.answer && g.anaSafe && !g.anaWant {
+		// Its own clients of the group are blocklisted now: nothing
+		// stuck in them can land any more; the hosts retry elsewhere or
+		// here once the group is optimized again.
+		acts = append(acts, Action{Kind: ActAnswerInFlight, Group: g.id,
+			Reason: "this gateway fenced its own clients of the group before taking it back"})
+	}
+	return append(acts, m.take(g, now, g.fenceReopen)...)
 }
 
 // AcquireDone reports the result of ActAcquire, which was sent at the
@@ -861,6 +982,14 @@ func (m *Machine) AcquireDone(id uint32, err error) []Action {
 	if err != nil {
 		g.noteErr(err)
 		g.role, g.byFailback = Standby, false
+		if errors.Is(err, ErrLockBusy) {
+			// Another gateway has the lock, or held the group since
+			// the read (ErrHolderSince): read it again at once (that
+			// holder is fenced before the next acquisition). Not a
+			// failure of the new clients: no backend backoff.
+			g.poke = true
+			return nil
+		}
 		m.backendAcquireFailed(g)
 		return nil
 	}
@@ -920,6 +1049,12 @@ func (m *Machine) ReleaseDone(id uint32, err error) []Action {
 		return nil
 	}
 	g.noteErr(err)
+	if err != nil {
+		// The flush or the record write failed: perhaps on its clients
+		// (blocklisted, cut). The group is taken again here only on
+		// new ones (its own lock or record taken back included).
+		g.be.reopen = true
+	}
 	m.lost(g, g.issued)
 	g.role, g.freeSince, g.holder, g.poke = Standby, time.Time{}, "", true
 	return nil

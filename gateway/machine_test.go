@@ -279,12 +279,14 @@ func TestMachineFailback(t *testing.T) {
 		t.Fatalf("a: %+v", st)
 	}
 	// a dies: b fences it and takes the group back, with new clients
-	// (a fenced b's old ones).
+	// (a fenced b's old ones; b fences them again with its own, as
+	// every acquisition that replaces them does: its released record
+	// named b-addr).
 	run(t, b, []step{
 		{poke, nil},
 		{tick(30000), []string{"group 1: read"}},
 		{read(1, 30000, Observed{Record: Record{Name: "a", Session: "a-s1", Addrs: []string{"a-rbd"}, Epoch: 2}}, nil),
-			[]string{"group 1: fence [a-rbd] (lease of a (session a-s1) expired without release)"}},
+			[]string{"group 1: fence [a-rbd b-addr] and own clients (lease of a (session a-s1) expired without release; " + ownReason + ")"}},
 		{fenceDone(1, 30100, nil), []string{"group 1: acquire (reopen)"}},
 	})
 }
@@ -445,9 +447,11 @@ func TestMachineServeFailed(t *testing.T) {
 		// Nor is its own lock, if the release had not gone through.
 		{tick(5000), []string{"group 1: read"}},
 		{read(1, 5000, heldBy("a"), nil), nil},
-		// After the lease it may serve it again.
+		// After the lease it may serve it again, on new clients: what
+		// failed may have been its clients (its own are fenced first).
 		{tick(10100), []string{"group 1: read"}},
-		{read(1, 10100, free, nil), []string{"group 1: acquire"}},
+		{read(1, 10100, free, nil), []string{"group 1: fence [a-addr] and own clients (taken on new clients: a write of this gateway's old ones may still be in flight)"}},
+		{fenceDone(1, 10200, nil), []string{"group 1: acquire (reopen)"}},
 	})
 	if st := m.Status()[0]; st.LastError != refused.Error() {
 		t.Fatalf("status %+v: want the refusal as the last error", st)
@@ -700,4 +704,41 @@ func TestMachineServeUntil(t *testing.T) {
 		t.Fatalf("no step-down at the serving deadline %v", second.Sub(t0))
 	}
 	_ = first
+}
+
+// TestMachineOwnReleaseTakenBackOnNewClients (issue 21, s8): a gateway
+// that released a group (here handed over to a, which does not take it)
+// takes its own released record back only on new clients, after fencing
+// its old ones: the recipient fences them before it takes the group and
+// may be doing so now (its fence outlasted a lease in TestFailbackBackoff
+// with the self-fence: the releaser took the group back on the clients
+// being blocklisted under it and livelocked). Before: "acquire" on the old
+// clients. And an acquisition refused because a gateway held the group
+// since the read (ErrHolderSince) reads the group again at the next tick,
+// not a renew interval later, and counts no backend backoff.
+func TestMachineOwnReleaseTakenBackOnNewClients(t *testing.T) {
+	m := oneGroup("b")
+	rel := Observed{Record: Record{Name: "b", Session: "b-s1", Addrs: []string{"b-addr"}, Epoch: 1, Released: true, HandoverTo: "a"}}
+	run(t, m, []step{
+		{tick(0), []string{"group 1: read"}},
+		{read(1, 0, free, nil), nil},
+		{tick(10000), []string{"group 1: read"}},
+		{read(1, 10000, free, nil), []string{"group 1: acquire"}},
+		{acquired(1, nil), []string{"group 1: set-ana optimized"}},
+		{anaDone(1, true, 10000, nil), nil},
+		{tick(13000), []string{"group 1: renew"}},
+		{renewed(1, "a", nil), []string{"group 1: set-ana inaccessible"}},
+		{anaDone(1, false, 13000, nil), []string{"group 1: release to a"}},
+		{released(1, nil), nil},
+		{tick(13100), []string{"group 1: read"}},
+		{read(1, 13100, rel, nil), nil}, // a's, for a lease
+		{tick(23100), []string{"group 1: read"}},
+		{read(1, 23100, rel, nil), []string{"group 1: fence [b-addr] and own clients (taken on new clients: a write of this gateway's old ones may still be in flight)"}},
+		{fenceDone(1, 23200, nil), []string{"group 1: acquire (reopen)"}},
+		{acquired(1, fmt.Errorf("acquire: %w (a, session a-s1, epoch 2): %w", ErrHolderSince, ErrLockBusy)), nil},
+		{tick(23300), []string{"group 1: read"}},
+	})
+	if st := m.Status()[0]; st.Role != Standby {
+		t.Fatalf("status %+v: want standby", st)
+	}
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -207,6 +209,74 @@ func MemberConflicts(me Member, entries map[string]string) []string {
 					"cntlid_min..cntlid_max must be disjoint from every other's (a host would see two controllers with one CNTLID)",
 					nqn, r[0], r[1], or[0], or[1], name))
 			}
+		}
+	}
+	return out
+}
+
+// BlocklistEntry is the key of the monitor's blocklist entry for addr, an
+// address of an address vector ("v2:127.0.0.1:0/123"): the monitor stores
+// every entry with address type ANY (OSDMonitor, "osd blocklist add", since
+// nautilus), so the v1 and v2 addresses of one client are one entry,
+// listed as "127.0.0.1:0/123".
+func BlocklistEntry(addr string) string {
+	addr = strings.TrimSpace(addr)
+	for _, p := range []string{"v1:", "v2:", "any:"} {
+		if rest, ok := strings.CutPrefix(addr, p); ok {
+			return rest
+		}
+	}
+	return addr
+}
+
+// blocklistTimeLayout is how the monitor lists an entry's expiry
+// (utime_t's localtime printed as JSON by "osd blocklist ls").
+const blocklistTimeLayout = "2006-01-02T15:04:05.999999-0700"
+
+// ParseBlocklist parses the output of the monitor command `osd blocklist
+// ls` (format json: [{"addr": ..., "until": ...}], then the range entries
+// in the same form) into each entry's
+// expiry, keyed as BlocklistEntry keys them. An entry whose expiry cannot
+// be read is kept with the zero time (taken as lapsing: it is added
+// again).
+func ParseBlocklist(b []byte) (map[string]time.Time, error) {
+	var list []struct {
+		Addr  string `json:"addr"`
+		Until string `json:"until"`
+	}
+	// Since 16.2.8 the monitor lists the range entries after the address
+	// entries, as a second array: only the first is read (a range does
+	// not stand for an address's own entry: that is added all the same).
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("gateway: parse the blocklist (osd blocklist ls): %w", err)
+	}
+	out := make(map[string]time.Time, len(list))
+	for _, e := range list {
+		until, _ := time.Parse(blocklistTimeLayout, e.Until)
+		out[BlocklistEntry(e.Addr)] = until
+	}
+	return out, nil
+}
+
+// ToBlocklist returns the blocklist entries a fence of vecs adds: one per
+// client address (BlocklistEntry; the v1 and v2 addresses of a client are
+// one entry), in order, without those listed in have that last at least
+// until keep (a fence's own, or any that outlives the fence's expiry by
+// more than half: re-adding it would only cost a monitor commit). An entry
+// missing from have (an operator removed it, or it lapsed) or lapsing
+// sooner is added again: the client it fences may still write.
+func ToBlocklist(vecs []string, have map[string]time.Time, keep time.Time) []string {
+	var out []string
+	for _, v := range vecs {
+		for _, a := range SplitAddrs(v) {
+			e := BlocklistEntry(a)
+			if slices.Contains(out, e) {
+				continue
+			}
+			if until, ok := have[e]; ok && !until.Before(keep) {
+				continue
+			}
+			out = append(out, e)
 		}
 	}
 	return out

@@ -239,11 +239,15 @@ func watchBothOptimized(x, y *initiator.Path) func() (int, time.Time) {
 // watchLogsBothOptimized reads the ANA logs of x's and then y's gateway
 // (Get Log Page, RAE set: the host's own reads are not disturbed) until
 // the returned function is called, which returns the number of samples in
-// which both said group 1 optimized, the number of samples with both logs
-// read, and the time of the first with both optimized. Timing plays no
-// part: x's gateway says optimized only once y's stepped down (if the
-// product is right), and y's log is read after x's.
-func watchLogsBothOptimized(x, y *initiator.Path) func() (int, int, time.Time) {
+// which both said one of groups (default: group 1) optimized, the number
+// of samples with both logs read, and the time of the first with both
+// optimized. Timing plays no part: x's gateway says optimized only once
+// y's stepped down (if the product is right), and y's log is read after
+// x's.
+func watchLogsBothOptimized(x, y *initiator.Path, groups ...uint32) func() (int, int, time.Time) {
+	if len(groups) == 0 {
+		groups = []uint32{1}
+	}
 	var (
 		mu       sync.Mutex
 		n, reads int
@@ -251,23 +255,22 @@ func watchLogsBothOptimized(x, y *initiator.Path) func() (int, int, time.Time) {
 		stop     = make(chan struct{})
 		ended    = make(chan struct{})
 	)
-	state := func(p *initiator.Path) (nvmeof.ANAState, bool) {
+	states := func(p *initiator.Path) (map[uint32]nvmeof.ANAState, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		buf := make([]byte, 4096)
 		if err := p.Controller().GetLogPage(ctx, nvmeof.LIDANA, nvmeof.NSIDAll, 0, true, buf); err != nil {
-			return 0, false
+			return nil, false
 		}
 		l, err := nvmeof.ParseANALog(buf)
 		if err != nil {
-			return 0, false
+			return nil, false
 		}
+		out := map[uint32]nvmeof.ANAState{}
 		for _, g := range l.Groups {
-			if g.ID == 1 {
-				return g.State, true
-			}
+			out[g.ID] = g.State
 		}
-		return 0, false
+		return out, true
 	}
 	go func() {
 		defer close(ended)
@@ -277,19 +280,22 @@ func watchLogsBothOptimized(x, y *initiator.Path) func() (int, int, time.Time) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			sx, okx := state(x)
+			sx, okx := states(x)
 			if !okx {
 				continue
 			}
-			sy, oky := state(y)
+			sy, oky := states(y)
 			if !oky {
 				continue
 			}
 			mu.Lock()
 			reads++
-			if sx == nvmeof.ANAOptimized && sy == nvmeof.ANAOptimized {
-				if n++; n == 1 {
-					first = time.Now()
+			for _, g := range groups {
+				if gx, ok := sx[g]; ok && gx == nvmeof.ANAOptimized && sy[g] == nvmeof.ANAOptimized {
+					if n++; n == 1 {
+						first = time.Now()
+					}
+					break
 				}
 			}
 			mu.Unlock()

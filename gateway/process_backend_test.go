@@ -44,6 +44,36 @@ func holderRecord(t *testing.T, g *gwPair, p *gwProc) gateway.Record {
 	return r
 }
 
+// imageClients reads gw-a's record of group 1 and returns it with the
+// addresses of its image clients, one by one.
+func imageClients(t *testing.T, g *gwPair, a *gwProc) (gateway.Record, []string) {
+	t.Helper()
+	rec := holderRecord(t, g, a)
+	if rec.Name != "gw-a" || len(rec.Addrs) == 0 {
+		t.Fatalf("group 1's record: %+v, want gw-a's with its image clients", rec)
+	}
+	var addrs []string
+	for _, v := range rec.Addrs {
+		addrs = append(addrs, gateway.SplitAddrs(v)...)
+	}
+	return rec, addrs
+}
+
+// newImageClient checks that gw-a's record of group 1 names an image
+// client that old did not (and the old ones, closed: a successor fences
+// every client it ever had on the group).
+func newImageClient(t *testing.T, g *gwPair, a *gwProc, old gateway.Record) {
+	t.Helper()
+	r := holderRecord(t, g, a)
+	fresh := false
+	for _, v := range r.Addrs {
+		fresh = fresh || !slices.Contains(old.Addrs, v)
+	}
+	if r.Name != "gw-a" || !fresh {
+		t.Errorf("gw-a's record after it took the group back: %+v, want a new image client (the old: %v)", r, old.Addrs)
+	}
+}
+
 // TestGatewayBackendBlocklisted (issue 21, backend health): an operator
 // blocklists the owner's image client alone (`ceph osd blocklist add` of
 // the address its record names; the gateway's own client of the group
@@ -66,14 +96,7 @@ func TestGatewayBackendBlocklisted(t *testing.T) {
 	defer w.Stop()
 	waitOn(t, w, pa, time.Time{}, 100)
 
-	rec := holderRecord(t, g, a)
-	if rec.Name != "gw-a" || len(rec.Addrs) == 0 {
-		t.Fatalf("group 1's record: %+v, want gw-a's with its image clients", rec)
-	}
-	var addrs []string
-	for _, v := range rec.Addrs {
-		addrs = append(addrs, gateway.SplitAddrs(v)...)
-	}
+	rec, addrs := imageClients(t, g, a)
 	unblock(t, g.c, addrs...)
 	amark, bmark := len(a.stderr.String()), len(b.stderr.String())
 	at := time.Now()
@@ -118,14 +141,7 @@ func TestGatewayBackendBlocklisted(t *testing.T) {
 	waitOn(t, w, pa, at, 100)
 	// Its record names a new image client (and the old, closed one:
 	// a successor fences every client it ever had on the group).
-	r := holderRecord(t, g, a)
-	fresh := false
-	for _, v := range r.Addrs {
-		fresh = fresh || !slices.Contains(rec.Addrs, v)
-	}
-	if r.Name != "gw-a" || !fresh {
-		t.Errorf("gw-a's record after it took the group back: %+v, want a new image client (the old: %v)", r, rec.Addrs)
-	}
+	newImageClient(t, g, a, rec)
 	sweep(t, w, h)
 	if st := a.readStatus(); st.Gateway == nil || !st.Gateway.Groups[0].Owned {
 		t.Errorf("gw-a status at the end: %+v", st.Gateway)
@@ -182,4 +198,97 @@ func TestGatewayProcessCNTLIDOverlap(t *testing.T) {
 		t.Fatalf("gw-a status: %+v, want the owner", st.Gateway)
 	}
 	t.Logf("gw-b refused:\n%s", grepLines(b.stderr.String(), "differs"))
+}
+
+// TestGatewayBackendOwnClientsFenced (issue 21): the owner steps its group
+// down for its backends and, with no survivor (gw-b stopped), takes the
+// group back itself after its backoff, on a new RADOS client. Its old
+// image client may still have writes in librbd or in an OSD's queue (it
+// stepped down because they were stuck): they must not land after newer
+// writes through the new client, so before the group is optimized again
+// the old client must be blocklisted by the gateway's own fence (its
+// expiry: blocklist_expire, years), and the new client must have waited
+// for the OSD map with it (the barrier of every acquisition). Here the
+// step-down comes from an operator's blocklist of the old client, which
+// the operator then removes (`ceph osd blocklist rm`), so that the old
+// client is unfenced when gw-a takes the group back, as after a cut from
+// the image's OSDs. Before, gw-a reopened and served without any fence:
+// the old client was not in the blocklist when it was optimized again.
+func TestGatewayBackendOwnClientsFenced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with two nvmetd-rbd processes and a Ceph cluster: skipped in -short mode")
+	}
+	g := startGatewayPair(t, func(a, _ *gwProc) {
+		// A backoff long enough for the operator's blocklist removal to
+		// be done before gw-a takes the group back (it is bounded by
+		// the monitor, not by this test's timing: see below).
+		b, err := os.ReadFile(a.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(strings.Replace(string(b), "  lease: 3s\n", "  lease: 3s\n  backend_backoff: 20s\n", 1))
+		if err := os.WriteFile(a.cfg, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	a, b, pa, h := g.a, g.b, g.pa, g.h
+	// No survivor: gw-b stops (it owns nothing).
+	b.signal(syscall.SIGTERM)
+	if st := b.wait(); st != 0 {
+		t.Fatalf("gw-b exited %d", st)
+	}
+	w := startWorkload(t, h, 8, 256)
+	defer w.Stop()
+	waitOn(t, w, pa, time.Time{}, 100)
+
+	rec, old := imageClients(t, g, a)
+	unblock(t, g.c, old...)
+	amark := len(a.stderr.String())
+	for _, addr := range old {
+		admin(t, g.c, "ceph", "osd", "blocklist", "add", addr)
+	}
+	iDown := a.waitLog(`stepped down from group[^\n]*EBLOCKLISTED`, amark)
+	iRel := a.waitLog(`group 1: release to  \(no drain\): done`, iDown)
+	// The operator lifts the blocklist: the old client is unfenced
+	// (as one cut from the OSDs is). gw-a takes the group back only
+	// after its backoff (20 s from the release); if it already did,
+	// the removal could undo its fence and the check below would be
+	// meaningless: fail instead.
+	for _, addr := range old {
+		admin(t, g.c, "ceph", "osd", "blocklist", "rm", addr)
+	}
+	if regexp.MustCompile(`fencing|acquire`).MatchString(a.stderr.String()[iRel:]) {
+		t.Fatalf("gw-a took the group back before the operator's blocklist removal was done:\n%s", grepLines(a.stderr.String()[iRel:], "acquire|fenc"))
+	}
+	t.Logf("gw-a stepped down and released; its old image client %v blocklisted then unblocklisted by the operator", old)
+
+	at := time.Now()
+	iBack := a.waitLog(`group 1: acquire \(reopen\): done`, iRel)
+	iOpt := a.waitLog(`group 1: set-ana optimized`, iBack)
+	alog := a.stderr.String()[iRel:iOpt]
+	iFence := strings.Index(alog, "fencing the previous holder (this gateway's own old clients of the group included)")
+	if iFence < 0 {
+		t.Fatalf("gw-a took its group back on a new client without fencing its old one:\n%s", grepLines(alog, "fenc|acquire|set-ana|reopen"))
+	}
+	for _, addr := range old {
+		if !strings.Contains(alog[iFence:], addr) {
+			t.Errorf("gw-a's own fence does not name its old client %s:\n%s", addr, grepLines(alog, "fenc"))
+		}
+	}
+	if i := strings.Index(alog, "acquire (reopen): done"); i < iFence {
+		t.Errorf("gw-a acquired before its own fence:\n%s", grepLines(alog, "fenc|acquire|set-ana"))
+	}
+	// The old client is in the blocklist with the gateway's expiry
+	// (years): the gateway's entry, not the operator's (removed).
+	for _, addr := range old {
+		exp := blocklistExpiry(t, g.c, addr)
+		if min := time.Now().Add(gateway.DefaultBlocklistExpire - 24*time.Hour); exp.Before(min) {
+			t.Errorf("gw-a's old client %s blocklisted until %s only, want the gateway's fence (about %s)", addr, exp, gateway.DefaultBlocklistExpire)
+		}
+	}
+	waitOptimized(t, pa)
+	waitOn(t, w, pa, at, 100)
+	newImageClient(t, g, a, rec)
+	t.Logf("gw-a:\n%s", grepLines(a.stderr.String()[amark:], "stepped down|release|fenc|reopen|set-ana"))
+	sweep(t, w, h)
 }

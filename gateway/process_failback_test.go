@@ -42,7 +42,8 @@ type fbNS struct {
 }
 
 // fbConfig writes p's configuration: the ANA groups (id: preferred
-// owner) and the namespaces, in one subsystem.
+// owner) and the namespaces, in one subsystem; p.extra is added to the
+// gateway section.
 func (p *gwProc) fbConfig(c *cephtest.Cluster, group string, cmin int, groups map[uint32]string, nss []fbNS) {
 	var ag, ns []string
 	for id := uint32(1); id <= 8; id++ {

@@ -60,6 +60,8 @@ type RADOS struct {
 	closed  bool
 	// configWatched: the config object is watched (WatchConfigObject).
 	configWatched bool
+	// blocklistAdds counts the entries fences added (BlocklistAdds).
+	blocklistAdds int
 }
 
 var _ Cluster = (*RADOS)(nil)
@@ -495,8 +497,23 @@ func (r *RADOS) writeRecord(g uint32, rec Record, clearRequest bool) error {
 // Acquire takes the lock (may-renew: a lock this session still holds is
 // renewed) and writes rec, clearing the handover request. If the record
 // cannot be written the lock is given back.
+//
+// Under the lock it first checks that no gateway held the group since the
+// read on which the acquisition was decided: the record (and its copy)
+// must have an epoch below rec.Epoch, which the machine sets one above the
+// highest it read. A fence between that read and this lock can outlast a
+// lease (it waits for monitor commits); a gateway that took the group,
+// served and released it, or whose lease ran out, meanwhile was not
+// fenced by this acquisition, which would then also write its record over
+// that holder's at the same epoch. Then the lock is given back and the
+// error matches ErrHolderSince (and ErrLockBusy): the group is read
+// again, and that holder fenced.
 func (r *RADOS) Acquire(g uint32, rec Record) error {
 	if err := r.lock(g, rec, lockMayRenew); err != nil {
+		return err
+	}
+	if err := r.checkEpoch(g, rec.Epoch); err != nil {
+		_, _ = r.ioctx.Unlock(r.oid(g), LockName, rec.Session)
 		return err
 	}
 	if err := r.writeRecord(g, rec, true); err != nil {
@@ -504,6 +521,33 @@ func (r *RADOS) Acquire(g uint32, rec Record) error {
 		return err
 	}
 	r.notify(r.oid(g))
+	return nil
+}
+
+// checkEpoch returns an error matching ErrHolderSince if the group's
+// record, or its copy on the records object, has an epoch of at least
+// epoch (see Acquire). The caller holds the lock: no record is written
+// meanwhile.
+func (r *RADOS) checkEpoch(g uint32, epoch uint64) error {
+	oid, mo := r.oid(g), RecordsObjectName(r.o.GroupName)
+	for _, src := range []struct{ oid, key string }{{oid, keyHolder}, {mo, mirrorKey(g)}} {
+		vals, err := r.ioctx.GetOmapValues(src.oid, "", src.key, 16)
+		if err != nil && errnoOf(err) != syscall.ENOENT {
+			return fmt.Errorf("read the record of %s before writing ours: %w", src.oid, classify(err))
+		}
+		b, ok := vals[src.key]
+		if !ok {
+			continue
+		}
+		var have Record
+		if err := json.Unmarshal(b, &have); err != nil {
+			return fmt.Errorf("record of %s: %w", src.oid, err)
+		}
+		if have.Epoch >= epoch {
+			return fmt.Errorf("acquire %s at epoch %d: %w (%s, session %s, epoch %d): %w", oid, epoch, ErrHolderSince,
+				have.Name, have.Session, have.Epoch, ErrLockBusy)
+		}
+	}
 	return nil
 }
 
@@ -538,28 +582,54 @@ func blocklistCmd(addr string, expire time.Duration) []byte {
 	return fmt.Appendf(nil, `{"prefix":"osd blocklist","blocklistop":"add","addr":%s,"expire":%.1f}`, a, math.Floor(expire.Seconds()))
 }
 
-// Fence blocklists every address of every vector for the blocklist expiry
-// (RADOSOptions.BlocklistExpire: years, never the monitor's default hour,
-// after which a fenced client that was frozen would write again), then
-// waits until this client has the OSD map with the entries (as librbd
-// does when it breaks a lock).
+// Fence blocklists every client address of every vector for the
+// blocklist expiry (RADOSOptions.BlocklistExpire: years, never the
+// monitor's default hour, after which a fenced client that was frozen
+// would write again), then waits until this client has the OSD map with
+// the entries (as librbd does when it breaks a lock).
+//
+// It lists the blocklist first (`osd blocklist ls`, a read of the
+// monitor's committed OSD map, no commit; "profile rbd" allows it, as
+// it allows reading the OSD map) and adds only the entries that
+// are not there for at least half the expiry (ToBlocklist): each add is a
+// Paxos commit of a new OSD map, seconds on a loaded cluster, and the
+// clients of a group are often fenced already (the previous holder's by
+// an earlier fence, this gateway's own old ones by the successor that
+// took the group from it). An entry an operator removed, or one that
+// lapses sooner, is added again: its client may still write. The v1 and
+// v2 addresses of a client are one entry (BlocklistEntry).
 func (r *RADOS) Fence(vecs []string) error {
 	expire := r.o.BlocklistExpire
 	if expire <= 0 {
 		expire = DefaultBlocklistExpire
 	}
-	for _, v := range vecs {
-		for _, a := range SplitAddrs(v) {
-			cmd := blocklistCmd(a, expire)
-			if _, status, err := r.conn.MonCommand(cmd); err != nil {
-				return fmt.Errorf("osd blocklist add %s: %w (%s)", a, classify(err), status)
-			}
+	// The listing only saves commits: if it fails (or cannot be read),
+	// every entry is added, as before it existed. A fenced gateway's
+	// ErrFenced still shows at the adds.
+	var have map[string]time.Time
+	if out, _, err := r.conn.MonCommand([]byte(`{"prefix":"osd blocklist ls","format":"json"}`)); err == nil {
+		have, _ = ParseBlocklist(out)
+	}
+	for _, e := range ToBlocklist(vecs, have, time.Now().Add(expire/2)) {
+		if _, status, err := r.conn.MonCommand(blocklistCmd(e, expire)); err != nil {
+			return fmt.Errorf("osd blocklist add %s: %w (%s)", e, classify(err), status)
 		}
+		r.mu.Lock()
+		r.blocklistAdds++
+		r.mu.Unlock()
 	}
 	if err := r.conn.WaitForLatestOSDMap(); err != nil {
 		return fmt.Errorf("wait for the OSD map with the blocklist: %w", classify(err))
 	}
 	return nil
+}
+
+// BlocklistAdds returns the number of blocklist entries this client's
+// fences added (`osd blocklist add` commands that succeeded).
+func (r *RADOS) BlocklistAdds() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.blocklistAdds
 }
 
 // Release writes rec (released) and unlocks.
@@ -779,14 +849,21 @@ func isCmpExtMismatch(err error) bool {
 // operation that first compares the object's version with base (cmpext):
 // if another change was stored since, the OSD applies nothing and the
 // error is a *VersionConflictError with the current version. It then
-// notifies the members and returns the new version.
-func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte) (uint64, error) {
+// notifies the members and returns the new version. A non-empty agreement
+// replaces the agreement text (omap key config) in the same operation: a
+// version that changes an ANA group's preferred owner changes what every
+// member's start compares (CheckConfig).
+func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte, agreement string) (uint64, error) {
 	oid := ConfigObjectName(r.o.GroupName)
 	next := base + 1
 	op := rados.CreateWriteOp()
 	cmp := op.CmpExt(EncodeVersion(base), 0)
 	op.WriteFull(EncodeVersion(next))
-	op.SetOmap(map[string][]byte{keyGroupConfig: cfg, keyVersion: []byte(strconv.FormatUint(next, 10))})
+	kv := map[string][]byte{keyGroupConfig: cfg, keyVersion: []byte(strconv.FormatUint(next, 10))}
+	if agreement != "" {
+		kv[keyConfig] = []byte(agreement)
+	}
+	op.SetOmap(kv)
 	err := op.Operate(r.ioctx, oid, rados.OperationNoFlag)
 	res := cmp.Result
 	op.Release()

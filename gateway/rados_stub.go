@@ -28,7 +28,9 @@ func (r *RADOS) LoadGroupConfig(seed []byte, canonical, legacy string) (StoredCo
 }
 
 // WriteGroupConfig fails in this build.
-func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte) (uint64, error) { return 0, ErrRADOSNotBuilt }
+func (r *RADOS) WriteGroupConfig(base uint64, cfg []byte, agreement string) (uint64, error) {
+	return 0, ErrRADOSNotBuilt
+}
 
 // SetRunning fails in this build.
 func (r *RADOS) SetRunning(name string, v uint64) error { return ErrRADOSNotBuilt }

@@ -673,6 +673,217 @@ func TestRecordWriteAssertsLock(t *testing.T) {
 	}
 }
 
+// TestAcquireRefusedAfterHolderSince: x decides to take the group on a
+// read at epoch n and fences first (a fence waits for monitor commits: on
+// a loaded cluster longer than a lease); meanwhile y takes the group (epoch
+// n+1) and releases it. x's acquisition at epoch n+1 must be refused
+// (ErrHolderSince, an ErrLockBusy): x did not fence y, and it would write
+// its record over y's at the same epoch (seen with the self-fence in
+// TestFailbackBackoff: b's acquisition, decided before a's whole failback
+// attempt, wrote a's strike away: 2 strikes instead of 3). Before the
+// check under the lock, x's acquisition was taken.
+func TestAcquireRefusedAfterHolderSince(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 30 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	x, y := dial(), dial()
+	o, err := x.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recY := gateway.Record{Name: "y", Session: "y-1", Addrs: []string{y.Addrs()}, Epoch: o.Record.Epoch + 1, Failbacks: 3}
+	if err := y.Acquire(1, recY); err != nil {
+		t.Fatal(err)
+	}
+	recY.Released = true
+	if err := y.Release(1, recY); err != nil {
+		t.Fatal(err)
+	}
+	recX := gateway.Record{Name: "x", Session: "x-1", Addrs: []string{x.Addrs()}, Epoch: o.Record.Epoch + 1}
+	err = x.Acquire(1, recX)
+	if !errors.Is(err, gateway.ErrHolderSince) || !errors.Is(err, gateway.ErrLockBusy) {
+		t.Fatalf("acquisition decided before y held the group: %v, want ErrHolderSince and ErrLockBusy", err)
+	}
+	o, err = x.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Locked || o.Record.Session != "y-1" || o.Record.Failbacks != 3 {
+		t.Fatalf("after the refused acquisition: %+v, want y's released record, unlocked", o)
+	}
+	// Decided on the read that saw y's record: taken.
+	recX.Epoch = o.Record.Epoch + 1
+	if err := x.Acquire(1, recX); err != nil {
+		t.Fatalf("acquisition at the epoch after y's: %v", err)
+	}
+}
+
+// heldFence is a Cluster whose first Fence waits, once entered, until the
+// test lets it go: a fence that outlasts a lease (a loaded monitor), in
+// an order the test chooses.
+type heldFence struct {
+	gateway.Cluster
+	first   sync.Once
+	entered chan struct{} // closed when the first Fence is entered
+	go_     chan struct{} // the first Fence goes on once closed
+	letGo   sync.Once
+}
+
+func holdFirstFence(t *testing.T, h **heldFence) func(gateway.Cluster) gateway.Cluster {
+	return func(c gateway.Cluster) gateway.Cluster {
+		*h = &heldFence{Cluster: c, entered: make(chan struct{}), go_: make(chan struct{})}
+		return *h
+	}
+}
+
+func (h *heldFence) Fence(addrs []string) error {
+	held := false
+	h.first.Do(func() { held = true })
+	if held {
+		close(h.entered)
+		<-h.go_
+	}
+	return h.Cluster.Fence(addrs)
+}
+
+func (h *heldFence) release() { h.letGo.Do(func() { close(h.go_) }) }
+
+func (h *heldFence) waitEntered(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-h.entered:
+	case <-time.After(hang):
+		t.Fatalf("no %s within %s", what, hang)
+	}
+}
+
+// TestFailbackFenceOutlastsLease: the sequence that lost a failback strike
+// in TestFailbackBackoff with the self-fence (s7), in order, by holding
+// fences rather than by timing. b hands the group over to a (preferred,
+// refusing optimized); a's fence of b's clients is held; after a lease b
+// takes its own released record back on new clients and its own fence is
+// held too; a's fence then completes: a acquires, cannot serve and
+// releases (a strike); then b's fence completes. b's acquisition was
+// decided before a held the group: it must be refused (ErrHolderSince),
+// and b must fence a's clients and write a later epoch with a's strike.
+// Before the check under the lock, b acquired at a's epoch, over a's
+// record, with no strike and a's clients never fenced.
+func TestFailbackFenceOutlastsLease(t *testing.T) {
+	f := newFixture(t)
+	var hb, ha *heldFence
+	b := f.start(t, "b", "b-1", holdFirstFence(t, &hb))
+	t.Cleanup(hb.release)
+	b.waitEvent("b optimized", 0, isANA(true))
+	a := f.start(t, "a", "a-1", holdFirstFence(t, &ha))
+	t.Cleanup(ha.release)
+	a.mu.Lock()
+	a.refuseOptimized = true
+	a.mu.Unlock()
+	ha.waitEntered(t, "fence by a (b's hand-over)")
+	hb.waitEntered(t, "fence by b (its own released record taken back)")
+	ha.release()
+	k := a.waitEvent("a's release after its serve failure", 0, isAct(gateway.ActRelease, true))
+	a.mu.Lock()
+	aEpoch := a.events[k].Action.Epoch
+	a.mu.Unlock()
+	hb.release()
+	b.waitStatus("b owner again", func(s gateway.GroupStatus) bool { return s.Role == gateway.Owner })
+	o, err := b.cl.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a released at epoch %d; the record now: %+v; b's events:\n%s", aEpoch, o.Record, b.dump())
+	if o.Record.Name != "b" || o.Record.Epoch <= aEpoch || o.Record.Failbacks < 1 {
+		t.Fatalf("record after a's failed failback: %+v, want b's at an epoch above a's %d, with a's strike", o.Record, aEpoch)
+	}
+	aAddrs := a.Addrs(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	refused, fencedA := false, false
+	for _, e := range b.events {
+		switch {
+		case e.Action.Kind == gateway.ActAcquire && errors.Is(e.Err, gateway.ErrHolderSince):
+			refused = true
+		case refused && e.Action.Kind == gateway.ActFence && e.Err == nil:
+			for _, v := range aAddrs {
+				fencedA = fencedA || slices.Contains(e.Action.Addrs, v)
+			}
+		}
+	}
+	if !refused || !fencedA {
+		t.Fatalf("b's acquisition refused (ErrHolderSince): %v; a's client fenced after: %v; want both", refused, fencedA)
+	}
+}
+
+// TestFenceAddsOnlyMissingEntries: a fence adds one blocklist entry per
+// client, none for a client listed already (fenced by an earlier fence: a
+// hand-over's recipient fences clients the previous holder's own fence
+// blocklisted), and adds again an entry an operator removed. Each add is
+// a monitor commit: a fence must not take longer because of the group's
+// history.
+func TestFenceAddsOnlyMissingEntries(t *testing.T) {
+	f := newFixture(t)
+	dial := func() *gateway.RADOS {
+		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 30 * time.Second, OpTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	fencer, victim := dial(), dial()
+	var entries []string
+	for _, a := range gateway.SplitAddrs(victim.Addrs()) {
+		if e := gateway.BlocklistEntry(a); !slices.Contains(entries, e) {
+			entries = append(entries, e)
+		}
+	}
+	unblock(t, f.c, entries...)
+	listed := func() bool {
+		out := admin(t, f.c, "ceph", "osd", "blocklist", "ls", "--format", "json")
+		have, err := gateway.ParseBlocklist([]byte(out))
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		for _, e := range entries {
+			if until, ok := have[e]; !ok || until.Before(time.Now().Add(gateway.DefaultBlocklistExpire/2)) {
+				return false
+			}
+		}
+		return true
+	}
+	if err := fencer.Fence([]string{victim.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := fencer.BlocklistAdds(); n != len(entries) || !listed() {
+		t.Fatalf("first fence of %s: %d entries added, want %d (%v), listed for years", victim.Addrs(), n, len(entries), entries)
+	}
+	if err := fencer.Fence([]string{victim.Addrs(), victim.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := fencer.BlocklistAdds(); n != len(entries) {
+		t.Fatalf("fence of a client blocklisted already: %d entries added in all, want %d (none more)", n, len(entries))
+	}
+	// An operator removes the entries: the next fence adds them again.
+	for _, e := range entries {
+		admin(t, f.c, "ceph", "osd", "blocklist", "rm", e)
+	}
+	if err := fencer.Fence([]string{victim.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := fencer.BlocklistAdds(); n != 2*len(entries) || !listed() {
+		t.Fatalf("fence after the entries were removed: %d entries added in all, want %d, listed again", n, 2*len(entries))
+	}
+}
+
 // TestRemovedObjectFences (issue 21.7): a holds group 1 and stops (its
 // clients stay connected: a crash as far as the cluster can tell); the
 // group object is then removed (`rados rm`: the lock and the record go
@@ -982,6 +1193,23 @@ func TestFailbackBackoff(t *testing.T) {
 	}
 	if o.Record.Failbacks < 3 || o.Record.Name != "b" {
 		t.Fatalf("record after three failed failbacks: %+v, want b's with at least 3 strikes", o.Record)
+	}
+	// Each gateway has one client on the image at a time: a record names
+	// it, and a fence at most the previous holder's and the taker's own
+	// old one, however many hand-overs came before (every client a
+	// gateway replaced was fenced by itself first and is named no more).
+	if len(o.Record.Addrs) != 1 {
+		t.Errorf("b's record names %d clients %v, want its one client in use", len(o.Record.Addrs), o.Record.Addrs)
+	}
+	for _, g := range []*gw{a, b} {
+		g.mu.Lock()
+		for _, e := range g.events {
+			if e.Action.Kind == gateway.ActFence && len(e.Action.Addrs) > 2 {
+				t.Errorf("%s fenced %d clients at %s %v, want at most 2 (the previous holder's, its own old one)", g.name,
+					len(e.Action.Addrs), e.At.Format("15:04:05.000"), e.Action.Addrs)
+			}
+		}
+		g.mu.Unlock()
 	}
 	// Restart a (a crash: no release; it holds nothing): the backoff holds.
 	a.stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -120,8 +121,27 @@ type Runner struct {
 	degr   string
 	fences int
 
+	// fencedOwn: this gateway's own clients (address vectors) that its
+	// own fences blocklisted (ActFence Own) before it replaced them: they
+	// can write no more, so its records leave them out, and so do its
+	// next fences.
+	fencedOwn map[string]bool
+
 	results chan func() []Action
 	ops     sync.WaitGroup // cluster operations on their goroutines
+
+	// update is the group state a version of the group's configuration
+	// set (SetGroupState), taken by the loop at its next turn; updated
+	// signals it.
+	update  *groupUpdate
+	updated chan struct{}
+	drained bool // as the machine last took it
+}
+
+// groupUpdate is SetGroupState's input.
+type groupUpdate struct {
+	preferred map[uint32]string
+	drained   bool
 }
 
 // NewRunner returns a runner; canonical is this gateway's group
@@ -134,6 +154,7 @@ func NewRunner(cfg Config, canonical string, cl Cluster, ap Applier, log *zap.Lo
 	r := &Runner{cfg: cfg, canonical: canonical, cl: cl, ap: ap, log: log, m: m,
 		tick:    min(cfg.RenewInterval/4, 250*time.Millisecond),
 		results: make(chan func() []Action, len(cfg.Groups)+1),
+		updated: make(chan struct{}, 1),
 		status:  m.Status(), degr: m.Degraded()}
 	return r, nil
 }
@@ -144,6 +165,51 @@ func (r *Runner) Status() ([]GroupStatus, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.status), r.degr
+}
+
+// SetGroupState gives the machine the ANA groups' preferred owners (by
+// group; groups it does not have are ignored) and whether this gateway is
+// drained, as a version of the group's configuration says (drain.go). The
+// loop applies them at its next turn (before its first tick, if it has
+// not run yet). Safe from any goroutine.
+func (r *Runner) SetGroupState(preferred map[uint32]string, drained bool) {
+	r.mu.Lock()
+	r.update = &groupUpdate{preferred: maps.Clone(preferred), drained: drained}
+	r.mu.Unlock()
+	select {
+	case r.updated <- struct{}{}:
+	default:
+	}
+}
+
+// Drained reports whether the machine runs drained (SetGroupState taken).
+func (r *Runner) Drained() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.drained
+}
+
+// takeUpdate applies the last SetGroupState to the machine.
+func (r *Runner) takeUpdate() {
+	r.mu.Lock()
+	u := r.update
+	r.update = nil
+	r.mu.Unlock()
+	if u == nil {
+		return
+	}
+	for id, name := range u.preferred {
+		if _, ok := r.cfg.Groups[id]; ok {
+			r.m.SetPreferred(id, name)
+		}
+	}
+	if u.drained != r.m.Drained() {
+		r.log.Info("gateway: drained state from the group's configuration", zap.Bool("drained", u.drained))
+	}
+	r.m.SetDrained(u.drained)
+	r.mu.Lock()
+	r.drained = u.drained
+	r.mu.Unlock()
 }
 
 // Fences returns the number of fences this runner performed.
@@ -201,6 +267,7 @@ func (r *Runner) Run(ctx context.Context, release time.Duration) error {
 		for id := range r.cfg.Groups {
 			r.m.SetReadiness(id, r.ap.Readiness(id))
 		}
+		r.takeUpdate()
 		acts = append(acts, r.m.Tick(now)...)
 		for len(acts) > 0 {
 			var err error
@@ -216,6 +283,8 @@ func (r *Runner) Run(ctx context.Context, release time.Duration) error {
 		case <-t.C:
 		case <-r.cl.Changed():
 			r.m.Notified()
+		case <-r.updated:
+			// Taken at the top of the loop.
 		case f := <-r.results:
 			pending--
 			acts = f()
@@ -238,14 +307,31 @@ func (r *Runner) publish() {
 
 // record is this gateway's record of group g: only the clients of g's
 // namespaces, never the Cluster's own (it serves every group).
+//
+// The record names the clients that may still write to the group's
+// images: those the Applier has on them (open ones, and closed ones: one
+// may have had a write in flight when it closed), less those this
+// gateway fenced itself (its own old clients, blocklisted before it took
+// the group back on new ones: ActFence Own). So a successor's fence is
+// bounded by the clients in use, however many hand-overs came before.
 func (r *Runner) record(g uint32, a Action) Record {
+	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: r.writers(g), Epoch: a.Epoch, Failbacks: a.Failbacks, BackendDowns: a.BackendDowns}
+}
+
+// writers returns the Applier's clients of group g (Applier.Addrs) that
+// this gateway did not fence itself, each once. (An acquisition calls it
+// off the loop, after its reopen.)
+func (r *Runner) writers(g uint32) []string {
+	all := r.ap.Addrs(g)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var addrs []string
-	for _, a := range r.ap.Addrs(g) {
-		if !slices.Contains(addrs, a) {
+	for _, a := range all {
+		if !r.fencedOwn[a] && !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
 	}
-	return Record{Name: r.cfg.Name, Session: r.cfg.Session, Addrs: addrs, Epoch: a.Epoch, Failbacks: a.Failbacks, BackendDowns: a.BackendDowns}
+	return addrs
 }
 
 func (r *Runner) event(a Action, err error) {
@@ -380,13 +466,37 @@ func (r *Runner) do(acts []Action, pending *int) ([]Action, error) {
 			async(func() (err error) { req, err = r.cl.Renew(g, rec); return err },
 				func(err error) []Action { return r.m.RenewDone(g, req, err) })
 		case ActFence:
-			r.log.Warn("gateway: fencing the previous holder before taking the group", zap.Uint32("group", g),
-				zap.Strings("addrs", a.Addrs), zap.String("reason", a.Reason))
-			async(func() error { return r.cl.Fence(a.Addrs) },
+			addrs := slices.Clone(a.Addrs)
+			msg := "gateway: fencing the previous holder before taking the group"
+			var own []string
+			if a.Own {
+				// Every client this gateway has on the group's images
+				// that may still write (closed ones included, not those
+				// it fenced already: writers): the acquisition that
+				// follows replaces them all (ActAcquire Reopen), so the
+				// new ones, opened after this, are not among them.
+				own = r.writers(g)
+				for _, v := range own {
+					if !slices.Contains(addrs, v) {
+						addrs = append(addrs, v)
+					}
+				}
+				msg = "gateway: fencing the previous holder (this gateway's own old clients of the group included) before taking the group on new clients"
+			}
+			r.log.Warn(msg, zap.Uint32("group", g), zap.Strings("addrs", addrs), zap.String("reason", a.Reason))
+			// The event names what was fenced.
+			a.Addrs = addrs
+			async(func() error { return r.cl.Fence(addrs) },
 				func(err error) []Action {
 					if err == nil {
 						r.mu.Lock()
 						r.fences++
+						if r.fencedOwn == nil {
+							r.fencedOwn = map[string]bool{}
+						}
+						for _, v := range own {
+							r.fencedOwn[v] = true
+						}
 						r.mu.Unlock()
 					}
 					return r.m.FenceDone(g, time.Now(), err)

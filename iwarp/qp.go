@@ -102,6 +102,10 @@ type QP struct {
 	epoch            time.Time // the engine's clock counts from here
 
 	state atomic.Int32 // mirrors e.state, for State without the lock
+	// txParked: the writer waits for socket space (a blocking writev that
+	// found the socket full); the receive loop does not busy poll then
+	// (see doRead).
+	txParked atomic.Bool
 
 	mu      perfcount.Mutex
 	e       *engine

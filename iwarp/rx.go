@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -44,9 +45,24 @@ const rxStartBuffer = 4 << 10
 // less than a system call and a wake-up. On paths whose MSS gives FPDUs
 // under rxDirectMin (1460-byte Ethernet) every payload takes the
 // read-ahead way.
+//
+// NVMETD_RX_PLACEMENT=copy in the environment turns the placement off for
+// every QP of the process (rxCopyAll: every payload byte through the
+// read-ahead buffer), for an on/off comparison of one build; nvmeof/tcp
+// reads the same variable.
 const (
 	rxDirectMin = 16 << 10
 	rxTail      = 3 + wire.CRCLen + wire.UntaggedHeaderLen
+)
+
+// rxCopyAll: NVMETD_RX_PLACEMENT=copy (see rxDirectMin). rxWide:
+// NVMETD_RX_PLACEMENT=wide, the rest of a large payload is read straight
+// and the same readv fills the read-ahead buffer behind it (what follows is
+// copied, as after a small payload): fewer reads, more copies; for the
+// lead's comparison of the three on one build.
+var (
+	rxCopyAll = strings.EqualFold(os.Getenv("NVMETD_RX_PLACEMENT"), "copy")
+	rxWide    = strings.EqualFold(os.Getenv("NVMETD_RX_PLACEMENT"), "wide")
 )
 
 // rxDriver is the receive loop's state: the read-ahead buffer and the
@@ -103,7 +119,16 @@ func (qp *QP) doRead(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
-			if r.spin <= 0 {
+			if r.spin <= 0 || qp.txParked.Load() {
+				// No busy polling while the send goroutine waits for
+				// socket space: with one P (a process pinned to one
+				// core: GOMAXPROCS 1) a goroutine that spins with
+				// Gosched keeps the scheduler from polling the network,
+				// so the writer would not be woken when the peer makes
+				// room until the spin ends (or sysmon polls, 10 ms);
+				// a peer that keeps sending keeps the spin going. A
+				// large transfer (a 128 KiB Read Response or RDMA Write
+				// that fills the socket) hit that on every I/O.
 				r.raw.parked()
 				return false
 			}
@@ -164,7 +189,7 @@ func (qp *QP) rxLoop() {
 		var n, direct int
 		var err error
 		switch {
-		case len(r.place) > 0 && r.placeLarge:
+		case len(r.place) > 0 && r.placeLarge && !rxWide:
 			// The rest of a large payload: straight, stopping at the next
 			// header.
 			n, err = qp.readv(r.place, r.buf[:min(rxTail, len(r.buf))])
@@ -197,6 +222,9 @@ func (qp *QP) rxLoop() {
 			}
 			_, place, perr := qp.e.rxConsume(r.buf[:n-direct])
 			r.place = place
+			if rxCopyAll {
+				r.place = nil // (a hint the engine does without: rxConsume)
+			}
 			// The FPDU's whole payload, not what is left of it: a read
 			// that ended inside a large payload stays in the exact mode.
 			r.placeLarge = len(place) > 0 && len(qp.e.rx.dst) >= rxDirectMin

@@ -144,6 +144,9 @@ func (qp *QP) writev(blocking bool) (n int, full bool, err error) {
 // runtime wait for socket space (blocking mode).
 func (qp *QP) doWrite(fd uintptr) bool {
 	t := &qp.tx
+	if qp.txParked.Load() {
+		qp.txParked.Store(false) // (the poller found room: called again)
+	}
 	for {
 		n := 0
 		skip := t.off
@@ -173,6 +176,7 @@ func (qp *QP) doWrite(fd uintptr) bool {
 			continue
 		case syscall.EAGAIN:
 			if t.wblock {
+				qp.txParked.Store(true) // (until the poller calls us again)
 				return false
 			}
 			t.wfull = true

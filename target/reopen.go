@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,14 +31,23 @@ import (
 // take as long as the cluster's timeouts), so a slow open of one group
 // holds no reload, no other group's reopen and no management change; the
 // swap is then made under it, if nothing was swapped meanwhile (else the
-// reopen is prepared again, up to reopenTries times).
-func (t *Target) ReopenNamespaces(grp uint32) error {
+// reopen is prepared again, up to reopenTries times). swap, if not nil, is
+// a lock of the caller's that orders its own reloads with the reopen (a
+// gateway's change lock): it is held around each swap, never across the
+// opens.
+func (t *Target) ReopenNamespaces(grp uint32, swap sync.Locker) error {
 	for try := 1; ; try++ {
-		r, err := t.PrepareReopen(grp)
+		r, err := t.prepareReopen(grp)
 		if err != nil {
 			return err
 		}
-		err = r.Apply()
+		if swap != nil {
+			swap.Lock()
+		}
+		err = r.apply()
+		if swap != nil {
+			swap.Unlock()
+		}
 		if errors.Is(err, ErrReopenStale) && try < reopenTries {
 			continue
 		}
@@ -49,16 +59,16 @@ func (t *Target) ReopenNamespaces(grp uint32) error {
 // because a reload or another reopen swapped backends meanwhile.
 const reopenTries = 3
 
-// ErrReopenStale is the error of PreparedReopen.Apply when a reload or
+// ErrReopenStale is the error of preparedReopen.apply when a reload or
 // another reopen swapped namespaces after the reopen was prepared: nothing
 // changed, the new backends are closed, and the reopen is to be prepared
 // again.
 var ErrReopenStale = errors.New("namespaces changed while the reopen was prepared")
 
-// PreparedReopen is ReopenNamespaces' first half: the new backends of an
-// ANA group's online namespaces, open, not yet swapped in; Apply swaps
+// preparedReopen is ReopenNamespaces' first half: the new backends of an
+// ANA group's online namespaces, open, not yet swapped in; apply swaps
 // them in (or closes them).
-type PreparedReopen struct {
+type preparedReopen struct {
 	s       *server
 	grp     uint32
 	p       *reloadPlan
@@ -67,19 +77,19 @@ type PreparedReopen struct {
 	begin   time.Time
 }
 
-// PrepareReopen opens new backends for every online namespace of ANA group
+// prepareReopen opens new backends for every online namespace of ANA group
 // grp (see ReopenNamespaces) without holding the target's operation lock
 // across the opens. If one cannot be opened, nothing changes and the error
 // says why (ErrReloadRefused). A group with no online namespace gives a
-// PreparedReopen whose Apply does nothing.
-func (t *Target) PrepareReopen(grp uint32) (*PreparedReopen, error) {
+// preparedReopen whose apply does nothing.
+func (t *Target) prepareReopen(grp uint32) (*preparedReopen, error) {
 	s := t.s
 	s.opMu.Lock()
 	if s.stopped {
 		s.opMu.Unlock()
 		return nil, errors.New("target: reopen after shutdown")
 	}
-	r := &PreparedReopen{s: s, grp: grp, applies: s.applies, begin: time.Now()}
+	r := &preparedReopen{s: s, grp: grp, applies: s.applies, begin: time.Now()}
 	if !s.started {
 		s.opMu.Unlock()
 		return r, nil
@@ -101,13 +111,13 @@ func (t *Target) PrepareReopen(grp uint32) (*PreparedReopen, error) {
 	return r, nil
 }
 
-// Apply swaps the prepared backends in (under the target's operation
+// apply swaps the prepared backends in (under the target's operation
 // lock, ordered with reloads) unless a reload or another reopen swapped
-// namespaces since PrepareReopen: then it closes them and returns
+// namespaces since prepareReopen: then it closes them and returns
 // ErrReopenStale, nothing changed. An error after the swap (an old
 // backend whose flush fails: a fenced RADOS client's does) is returned with
 // the new backends in place.
-func (r *PreparedReopen) Apply() error {
+func (r *preparedReopen) apply() error {
 	if r.pr == nil {
 		return nil
 	}

@@ -47,7 +47,7 @@ func TestReopenNamespacesInPlace(t *testing.T) {
 	}
 	before := backends()
 	aen := h.aer()
-	if err := (&Target{s: s}).ReopenNamespaces(2); err != nil {
+	if err := (&Target{s: s}).ReopenNamespaces(2, nil); err != nil {
 		t.Fatalf("reopen group 2: %v", err)
 	}
 	waitAEN(t, aen, nvmeof.AENNSAttrChanged)
@@ -76,7 +76,7 @@ func TestReopenNamespacesInPlace(t *testing.T) {
 		t.Fatalf("open of namespace 2's file by another opener: %v, want ErrBusy", err)
 	}
 	// A group with no namespace: nothing to do.
-	if err := (&Target{s: s}).ReopenNamespaces(9); err != nil {
+	if err := (&Target{s: s}).ReopenNamespaces(9, nil); err != nil {
 		t.Fatalf("reopen of an empty group: %v", err)
 	}
 }
@@ -109,14 +109,14 @@ func TestReopenOpensOutsideTheLock(t *testing.T) {
 	defer release()
 
 	reopened := make(chan error, 1)
-	go func() { reopened <- tg.ReopenNamespaces(1) }()
+	go func() { reopened <- tg.ReopenNamespaces(1, nil) }()
 	select {
 	case <-held:
 	case <-time.After(hang):
 		t.Fatal("group 1's reopen did not reach its open")
 	}
 	others := make(chan error, 3)
-	go func() { others <- tg.ReopenNamespaces(2) }()
+	go func() { others <- tg.ReopenNamespaces(2, nil) }()
 	go func() {
 		others <- guardReload(t, tg, func(c *Config) error {
 			c.Ports[0].ANAGroups = []ANAGroupConfig{{ID: 2, State: "non-optimized"}}

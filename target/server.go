@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,7 +43,7 @@ type server struct {
 	opMu       sync.Mutex
 	// applies counts the swaps (apply) and configuration changes under
 	// opMu: a reopen prepared outside opMu is applied only if none came
-	// in between (PrepareReopen).
+	// in between (prepareReopen).
 	applies   uint64
 	started   bool
 	stopped   bool
@@ -442,7 +443,7 @@ func (s *server) shutdown(ctx context.Context) error {
 		tab := sub.ns.Load()
 		for _, id := range tab.active {
 			ns := tab.byID[id]
-			if err := ns.be.Flush(); err != nil {
+			if err := ns.be.Flush(); err != nil && !s.fencedAway(ns, err) {
 				errs = append(errs, fmt.Errorf("target: flush namespace %d of %s: %w", ns.nsid, sub.nqn, err))
 			}
 		}
@@ -450,6 +451,33 @@ func (s *server) shutdown(ctx context.Context) error {
 	errs = append(errs, s.closeAll(ctx.Done()))
 	s.log.Info("shut down")
 	return errors.Join(errs...)
+}
+
+// fencedAway reports whether err, from flushing or closing namespace ns at
+// shutdown, is the expected end of a group this gateway handed over: ns's
+// RADOS client is blocklisted (EBLOCKLISTED is ESHUTDOWN) and a gateway
+// made its ANA group inaccessible here (SetGroupANA): the group's new
+// holder fenced this gateway's clients of it before serving, as every
+// hand-over does (docs/rbd.md, "Gateway group"). Nothing is lost: the
+// group's commands completed before its release or step-down, and a
+// gateway's rbd namespaces write through (no cache: the gateway guard
+// refuses rbd_cache), so every acknowledged write is on the OSDs; a
+// clean stop of such a gateway (a rolling upgrade after a drain) is
+// clean. It is logged.
+func (s *server) fencedAway(ns *namespace, err error) bool {
+	if !errors.Is(err, syscall.ESHUTDOWN) {
+		return false
+	}
+	f := s.anaForced.Load()
+	if f == nil {
+		return false
+	}
+	if st, ok := (*f)[ns.cfg.ANAGroup]; !ok || st != nvmeof.ANAInaccessible {
+		return false
+	}
+	s.log.Info("shutdown: namespace of an ANA group another gateway holds: its client was fenced by the new holder, not flushed here",
+		zap.String("subsystem", ns.nqn), zap.Uint32("nsid", ns.nsid), zap.Uint32("ana_group", ns.cfg.ANAGroup), zap.Error(err))
+	return true
 }
 
 // inflight is the number of commands being executed on all queues.
@@ -497,7 +525,7 @@ func (s *server) closeAll(deadline <-chan struct{}) error {
 	var errs []error
 	for _, sub := range s.subsystemList() {
 		for _, ns := range sub.ns.Load().byID {
-			if err := ns.close(deadline); err != nil {
+			if err := ns.close(deadline); err != nil && !s.fencedAway(ns, err) {
 				errs = append(errs, err)
 			}
 		}

@@ -30,3 +30,22 @@ func TestCLIGroupStandalone(t *testing.T) {
 		t.Fatalf("the subsystem was added:\n%s", ls)
 	}
 }
+
+// TestCLIGatewayDrainStandalone: drain, undrain and move are refused by a
+// stand-alone nvmetd (no gateway group), as by the API (404), and the
+// command line is checked before anything is sent.
+func TestCLIGatewayDrainStandalone(t *testing.T) {
+	d := startDaemon(t)
+	for _, args := range [][]string{{"gateway", "drain", "gw-a"}, {"gateway", "undrain", "gw-a"}, {"group", "move", "1", "gw-a"}} {
+		rc, _, errs := d.ctl(args...)
+		if rc != exitFailure || !strings.Contains(errs, "not a member of a gateway group") {
+			t.Fatalf("%v: exit %d\n%s", args, rc, errs)
+		}
+	}
+	if rc, _, errs := d.ctl("group", "move", "x", "gw-a"); rc != exitFailure || !strings.Contains(errs, `ANAGRPID "x": not an ANA group ID`) {
+		t.Fatalf("group move x: exit %d\n%s", rc, errs)
+	}
+	if rc, _, _ := d.ctl("gateway", "drain"); rc != exitUsage {
+		t.Fatalf("gateway drain without a name: exit %d", rc)
+	}
+}

@@ -158,7 +158,7 @@ func (a *app) rootCommand() *cobra.Command {
 	f.Uint64Var(&a.groupVersion, "group-version", 0, "in a gateway group whose configuration is in RADOS: the version a change is based on (refused if another change was stored since; see nvmetctl group)")
 	root.AddCommand(a.lsCommand(), a.saveCommand(), a.restoreCommand(), a.clearCommand(), a.exportCommand(),
 		a.subsystemCommand(), a.namespaceCommand(), a.portCommand(), a.hostCommand(), a.anaCommand(),
-		a.logLevelCommand(), a.controllersCommand(), a.queuesCommand(), a.groupCommand())
+		a.logLevelCommand(), a.controllersCommand(), a.queuesCommand(), a.groupCommand(), a.gatewayCommand())
 	return root
 }
 

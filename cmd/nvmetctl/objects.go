@@ -258,6 +258,10 @@ func namespaceFlags(fs *pflag.FlagSet) *body {
 	b.boolean("create-dirs", "backend.create_dirs", "create missing directories of a new file")
 	b.str("pool", "backend.pool", "Ceph pool (rbd)")
 	b.str("image", "backend.image", "Ceph RBD image (rbd)")
+	b.str("rados-namespace", "backend.rados_namespace", "RADOS namespace of the image (rbd)")
+	b.str("ceph-conf", "backend.ceph_conf", "ceph.conf the gateway reads (rbd; default /etc/ceph/ceph.conf)")
+	b.str("client-id", "backend.client_id", "cephx user without \"client.\" (rbd; default admin)")
+	b.str("keyring", "backend.keyring", "keyring of the cephx user (rbd; default: as ceph.conf says)")
 	b.str("nguid", "nguid", "NGUID (default derived)")
 	b.str("uuid", "uuid", "namespace UUID (default derived)")
 	b.integer("ana-group", "ana_group", "ANA group ID")
@@ -550,7 +554,7 @@ func (a *app) refuseConnected(nqn string, force bool, what string) error {
 // gateway.group_config: rados), the holder of each ANA group, and the
 // problems an operator must act on.
 func (a *app) groupCommand() *cobra.Command {
-	return &cobra.Command{Use: "group", Short: "the gateway group's state: gateways, configuration versions, ANA group holders, problems", Args: cobra.NoArgs,
+	cmd := &cobra.Command{Use: "group", Short: "the gateway group's state: gateways, configuration versions, ANA group holders, drains, problems", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st ctlclient.GroupStatus
 			return a.get("/v1/group", &st, func() {
@@ -577,6 +581,12 @@ func (a *app) groupCommand() *cobra.Command {
 					case m.Running < st.Version:
 						note = "behind"
 					}
+					if m.Drained {
+						note += ", drained"
+						if len(holds[m.Name]) > 0 {
+							note += " (draining)"
+						}
+					}
 					h := strings.Join(holds[m.Name], ",")
 					if h == "" {
 						h = "-"
@@ -596,6 +606,12 @@ func (a *app) groupCommand() *cobra.Command {
 					}
 					tw.Flush()
 				}
+				if len(st.Draining) > 0 {
+					fmt.Fprintln(a.stdout, "draining:")
+					for _, p := range st.Draining {
+						fmt.Fprintf(a.stdout, "  %s\n", p)
+					}
+				}
 				if len(st.Problems) == 0 {
 					fmt.Fprintln(a.stdout, "health: ok")
 					return
@@ -606,4 +622,6 @@ func (a *app) groupCommand() *cobra.Command {
 				}
 			})
 		}}
+	cmd.AddCommand(a.groupMoveCommand())
+	return cmd
 }

@@ -40,6 +40,11 @@ type GroupDoc struct {
 	Subsystems []target.SubsystemConfig `mapstructure:"subsystems"`
 	Hosts      []target.HostConfig      `mapstructure:"hosts"`
 	ANAGroups  []GroupConfig            `mapstructure:"ana_groups"`
+	// Drained are the members under maintenance (nvmetctl gateway
+	// drain): each is never a group's owner until undrained (drain.go).
+	// Sorted; nil when none (so that a group that never drained stores
+	// the same text as before).
+	Drained []string `mapstructure:"drained"`
 }
 
 // SplitGroup is the group's part of cfg, with the ANA groups ana.
@@ -91,9 +96,18 @@ type Ranges struct {
 func FileRanges(g *Config, file *target.Config) Ranges {
 	r := Ranges{Subsystems: map[string][2]uint16{}, Default: [2]uint16{g.CNTLIDMin, g.CNTLIDMax}}
 	for _, s := range file.Subsystems {
-		if s.CNTLIDMin != 0 || s.CNTLIDMax != 0 {
-			r.Subsystems[s.NQN] = [2]uint16{s.CNTLIDMin, s.CNTLIDMax}
+		if s.CNTLIDMin == 0 && s.CNTLIDMax == 0 {
+			continue
 		}
+		// A loaded file's subsystem without a range holds the target's
+		// default, every CNTLID, which overlaps every other member's:
+		// with gateway.cntlid_min/max set, that range is the gateway's
+		// (before, the seeding gateway's own subsystems kept 1-65519 and
+		// the next gateway to join was degraded for the overlap).
+		if r.Default != [2]uint16{} && s.CNTLIDMin == target.DefaultCNTLIDMin && s.CNTLIDMax == target.DefaultCNTLIDMax {
+			continue
+		}
+		r.Subsystems[s.NQN] = [2]uint16{s.CNTLIDMin, s.CNTLIDMax}
 	}
 	return r
 }
@@ -124,7 +138,7 @@ func MergeGroup(local *target.Config, d GroupDoc, r Ranges) *target.Config {
 
 func (d GroupDoc) clone() GroupDoc {
 	t := (&target.Config{Subsystems: d.Subsystems, Hosts: d.Hosts}).Clone()
-	return GroupDoc{Subsystems: t.Subsystems, Hosts: t.Hosts, ANAGroups: slices.Clone(d.ANAGroups)}
+	return GroupDoc{Subsystems: t.Subsystems, Hosts: t.Hosts, ANAGroups: slices.Clone(d.ANAGroups), Drained: slices.Clone(d.Drained)}
 }
 
 // ErrGroupInvalid is in the error of a group configuration refused as a

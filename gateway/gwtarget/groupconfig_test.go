@@ -55,6 +55,28 @@ func TestGroupDocRoundTrip(t *testing.T) {
 	}
 }
 
+// TestFileRangesDefaulted: a file's subsystem without a CNTLID range
+// (after loading: the target's default, 1-65519) takes the gateway's
+// cntlid_min/max when they are set, and keeps the default otherwise; an
+// explicit range is kept.
+func TestFileRangesDefaulted(t *testing.T) {
+	l := local()
+	l.Subsystems[0].CNTLIDMin, l.Subsystems[0].CNTLIDMax = 0, 0
+	l.ApplyDefaults()
+	g := &Config{CNTLIDMin: 1001, CNTLIDMax: 2000}
+	m := MergeGroup(l, SplitGroup(l, []GroupConfig{{ID: 1, Preferred: "gw-a"}}), FileRanges(g, l))
+	if got := [2]uint16{m.Subsystems[0].CNTLIDMin, m.Subsystems[0].CNTLIDMax}; got != [2]uint16{1001, 2000} {
+		t.Fatalf("a defaulted subsystem with gateway.cntlid_min/max 1001-2000: %v", got)
+	}
+	if r := FileRanges(&Config{}, l); len(r.Subsystems) != 1 || r.Subsystems[nqnA] != [2]uint16{target.DefaultCNTLIDMin, target.DefaultCNTLIDMax} {
+		t.Fatalf("without gateway.cntlid_min/max: %+v", r)
+	}
+	l.Subsystems[0].CNTLIDMin, l.Subsystems[0].CNTLIDMax = 1, 100
+	if r := FileRanges(g, l); r.Subsystems[nqnA] != [2]uint16{1, 100} {
+		t.Fatalf("an explicit range: %+v", r)
+	}
+}
+
 // TestMergeGroup: a gateway serves the group's subsystems and hosts with
 // its own ports and ranges: its file's range for a subsystem it lists,
 // its default for the others; every port serves every subsystem.

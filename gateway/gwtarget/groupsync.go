@@ -114,7 +114,9 @@ func (gs *Gateway) Bootstrap(file *target.Config, apply func(*target.Config) err
 	gs.cl = cl
 	// The group's part as it runs (defaults spelled out), which a change
 	// is compared with.
-	gs.grp = &groupState{version: sc.Version, doc: SplitGroup(merged, doc.ANAGroups), ranges: ranges, apply: apply}
+	run := SplitGroup(merged, doc.ANAGroups)
+	run.Drained = doc.Drained
+	gs.grp = &groupState{version: sc.Version, doc: run, ranges: ranges, apply: apply}
 	gs.mu.Unlock()
 	log.Info("gateway: serving the group's configuration from RADOS", zap.Uint64("version", sc.Version),
 		zap.String("object", gateway.ConfigObjectName(g.Group)))
@@ -162,38 +164,46 @@ type GroupConflict = gateway.VersionConflictError
 // behind), and nc's group part must be valid for the whole group
 // (ValidateGroup against the members' CNTLID ranges; ErrGroupInvalid,
 // nothing is stored). It returns nc's group part as stored, or nil if it
-// is the running one (nothing to store). The change lock is held.
-func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, error) {
+// is the running one (nothing to store), and the configuration this
+// gateway must apply: nc merged as every other gateway merges the stored
+// version (MergeGroup: each subsystem with this gateway's CNTLID range,
+// every port serving every subsystem of the group). Applying nc as
+// edited left a subsystem added through this gateway on none of its
+// ports, with the target's default CNTLID range. The change lock is held.
+func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, *target.Config, error) {
 	gs.mu.Lock()
 	st, cl := *gs.grp, gs.cl
 	gs.mu.Unlock()
 	sc, err := cl.ReadGroupConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sc.Version != base {
-		return nil, &gateway.VersionConflictError{Base: base, Current: sc.Version}
+		return nil, nil, &gateway.VersionConflictError{Base: base, Current: sc.Version}
 	}
 	if base != st.version {
-		return nil, fmt.Errorf("gateway: %s runs version %d of the group configuration, not the stored %d (%s): make the change through another gateway",
+		return nil, nil, fmt.Errorf("gateway: %s runs version %d of the group configuration, not the stored %d (%s): make the change through another gateway",
 			gs.cfg.Name, st.version, sc.Version, st.pendingErr)
 	}
 	doc := SplitGroup(nc, st.doc.ANAGroups)
+	doc.Drained = st.doc.Drained
 	members, err := cl.Members()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := ValidateGroup(doc, MergeGroup(nc, doc, st.ranges), members); err != nil {
-		return nil, err
+	merged := MergeGroup(nc, doc, st.ranges)
+	merged.ApplyDefaults()
+	if err := ValidateGroup(doc, merged, members); err != nil {
+		return nil, nil, err
 	}
 	b, err := EncodeGroup(doc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cur, err := EncodeGroup(st.doc); err == nil && string(cur) == string(b) {
-		return nil, nil // the group's part did not change
+		return nil, merged, nil // the group's part did not change
 	}
-	return b, nil
+	return b, merged, nil
 }
 
 // StoreChange stores doc (from PrepareChange) as the version after base:
@@ -203,21 +213,30 @@ func (gs *Gateway) StoreChange(base uint64, doc []byte) (uint64, error) {
 	gs.mu.Lock()
 	cl := gs.cl
 	gs.mu.Unlock()
-	return cl.WriteGroupConfig(base, doc)
+	return cl.WriteGroupConfig(base, doc, "")
 }
 
 // Applied records that version v, whose group part is nc's, runs here
 // (its running.<name> entry on the config object).
 func (gs *Gateway) Applied(v uint64, nc *target.Config) {
 	gs.mu.Lock()
+	gs.applied(v, nc, gs.grp.doc.ANAGroups, gs.grp.doc.Drained)
+}
+
+// applied is Applied with the version's ANA groups and drained members,
+// which it gives the machine (a preferred owner changed, a drain); gs.mu
+// is held and is unlocked.
+func (gs *Gateway) applied(v uint64, nc *target.Config, ana []GroupConfig, drained []string) {
 	st := gs.grp
-	st.doc = SplitGroup(nc, st.doc.ANAGroups)
+	st.doc = SplitGroup(nc, ana)
+	st.doc.Drained = slices.Clone(drained)
 	st.version = v
 	if st.pending <= v {
 		st.pending, st.pendingErr = 0, ""
 	}
 	cl := gs.cl
 	gs.mu.Unlock()
+	gs.pushGroupState()
 	gs.recordRunning(cl, v)
 }
 
@@ -277,18 +296,27 @@ func (gs *Gateway) syncOnce() {
 		fail(err)
 		return
 	}
+	// The group's own state (preferred owners, drained members) needs no
+	// reload and reaches the machine even when the target cannot apply
+	// this version: a drained gateway must never stay an owner because
+	// an image of another change does not open here.
+	failTarget := func(err error) {
+		fail(err)
+		gs.pushState(doc.ANAGroups, doc.Drained)
+	}
 	nc := MergeGroup(gs.running(), doc, st.ranges)
 	nc.ApplyDefaults()
 	if err := nc.Validate(); err != nil {
-		fail(err)
+		failTarget(err)
 		return
 	}
 	if err := st.apply(nc); err != nil {
-		fail(err)
+		failTarget(err)
 		return
 	}
 	gs.log.Info("gateway: applied the group configuration", zap.Uint64("version", sc.Version), zap.Uint64("was", st.version))
-	gs.Applied(sc.Version, nc)
+	gs.mu.Lock()
+	gs.applied(sc.Version, nc, doc.ANAGroups, doc.Drained)
 }
 
 // GroupStatus reads the group's state (GET /v1/group, nvmetctl group):
@@ -338,6 +366,15 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: v})
 		}
 	}
+	drained := gs.drainedOf()
+	for _, name := range drained {
+		if !seen[name] {
+			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: stored[name]})
+		}
+	}
+	for i := range out.Members {
+		out.Members[i].Drained = slices.Contains(drained, out.Members[i].Name)
+	}
 	slices.SortFunc(out.Members, func(a, b ctlclient.GroupMember) int { return strings.Compare(a.Name, b.Name) })
 	if s := gs.Status(); s != nil {
 		if s.Degraded != "" {
@@ -348,6 +385,7 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 		}
 	}
 	out.Problems = append(out.Problems, groupProblems(out)...)
+	out.Draining = draining(out, drained)
 	return out, nil
 }
 
@@ -376,4 +414,22 @@ func groupProblems(st *ctlclient.GroupStatus) []string {
 		p = append(p, fmt.Sprintf("%s cannot apply %s", st.Gateway, st.Pending))
 	}
 	return p
+}
+
+// draining names each drained gateway that still holds ANA groups (its
+// drain is in progress: their hand-overs are not done).
+func draining(st *ctlclient.GroupStatus, drained []string) []string {
+	var out []string
+	for _, name := range drained {
+		var ids []string
+		for _, g := range st.ANAGroups {
+			if g.Holder == name {
+				ids = append(ids, fmt.Sprint(g.ID))
+			}
+		}
+		if len(ids) > 0 {
+			out = append(out, fmt.Sprintf("%s is drained and still holds ANA group(s) %s: their hand-over is in progress", name, strings.Join(ids, ",")))
+		}
+	}
+	return out
 }

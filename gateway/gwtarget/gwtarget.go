@@ -383,7 +383,8 @@ func member(g *Config, cfg *target.Config) gateway.Member {
 // (GroupInFlight, SetServingDeadline, BackendHealth, SetGatewayGuard).
 type Target interface {
 	Reload(cfg *target.Config) error
-	ReopenNamespaces(anaGroup uint32) error
+	// ReopenNamespaces holds swap around its swaps, not across its opens.
+	ReopenNamespaces(anaGroup uint32, swap sync.Locker) error
 	// SetGroupANA is the one path of an ANA change of the group (not a
 	// reload: it waits for no backend I/O).
 	SetGroupANA(anaGroup uint32, st nvmeof.ANAState) error
@@ -732,7 +733,7 @@ func (a applier) Reopen(group uint32) error {
 	for _, c := range backend.CephClients() {
 		before[c.Addrs] = true
 	}
-	if err := a.reopen(group); err != nil {
+	if err := gs.t.ReopenNamespaces(group, gs.change); err != nil {
 		if errors.Is(err, target.ErrReloadRefused) || errors.Is(err, target.ErrReopenStale) {
 			return fmt.Errorf("reopen the rbd namespaces of ANA group %d: %w", group, err)
 		}
@@ -772,41 +773,6 @@ func (a applier) AnswerInFlight(group uint32) (int, error) {
 }
 
 var _ gateway.InFlightAnswerer = applier{}
-
-// reopenTarget is the target's reopen in two halves (*target.Target has
-// it): the opens, then the swap.
-type reopenTarget interface {
-	PrepareReopen(anaGroup uint32) (*target.PreparedReopen, error)
-}
-
-// reopenTries bounds the reopens prepared again because a reload swapped
-// namespaces while the new backends opened.
-const reopenTries = 3
-
-// reopen reopens the group's namespaces: the opens without the change
-// lock, the swap under it.
-func (a applier) reopen(group uint32) error {
-	gs := a.gs
-	rt, ok := gs.t.(reopenTarget)
-	if !ok {
-		gs.change.Lock()
-		defer gs.change.Unlock()
-		return gs.t.ReopenNamespaces(group)
-	}
-	for try := 1; ; try++ {
-		r, err := rt.PrepareReopen(group)
-		if err != nil {
-			return err
-		}
-		gs.change.Lock()
-		err = r.Apply()
-		gs.change.Unlock()
-		if errors.Is(err, target.ErrReopenStale) && try < reopenTries {
-			continue
-		}
-		return err
-	}
-}
 
 // retryNamespaces reloads the target, in the background and at most once
 // per failback_delay (at least a lease apart), so that the namespaces
@@ -906,6 +872,10 @@ func (gs *Gateway) Start(t Target, running func() *target.Config, change sync.Lo
 	gs.mu.Lock()
 	gs.runner, gs.cl, gs.cancel = r, cl, cancel
 	gs.mu.Unlock()
+	// The version's preferred owners and drained state, before the
+	// machine's first tick: a drained gateway stays out across its
+	// restarts.
+	gs.pushGroupState()
 	log.Info("gateway: member of the group", zap.String("name", g.Name), zap.String("group", g.Group),
 		zap.String("session", session), zap.String("client", cl.Addrs()), zap.Duration("lease", g.Lease))
 	if note := faultInjectorNote(); note != "" {
@@ -1000,6 +970,9 @@ type Status struct {
 	// stored one it could not apply, and why.
 	GroupConfigVersion uint64 `json:"group_config_version,omitempty"`
 	GroupConfigPending string `json:"group_config_pending,omitempty"`
+	// Drained: this gateway is drained (nvmetctl gateway drain): it
+	// owns no group until undrained.
+	Drained bool `json:"drained,omitempty"`
 	// DiscoveryPorts are the other gateways' ports this gateway's
 	// discovery log lists ("gw-b 1 rdma 192.0.2.12:4420 NQN,...":
 	// docs/rbd.md "Discovery across the group").
@@ -1032,7 +1005,7 @@ func (gs *Gateway) Status() *Status {
 		return &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthDegraded, Degraded: "not connected to the cluster"}
 	}
 	groups, degr := r.Status()
-	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences()}
+	st := &Status{Name: gs.cfg.Name, Group: gs.cfg.Group, Health: healthOK, Degraded: degr, Fences: r.Fences(), Drained: r.Drained()}
 	gs.mu.Lock()
 	for _, p := range gs.peers {
 		st.DiscoveryPorts = append(st.DiscoveryPorts, fmt.Sprintf("%s %d %s %s %s", p.Gateway, p.PortID, p.Transport,

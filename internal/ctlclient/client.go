@@ -88,6 +88,10 @@ type GroupStatus struct {
 	// healthy): an unowned ANA group, a gateway behind the stored version
 	// or unable to apply it, the answering gateway degraded.
 	Problems []string `json:"problems"`
+	// Draining lists the drains still in progress, one line per drained
+	// gateway that still holds ANA groups (empty: every drained gateway
+	// holds none).
+	Draining []string `json:"draining,omitempty"`
 }
 
 // GroupANA is one ANA group of GroupStatus.
@@ -101,6 +105,9 @@ type GroupANA struct {
 type GroupMember struct {
 	Name    string `json:"name"`
 	Running uint64 `json:"running"`
+	// Drained: under maintenance (nvmetctl gateway drain): never a
+	// group's owner until undrained.
+	Drained bool `json:"drained,omitempty"`
 }
 
 // ChangeResult is the answer to a change (the API's ChangeResult schema).

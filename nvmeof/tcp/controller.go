@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +73,7 @@ type ControllerQueue struct {
 	h        Handler
 	log      *zap.Logger
 	conn     net.Conn
-	br       *bufio.Reader
+	br       *rxReader
 	ticket   *admission.Ticket
 	killed   atomic.Pointer[error] // why the Admission ended the queue
 	admitted atomic.Bool
@@ -185,6 +184,10 @@ type QueueStats struct {
 	// HeaderDigestErrors (fatal: the queue ended with a C2HTermReq) and
 	// DataDigestErrors (the command failed, the queue went on).
 	HeaderDigestErrors, DataDigestErrors uint64
+	// DataCopied and DataDirect count the bytes of PDU data received
+	// (H2CData, in-capsule) copied out of the read-ahead buffer and read
+	// straight from the socket into the command's buffer (Config.DirectMin).
+	DataCopied, DataDirect uint64
 	// TermReqSent/Received: the queue ended by a C2HTermReq we sent or an
 	// H2CTermReq the host sent, with its FES.
 	TermReqSent, TermReqReceived       bool
@@ -194,7 +197,8 @@ type QueueStats struct {
 // Stats returns the queue's counters (atomic loads: cheap, any goroutine).
 func (q *ControllerQueue) Stats() QueueStats {
 	st := QueueStats{PDUsSent: q.pdusSent.Load(), PDUsReceived: q.pdusRecv.Load(), Writes: q.writes.Load(),
-		HeaderDigestErrors: q.hdgstErrors.Load(), DataDigestErrors: q.ddgstErrors.Load()}
+		HeaderDigestErrors: q.hdgstErrors.Load(), DataDigestErrors: q.ddgstErrors.Load(),
+		DataCopied: q.br.dataCopied.Load(), DataDirect: q.br.dataDirect.Load()}
 	if v := q.termSentFES.Load(); v != 0 {
 		st.TermReqSent, st.TermReqSentFES = true, wire.FES(v-1)
 	}
@@ -272,6 +276,12 @@ var errHostTerminated = errors.New("nvme-tcp: the host terminated the connection
 // and not at all after (the keep-alive is); the rest of a PDU by the PDU
 // timeout.
 func (q *ControllerQueue) read(b []byte, first bool) error {
+	return q.readAs(b, first, false)
+}
+
+// readAs is read; data: b is PDU data, read straight from the socket when
+// large (rxReader.ReadData).
+func (q *ControllerQueue) readAs(b []byte, first, data bool) error {
 	n := 0
 	if q.br.Buffered() < len(b) {
 		// The read may wait for the host: the responses gathered so far
@@ -281,6 +291,9 @@ func (q *ControllerQueue) read(b []byte, first bool) error {
 	if !first && !q.connDL && !q.dl && q.br.Buffered() < len(b) {
 		_ = q.conn.SetReadDeadline(time.Now().Add(q.cfg.PDUTimeout))
 		q.dl = true
+	}
+	if data {
+		return q.br.ReadData(b)
 	}
 	for n < len(b) {
 		m, err := q.br.Read(b[n:])
@@ -394,7 +407,7 @@ func (q *ControllerQueue) pdu(hb []byte) error {
 // readData reads n bytes of PDU data into b[:n] and its data digest, if
 // the PDU carries one, and reports whether the digest was right.
 func (q *ControllerQueue) readData(b []byte, l wire.Layout) (bool, error) {
-	if err := q.read(b, false); err != nil {
+	if err := q.readAs(b, false, true); err != nil {
 		return false, err
 	}
 	if !l.DDGST {
@@ -793,7 +806,9 @@ func (r *Request) putCapsuleResp(b []byte, sqhd uint16, st nvmeof.Status) int {
 // answered, once its owner no longer uses them (the backend returned). It
 // is safe after the queue ended.
 func (r *Request) Release() {
-	if !r.answered || !r.active.Load() {
+	// active first: a second Release after the context went back to the
+	// pool must not read fields a new command's reset writes.
+	if !r.active.Load() || !r.answered {
 		return
 	}
 	r.release()

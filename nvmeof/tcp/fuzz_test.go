@@ -23,11 +23,19 @@ func FuzzQueuePDUs(f *testing.F) {
 	f.Add(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMWrite, 6, 0, 512, true)[:], make([]byte, 512)))
 	f.Add(append(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMWrite, 7, 0, 512, false)[:], nil),
 		h.AppendPDU(nil, wire.TypeH2CData, wire.FlagLastPDU, dh[wire.CommonHeaderSize:], make([]byte, 512))...))
+	// Straight placement: in-capsule data of 4 KiB, and an H2CData whose
+	// data runs past the command's buffer.
+	f.Add(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMWrite, 8, 0, 4096, true)[:], make([]byte, 4096)))
+	wire.PutDataHeader(dh[:], wire.Header{}, 9, 0, 0, 8192)
+	f.Add(append(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMWrite, 9, 0, 4096, false)[:], nil),
+		h.AppendPDU(nil, wire.TypeH2CData, wire.FlagLastPDU, dh[wire.CommonHeaderSize:], make([]byte, 8192))...))
 	f.Add(wire.AppendTermReq(nil, wire.TypeH2CTermReq, wire.FESInvalidHeaderField, 0, nil))
 	f.Add([]byte{4, 3, 72, 0, 255, 255, 255, 255})
 	m := newMemHandler()
 	m.closed = make(chan error, 1<<20)
-	ln := serve(f, Config{ConnectTimeout: 5 * time.Second, PDUTimeout: 200 * time.Millisecond, InlineDataSize: 8192}, m)
+	// DirectMin 512: data of 512 bytes and more is read straight into
+	// place (rxReader.ReadData), so that the fuzzer exercises that path.
+	ln := serve(f, Config{ConnectTimeout: 5 * time.Second, PDUTimeout: 200 * time.Millisecond, InlineDataSize: 8192, DirectMin: 512}, m)
 	var sqe nvmeof.SQE
 	sqe[0], sqe[1], sqe[4] = nvmeof.OpFabrics, 0x40, nvmeof.FCTypeConnect
 	binary.LittleEndian.PutUint16(sqe[42:], 1)

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +75,11 @@ type HostConfig struct {
 	// reads for up to this long before it parks on the poller, as the
 	// target's queues and the iWARP engine do (0: it sleeps at once).
 	BusyPoll time.Duration
+	// DirectMin is the smallest C2HData data read straight from the
+	// socket into the command's buffer instead of through the read-ahead
+	// buffer: 0 the default (DefaultDirectMin, or off with
+	// NVMETD_RX_PLACEMENT=copy in the environment), negative off.
+	DirectMin int
 	// TCP are the socket options of the queue's connection (congestion
 	// control, TCP_NOTSENT_LOWAT: internal/tcpopt, as the target's ports
 	// and the iWARP engine take them), set before the ICReq. The zero
@@ -94,6 +98,10 @@ type HostStats struct {
 	C2HData          uint64 // C2HData PDUs received
 	Success          uint64 // commands completed by a C2HData with SUCCESS (no CapsuleResp)
 	DataDigestErrors uint64 // C2HData whose data digest was wrong
+	// DataCopied and DataDirect count the bytes of C2HData data copied out
+	// of the read-ahead buffer and read straight from the socket into the
+	// command's buffer (HostConfig.DirectMin).
+	DataCopied, DataDirect uint64
 }
 
 type hostSlot struct {
@@ -134,11 +142,11 @@ type HostQueue struct {
 	cfg    HostConfig
 	log    *zap.Logger
 	conn   net.Conn
-	br     *bufio.Reader
+	br     *rxReader
 	doneCh chan struct{}
 
 	wmu  perfcount.Mutex // one writer at a time; guards the slots' write buffers
-	poll *pollReader     // the busy-polling reader under br (HostConfig.BusyPoll), or nil
+	poll *pollReader     // the socket reader under br (busy polling for HostConfig.BusyPoll), or nil
 
 	mu        perfcount.Mutex
 	stats     HostStats
@@ -199,14 +207,14 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 	}
 	var src io.Reader = conn
 	var poll *pollReader
-	if sc, ok := conn.(syscall.Conn); ok && cfg.BusyPoll > 0 {
+	if sc, ok := conn.(syscall.Conn); ok {
 		if poll = newPollReader(sc, cfg.BusyPoll); poll != nil {
 			src = poll
 		}
 	}
 	q := &HostQueue{
 		qid: cfg.QID, size: cfg.QueueSize, inline: cfg.InlineDataSize, cfg: cfg, conn: conn,
-		br: bufio.NewReaderSize(src, hostReadBufferSize), poll: poll, doneCh: make(chan struct{}),
+		br: newRxReader(src, poll, hostReadBufferSize, directMin(cfg.DirectMin)), poll: poll, doneCh: make(chan struct{}),
 	}
 	q.log = cfg.Logger.With(zap.String("traddr", address), zap.Uint16("qid", cfg.QID))
 	if err := q.initialize(ctx); err != nil {
@@ -241,7 +249,7 @@ func (q *HostQueue) initialize(ctx context.Context) error {
 		return fmt.Errorf("ICReq: %w", err)
 	}
 	b := q.hb[:wire.ICSize]
-	if _, err := io.ReadFull(q.br, b[:wire.CommonHeaderSize]); err != nil {
+	if err := q.br.ReadFull(b[:wire.CommonHeaderSize]); err != nil {
 		return fmt.Errorf("ICResp: %w", err)
 	}
 	h, _ := wire.ParseHeader(b)
@@ -253,7 +261,7 @@ func (q *HostQueue) initialize(ctx context.Context) error {
 		q.terminate(fe)
 		return fe
 	}
-	if _, err := io.ReadFull(q.br, b[wire.CommonHeaderSize:]); err != nil {
+	if err := q.br.ReadFull(b[wire.CommonHeaderSize:]); err != nil {
 		return fmt.Errorf("ICResp: %w", err)
 	}
 	resp, err := wire.ParseICResp(b, q.cfg.Digests)
@@ -319,8 +327,10 @@ func (q *HostQueue) Err() error {
 // Stats returns the queue's counters.
 func (q *HostQueue) Stats() HostStats {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.stats
+	st := q.stats
+	q.mu.Unlock()
+	st.DataCopied, st.DataDirect = q.br.dataCopied.Load(), q.br.dataDirect.Load()
+	return st
 }
 
 // Close disconnects the queue and waits until its commands have ended.
@@ -541,7 +551,21 @@ func (q *HostQueue) read(b []byte) error {
 		_ = q.conn.SetReadDeadline(time.Now().Add(q.cfg.PDUTimeout))
 		q.dl = true
 	}
-	_, err := io.ReadFull(q.br, b)
+	return q.stalled(q.br.ReadFull(b))
+}
+
+// readData fills b with PDU data as read does, large data straight from
+// the socket (rxReader.ReadData).
+func (q *HostQueue) readData(b []byte) error {
+	if !q.dl && q.br.Buffered() < len(b) {
+		_ = q.conn.SetReadDeadline(time.Now().Add(q.cfg.PDUTimeout))
+		q.dl = true
+	}
+	return q.stalled(q.br.ReadData(b))
+}
+
+// stalled gives a read's deadline error its context.
+func (q *HostQueue) stalled(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("nvme-tcp: a PDU from the controller stalled for %v: %w", q.cfg.PDUTimeout, err)
 	}
@@ -556,13 +580,12 @@ func (q *HostQueue) receive() error {
 		// The first byte waits as long as the controller may be quiet
 		// (the host's command timeouts bound it); the rest of the PDU is
 		// bounded by the PDU timeout.
-		if _, err := q.br.ReadByte(); err != nil {
+		if err := q.br.WaitByte(); err != nil {
 			if q.isClosed() {
 				return nil // Abort: its error is the queue's
 			}
 			return err
 		}
-		_ = q.br.UnreadByte()
 		if err := q.read(hb[:wire.CommonHeaderSize]); err != nil {
 			return err
 		}
@@ -714,7 +737,7 @@ func (q *HostQueue) onC2HData(hdr []byte, h wire.Header, l wire.Layout) error {
 	// The slot stays this command's while we read: only this goroutine
 	// completes commands, and run completes the rest after receive.
 	dst := r.Data[off : off+n]
-	if err := q.read(dst); err != nil {
+	if err := q.readData(dst); err != nil {
 		return err
 	}
 	if l.DDGST {

@@ -470,6 +470,10 @@ func FuzzHostPDUs(f *testing.F) {
 	f.Add(dataPDU(wire.TypeR2T, 0, 0x1001, 3, 0, 8192, nil))
 	f.Add(dataPDU(wire.TypeR2T, 0, 0x1001, 3, 4096, 8192, nil))
 	f.Add(dataPDU(wire.TypeC2HData, wire.FlagLastPDU, 0x1000, 0, 8000, 512, make([]byte, 512)))
+	// Straight placement: a C2HData whose data runs past the read's
+	// buffer, and one cut short in its data.
+	f.Add(dataPDU(wire.TypeC2HData, wire.FlagLastPDU, 0x1000, 0, 4096, 8192, make([]byte, 8192)))
+	f.Add(dataPDU(wire.TypeC2HData, wire.FlagLastPDU|wire.FlagSuccess, 0x1000, 0, 0, 8192, make([]byte, 3000)))
 	f.Add(wire.AppendTermReq(nil, wire.TypeC2HTermReq, wire.FESInvalidHeaderField, 0, nil))
 	f.Add([]byte{7, 0x0c, 24, 24, 255, 255, 255, 255})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -494,7 +498,9 @@ func FuzzHostPDUs(f *testing.F) {
 			}
 			accepted <- c
 		}()
-		q, err := Dial(ctx, "tcp", ln.Addr().String(), HostConfig{QID: 1, QueueSize: 4, InlineDataSize: 4096, PDUTimeout: 200 * time.Millisecond, WriteTimeout: time.Second})
+		// DirectMin 512: C2HData of 512 bytes and more is read straight
+		// into place (rxReader.ReadData), so that the fuzzer exercises it.
+		q, err := Dial(ctx, "tcp", ln.Addr().String(), HostConfig{QID: 1, QueueSize: 4, InlineDataSize: 4096, PDUTimeout: 200 * time.Millisecond, WriteTimeout: time.Second, DirectMin: 512})
 		c := <-accepted
 		if err != nil || c == nil {
 			t.Skip(err)

@@ -4,7 +4,6 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -89,6 +88,11 @@ type Config struct {
 	// up to this long before it parks, as transport.busy_poll does for the
 	// iWARP engine (default 0: off).
 	BusyPoll time.Duration
+	// DirectMin is the smallest PDU data (H2CData, in-capsule) read
+	// straight from the socket into the command's buffer instead of
+	// through the read-ahead buffer: 0 the default (DefaultDirectMin, or
+	// off with NVMETD_RX_PLACEMENT=copy in the environment), negative off.
+	DirectMin int
 	// TCP are the socket options of each accepted connection (congestion
 	// control, TCP_NOTSENT_LOWAT), the same as the iWARP ports'
 	// (iwarp.Config.TCP, one type: internal/tcpopt); set before the ICReq
@@ -275,14 +279,15 @@ func (l *Listener) initialize(c net.Conn, t *admission.Ticket) {
 	// The deadline runs until the controller admits the queue.
 	_ = c.SetDeadline(time.Now().Add(cfg.ConnectTimeout))
 	var src io.Reader = c
-	if sc, ok := c.(syscall.Conn); ok && cfg.BusyPoll > 0 {
-		if pr := newPollReader(sc, cfg.BusyPoll); pr != nil {
-			src = pr
+	var sock *pollReader
+	if sc, ok := c.(syscall.Conn); ok {
+		if sock = newPollReader(sc, cfg.BusyPoll); sock != nil {
+			src = sock
 		}
 	}
-	br := bufio.NewReaderSize(src, readBufferSize)
+	br := newRxReader(src, sock, readBufferSize, directMin(cfg.DirectMin))
 	var b [wire.ICSize]byte
-	if _, err := io.ReadFull(br, b[:wire.CommonHeaderSize]); err != nil {
+	if err := br.ReadFull(b[:wire.CommonHeaderSize]); err != nil {
 		log.Debug("nvme-tcp: no ICReq", zap.Error(err))
 		_ = c.Close()
 		return
@@ -296,7 +301,7 @@ func (l *Listener) initialize(c net.Conn, t *admission.Ticket) {
 		terminate(c, err, b[:wire.CommonHeaderSize], log)
 		return
 	}
-	if _, err := io.ReadFull(br, b[wire.CommonHeaderSize:]); err != nil {
+	if err := br.ReadFull(b[wire.CommonHeaderSize:]); err != nil {
 		log.Debug("nvme-tcp: ICReq cut short", zap.Error(err))
 		_ = c.Close()
 		return
@@ -371,7 +376,7 @@ type QueueRequest struct {
 	MaxR2T uint32
 	size   int
 	conn   net.Conn
-	br     *bufio.Reader
+	br     *rxReader
 	src    io.Reader // what br reads: the connection, or a pollReader of it
 	cfg    *Config
 	ticket *admission.Ticket // the connection's place in the Admission

@@ -12,7 +12,7 @@ import (
 )
 
 // TestBusyPoll: with Config.BusyPoll a queue reads its socket through the
-// busy-polling reader (without, straight from the connection), I/O through
+// socket reader with the spin time, I/O through
 // it is intact (a 4 KiB in-capsule write read back), and the PDU timeout
 // still ends a PDU cut short (RawConn reads honour the read deadline).
 func TestBusyPoll(t *testing.T) {
@@ -45,8 +45,8 @@ func TestBusyPoll(t *testing.T) {
 			t.Fatalf("spin %v: read %v, same data %v", spin, st, bytes.Equal(back, data))
 		}
 		pr, ok := r.src.(*pollReader)
-		if ok != (spin > 0) || ok && pr.reads.Load() == 0 {
-			t.Errorf("spin %v: the queue reads through the busy-polling reader: %v", spin, ok)
+		if !ok || pr.spin != spin || pr.reads.Load() == 0 {
+			t.Errorf("spin %v: the queue reads through the socket reader (%v) with the spin time", spin, ok)
 		}
 		// A PDU cut short: the PDU timeout (200 ms) closes the queue.
 		h.Send(h.AppendPDU(nil, wire.TypeCapsuleCmd, 0, rawtcp.RWSQE(nvmeof.NVMRead, 9, 0, 4096, false)[:], nil)[:20])
@@ -55,8 +55,7 @@ func TestBusyPoll(t *testing.T) {
 }
 
 // TestHostBusyPoll: with HostConfig.BusyPoll the host queue reads its
-// socket through the busy-polling reader (without, straight from the
-// connection), and I/O through it is intact.
+// socket through the socket reader with the spin time, and I/O through it is intact.
 func TestHostBusyPoll(t *testing.T) {
 	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
 		m := newMemHandler()
@@ -74,8 +73,8 @@ func TestHostBusyPoll(t *testing.T) {
 		if err := q.Do(ctx, &r); err != nil || !bytes.Equal(back, data) {
 			t.Fatalf("spin %v: read %v, same data %v", spin, err, bytes.Equal(back, data))
 		}
-		if (q.poll != nil) != (spin > 0) || q.poll != nil && q.poll.reads.Load() == 0 {
-			t.Errorf("spin %v: the host queue reads through the busy-polling reader: %v", spin, q.poll != nil)
+		if q.poll == nil || q.poll.spin != spin || q.poll.reads.Load() == 0 {
+			t.Errorf("spin %v: the host queue reads through the socket reader (%v) with the spin time", spin, q.poll != nil)
 		}
 	}
 }

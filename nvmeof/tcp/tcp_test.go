@@ -576,6 +576,13 @@ func TestAnswerHoldsContext(t *testing.T) {
 	clear(held)
 	mu.Unlock()
 	cq := parked[0].q
+	// The last write's context goes back to the pool just after its
+	// response is written: wait for it (the host may read the response
+	// first).
+	deadline := time.Now().Add(time.Minute)
+	for len(cq.free) < qsize-n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if free := len(cq.free); free != qsize-n {
 		t.Fatalf("%d free contexts with %d of %d held", free, n, qsize)
 	}

@@ -37,7 +37,7 @@ type targetService interface {
 	Healthy() error
 	HealthReport(nqn string, nsid uint32) (string, error)
 	Queues() []target.QueueStatus
-	ReopenNamespaces(anaGroup uint32) error
+	ReopenNamespaces(anaGroup uint32, swap sync.Locker) error
 	SetGroupANA(anaGroup uint32, st nvmeof.ANAState) error
 }
 

@@ -120,7 +120,7 @@ func (f *fakeTarget) Status() target.Status {
 
 func (f *fakeTarget) Queues() []target.QueueStatus { return nil }
 
-func (f *fakeTarget) ReopenNamespaces(uint32) error { return nil }
+func (f *fakeTarget) ReopenNamespaces(uint32, sync.Locker) error { return nil }
 
 func (f *fakeTarget) SetGroupANA(uint32, nvmeof.ANAState) error { return nil }
 

@@ -26,6 +26,8 @@ var (
 			"gateways of one group at different versions are a skew.", []string{"group"}, nil)
 	gatewayGroupPendingDesc = prometheus.NewDesc("nvmetd_gateway_group_config_pending",
 		"1 if a newer stored version of the group's configuration could not be applied here (status: group_config_pending).", []string{"group"}, nil)
+	gatewayDrainedDesc = prometheus.NewDesc("nvmetd_gateway_drained",
+		"1 if this gateway is drained (nvmetctl gateway drain): it hands its ANA groups to the others and owns none until undrained.", []string{"group"}, nil)
 )
 
 func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -35,6 +37,7 @@ func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- gatewayDegradedDesc
 	ch <- gatewayGroupVersionDesc
 	ch <- gatewayGroupPendingDesc
+	ch <- gatewayDrainedDesc
 }
 
 func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
@@ -63,5 +66,10 @@ func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
 			pending = 1
 		}
 		ch <- prometheus.MustNewConstMetric(gatewayGroupPendingDesc, prometheus.GaugeValue, pending, st.Group)
+		drained := 0.0
+		if st.Drained {
+			drained = 1
+		}
+		ch <- prometheus.MustNewConstMetric(gatewayDrainedDesc, prometheus.GaugeValue, drained, st.Group)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -153,10 +154,16 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 			base = b
 		}
 		var err error
-		doc, err = d.gw.PrepareChange(base, nc)
+		var merged *target.Config
+		doc, merged, err = d.gw.PrepareChange(base, nc)
 		if err != nil {
 			return nil, groupError(d, err, base)
 		}
+		// Served here as every other gateway serves the stored version:
+		// with this gateway's ports and CNTLID ranges.
+		nc = merged
+		diff = target.Diff(cur.Target, nc)
+		res.Changes = diff.Summary()
 		res.GroupVersion = base
 	}
 	if !diff.Empty() {
@@ -210,7 +217,12 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		}
 		d.mu.Lock()
 		d.cur = &lc
-		d.unsaved = true
+		if doc == nil {
+			// A change of the group's part (doc) has its record in
+			// RADOS, stored above: a reload keeps it, so the file does
+			// not lag behind it.
+			d.unsaved = true
+		}
 		d.lastChange = info
 		d.mu.Unlock()
 		if doc != nil {
@@ -222,10 +234,18 @@ func (d *daemon) change(r *http.Request, what string, edit func(c *target.Config
 		}
 	}
 	if mgmtapi.PersistRequested(r) {
-		if err := d.persistLocked(r); err != nil {
-			return nil, err
+		if doc != nil {
+			// The group's configuration of record is its stored
+			// version; the file keeps only this gateway's own parts
+			// (its subsystems would seed nothing: version 1 exists).
+			res.Warnings = append(res.Warnings, fmt.Sprintf("not persisted to the file: the change is the gateway group's, "+
+				"stored in RADOS as version %d, its record (the file keeps this gateway's own parts)", res.GroupVersion))
+		} else {
+			if err := d.persistLocked(r); err != nil {
+				return nil, err
+			}
+			res.Persisted, res.File = true, d.config().File
 		}
-		res.Persisted, res.File = true, d.config().File
 	}
 	return res, nil
 }

@@ -56,6 +56,16 @@ type Daemon interface {
 	// stored version and each member's running one (an *Error 404 when
 	// this nvmetd holds none).
 	Group() (*GroupStatus, error)
+	// SetPreferred makes gateway name the preferred owner of the group's
+	// ANA group id, and Drain drains (or undrains) gateway name: each a
+	// version of the gateway group's configuration held in RADOS
+	// (?group_version= its base).
+	SetPreferred(r *http.Request, id uint32, name string) (any, error)
+	Drain(r *http.Request, name string, drain bool) (any, error)
+	// SpreadANAGroup is the ANA group of a namespace added to c without
+	// one: in a gateway group, the group's ANA group with the fewest
+	// namespaces; 0 (the default group) for a stand-alone nvmetd.
+	SpreadANAGroup(c *target.Config) uint32
 }
 
 // MaxBody bounds a request body (a whole configuration at most).
@@ -342,6 +352,26 @@ func Routes(mux RouteMux, d Daemon) {
 
 	// The gateway group's configuration (gateway.group_config: rados).
 	handle("GET /v1/group", func(r *http.Request) (any, error) { return d.Group() })
+	handle("PUT /v1/group/ana_groups/{id}", func(r *http.Request) (any, error) {
+		id, err := strconv.ParseUint(r.PathValue("id"), 10, 32)
+		if err != nil {
+			return nil, &Error{Status: http.StatusBadRequest, Message: "id: not a number",
+				Problems: []Problem{{Field: "id", Reason: "not a number"}}}
+		}
+		body, err := DecodeNew[struct {
+			Preferred string `mapstructure:"preferred"`
+		}](r)
+		if err != nil {
+			return nil, err
+		}
+		if body.Preferred == "" {
+			return nil, &Error{Status: http.StatusBadRequest, Message: "preferred: required",
+				Problems: []Problem{{Field: "preferred", Reason: "required"}}}
+		}
+		return d.SetPreferred(r, uint32(id), body.Preferred)
+	})
+	handle("POST /v1/gateways/{name}/drain", func(r *http.Request) (any, error) { return d.Drain(r, r.PathValue("name"), true) })
+	handle("POST /v1/gateways/{name}/undrain", func(r *http.Request) (any, error) { return d.Drain(r, r.PathValue("name"), false) })
 
 	// Subsystems and their namespaces and allowed hosts.
 	handle("GET /v1/subsystems", func(r *http.Request) (any, error) { return target.EncodeJSON(cfg().Subsystems), nil })
@@ -404,7 +434,12 @@ func Routes(mux RouteMux, d Daemon) {
 			return nil, err
 		}
 		return d.Change(r, "add namespace", func(c *target.Config, res *ChangeResult) (string, error) {
-			path, nsid, err := c.AddNamespace(r.PathValue("nqn"), nc)
+			n := nc
+			if n.ANAGroup == 0 {
+				// Spread over a gateway group's ANA groups.
+				n.ANAGroup = d.SpreadANAGroup(c)
+			}
+			path, nsid, err := c.AddNamespace(r.PathValue("nqn"), n)
 			res.NSID = nsid
 			return path, err
 		})

@@ -193,13 +193,23 @@ func adminTool(c *cephtest.Cluster, tool string, args ...string) (string, error)
 // guardHostView checks what the Linux host sees of the gateway subsystem
 // through ctrlA (gw-a's controller, the owner's) and ctrlB (gw-b's):
 // namespace 1 only, optimized through ctrlA and inaccessible through
-// ctrlB. Each controller is asked directly for its ANA log page (nvme
-// ana-log: a synchronous Get Log Page, whose group descriptors list every
-// attached namespace with its group's state), and the kernel's paths and
-// disks are read after a rescan of both controllers is forced
-// (rescan_controller, as nvme ns-rescan: it queues the scan, so the
-// controllers' answers are the part that does not depend on timing).
+// ctrlB (hostView).
 func guardHostView(t *testing.T, vm *lab.VM, ctrlA, ctrlB, what string) {
+	t.Helper()
+	hostView(t, vm, ctrlA, ctrlB, []string{"1"}, what)
+}
+
+// hostView checks what the Linux host sees of the gateway subsystem
+// through ctrlA (gw-a's controller, the owner's) and ctrlB (gw-b's): the
+// namespaces nsids (in ascending order, all in ANA group 1) and no other,
+// optimized through ctrlA and inaccessible through ctrlB. Each controller
+// is asked directly for its ANA log page (nvme ana-log: a synchronous Get
+// Log Page, whose group descriptors list every attached namespace with
+// its group's state), and the kernel's paths and disks are read after a
+// rescan of both controllers is forced (rescan_controller, as nvme
+// ns-rescan: it queues the scan, so the controllers' answers are the part
+// that does not depend on timing).
+func hostView(t *testing.T, vm *lab.VM, ctrlA, ctrlB string, nsids []string, what string) {
 	t.Helper()
 	out := step(t, vm, time.Minute, fmt.Sprintf(`for c in %[1]s %[2]s; do echo 1 > /sys/class/nvme/$c/rescan_controller || exit 1; done
 for c in %[1]s %[2]s; do
@@ -232,15 +242,22 @@ true`, ctrlA, ctrlB, gatewayNQN))
 			seen["disks"] = append(seen["disks"], f[2])
 		}
 	}
+	for _, k := range []string{"disks", ctrlA + " path", ctrlB + " path", ctrlA + " ana", ctrlB + " ana"} {
+		slices.Sort(seen[k])
+	}
 	for _, c := range []string{ctrlA, ctrlB} {
 		for _, k := range []string{"ana", "path"} {
-			if got, w := seen[c+" "+k], []string{"1 " + want[c]}; !slices.Equal(got, w) {
+			var w []string
+			for _, n := range nsids {
+				w = append(w, n+" "+want[c])
+			}
+			if got := seen[c+" "+k]; !slices.Equal(got, w) {
 				problems = append(problems, fmt.Sprintf("%s %s: %q, want %q", c, k, got, w))
 			}
 		}
 	}
-	if got := seen["disks"]; !slices.Equal(got, []string{"1"}) {
-		problems = append(problems, fmt.Sprintf("the subsystem's disks' NSIDs: %q, want [1]", got))
+	if got := seen["disks"]; !slices.Equal(got, nsids) {
+		problems = append(problems, fmt.Sprintf("the subsystem's disks' NSIDs: %q, want %q", got, nsids))
 	}
 	if len(problems) > 0 {
 		t.Fatalf("the host %s sees:\n  %s", what, strings.Join(problems, "\n  "))

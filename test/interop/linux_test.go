@@ -72,6 +72,12 @@ var suite = []struct {
 	// Discovery across the group (issue 27): nvme discover and
 	// connect-all against one gateway reach both.
 	{"LinuxHostGatewayDiscovery", testLinuxHostGatewayDiscovery},
+	// The group's configuration in RADOS (issue 27): a namespace added
+	// once through gw-a reaches the host on both paths; restarts keep it.
+	{"LinuxHostGatewayGroupConfig", testLinuxHostGatewayGroupConfig},
+	// The Discovery Log Change notice (AEN 0xF0) on a persistent
+	// discovery controller as gw-b leaves and comes back.
+	{"LinuxHostGatewayDiscoveryNotice", testLinuxHostGatewayDiscoveryNotice},
 	// The gateway group with real partitions (issue 21): each gateway in
 	// a network namespace, a cluster of the test's own.
 	{"LinuxHostGatewayPartition", testLinuxHostGatewayPartition},
