@@ -116,6 +116,7 @@ func (gs *Gateway) Bootstrap(file *target.Config, apply func(*target.Config) err
 	// is compared with.
 	run := SplitGroup(merged, doc.ANAGroups)
 	run.Drained = doc.Drained
+	run.Pinned = doc.Pinned
 	gs.grp = &groupState{version: sc.Version, doc: run, ranges: ranges, apply: apply}
 	gs.mu.Unlock()
 	log.Info("gateway: serving the group's configuration from RADOS", zap.Uint64("version", sc.Version),
@@ -187,6 +188,7 @@ func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, *targe
 	}
 	doc := SplitGroup(nc, st.doc.ANAGroups)
 	doc.Drained = st.doc.Drained
+	doc.Pinned = st.doc.Pinned
 	members, err := cl.Members()
 	if err != nil {
 		return nil, nil, err
@@ -220,16 +222,17 @@ func (gs *Gateway) StoreChange(base uint64, doc []byte) (uint64, error) {
 // (its running.<name> entry on the config object).
 func (gs *Gateway) Applied(v uint64, nc *target.Config) {
 	gs.mu.Lock()
-	gs.applied(v, nc, gs.grp.doc.ANAGroups, gs.grp.doc.Drained)
+	gs.applied(v, nc, gs.grp.doc.ANAGroups, gs.grp.doc.Drained, gs.grp.doc.Pinned)
 }
 
 // applied is Applied with the version's ANA groups and drained members,
 // which it gives the machine (a preferred owner changed, a drain); gs.mu
 // is held and is unlocked.
-func (gs *Gateway) applied(v uint64, nc *target.Config, ana []GroupConfig, drained []string) {
+func (gs *Gateway) applied(v uint64, nc *target.Config, ana []GroupConfig, drained []string, pinned []uint32) {
 	st := gs.grp
 	st.doc = SplitGroup(nc, ana)
 	st.doc.Drained = slices.Clone(drained)
+	st.doc.Pinned = slices.Clone(pinned)
 	st.version = v
 	if st.pending <= v {
 		st.pending, st.pendingErr = 0, ""
@@ -316,7 +319,7 @@ func (gs *Gateway) syncOnce() {
 	}
 	gs.log.Info("gateway: applied the group configuration", zap.Uint64("version", sc.Version), zap.Uint64("was", st.version))
 	gs.mu.Lock()
-	gs.applied(sc.Version, nc, doc.ANAGroups, doc.Drained)
+	gs.applied(sc.Version, nc, doc.ANAGroups, doc.Drained, doc.Pinned)
 }
 
 // GroupStatus reads the group's state (GET /v1/group, nvmetctl group):
