@@ -602,6 +602,9 @@ func (a *app) groupCommand() *cobra.Command {
 						if h == "" {
 							h = "none"
 						}
+						if g.Pinned {
+							h += " (pinned)"
+						}
 						fmt.Fprintf(tw, "%d\t%s\t%s\n", g.ID, g.Preferred, h)
 					}
 					tw.Flush()
@@ -622,6 +625,6 @@ func (a *app) groupCommand() *cobra.Command {
 				}
 			})
 		}}
-	cmd.AddCommand(a.groupMoveCommand())
+	cmd.AddCommand(a.groupMoveCommand(), a.groupPinCommand(true), a.groupPinCommand(false))
 	return cmd
 }

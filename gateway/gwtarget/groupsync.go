@@ -334,7 +334,9 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 	cl, st := gs.cl, gs.grp
 	var running uint64
 	var pending string
+	var pinned []uint32
 	if st != nil {
+		pinned = slices.Clone(st.doc.Pinned)
 		running = st.version
 		if st.pending != 0 {
 			pending = fmt.Sprintf("version %d: %s", st.pending, st.pendingErr)
@@ -384,7 +386,8 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 			out.Problems = append(out.Problems, fmt.Sprintf("%s is degraded: %s", gs.cfg.Name, s.Degraded))
 		}
 		for _, g := range s.Groups {
-			out.ANAGroups = append(out.ANAGroups, ctlclient.GroupANA{ID: g.ID, Preferred: g.Preferred, Holder: g.Holder})
+			out.ANAGroups = append(out.ANAGroups, ctlclient.GroupANA{ID: g.ID, Preferred: g.Preferred, Holder: g.Holder,
+				Pinned: slices.Contains(pinned, g.ID)})
 		}
 	}
 	out.Problems = append(out.Problems, groupProblems(out)...)

@@ -99,6 +99,8 @@ type GroupANA struct {
 	ID        uint32 `json:"id"`
 	Preferred string `json:"preferred"`
 	Holder    string `json:"holder,omitempty"`
+	// Pinned: rebalancing never moves it (nvmetctl group pin).
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // GroupMember is one gateway of GroupStatus.
