@@ -177,7 +177,7 @@ func TestGatewayProcessRebalance(t *testing.T) {
 	}
 	a.waitGroup(4, all)
 	b.waitGroup(4, all)
-	groupShows(a, "after gw-c left", `(?s)1 +gw-a +gw-a\n2 +gw-b +gw-b\n3 +gw-a +gw-a \(pinned\)\n`)
+	groupShows(a, "after gw-c left", `(?s)gw-c +3 +[^\n]*not alive.*1 +gw-a +gw-a\n2 +gw-b +gw-b\n3 +gw-a +gw-a \(pinned\)\n`)
 	if alog := a.stderr.String()[amark:]; !regexp.MustCompile(`fencing the previous holder[^\n]*"group": 1,`).MatchString(alog) &&
 		!regexp.MustCompile(`"group": 1,[^\n]*gw-c`).MatchString(b.stderr.String()) {
 		t.Logf("group 1's taking after gw-c's stop (gw-a's log):\n%s", grepLines(alog, "group 1|fenc"))

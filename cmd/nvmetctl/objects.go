@@ -581,6 +581,9 @@ func (a *app) groupCommand() *cobra.Command {
 					case m.Running < st.Version:
 						note = "behind"
 					}
+					if m.Alive != nil && !*m.Alive {
+						note += ", not alive"
+					}
 					if m.Drained {
 						note += ", drained"
 						if len(holds[m.Name]) > 0 {

@@ -377,8 +377,15 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: stored[name]})
 		}
 	}
+	gs.mu.Lock()
+	live, settled := slices.Clone(gs.live), gs.liveSettled
+	gs.mu.Unlock()
 	for i := range out.Members {
 		out.Members[i].Drained = slices.Contains(drained, out.Members[i].Name)
+		if settled {
+			alive := slices.Contains(live, out.Members[i].Name)
+			out.Members[i].Alive = &alive
+		}
 	}
 	slices.SortFunc(out.Members, func(a, b ctlclient.GroupMember) int { return strings.Compare(a.Name, b.Name) })
 	if s := gs.Status(); s != nil {

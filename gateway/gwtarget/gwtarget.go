@@ -429,6 +429,11 @@ type Gateway struct {
 	owned map[uint32]bool
 	// peers are the other gateways' ports the discovery log lists.
 	peers []target.PeerPort
+	// live are the members the last liveness probes settled as alive
+	// (rebalance.go), liveSettled whether every member's state is
+	// settled (nvmetctl group shows it then).
+	live        []string
+	liveSettled bool
 	// grp is the group configuration this gateway runs, when it is
 	// held in RADOS (nil otherwise).
 	grp *groupState

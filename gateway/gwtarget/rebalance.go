@@ -249,6 +249,9 @@ func (gs *Gateway) rebalanceRound(l *liveness) {
 		return
 	}
 	live, settled := l.observe(names, probe.Alive)
+	gs.mu.Lock()
+	gs.live, gs.liveSettled = live, settled && probe.Unnamed == 0
+	gs.mu.Unlock()
 	if probe.Unnamed > 0 || !settled {
 		return
 	}
