@@ -155,23 +155,9 @@ func TestGatewayProcessRollingUpgrade(t *testing.T) {
 			t.Logf("%s: group %d: fence of %s's client %s, optimized %s after the fence began", p.name, g, from, fd.Sub(fs), op.Sub(fs))
 		}
 	}
-	// groupShows waits until nvmetctl group through p matches re (the
-	// members record their running versions after they applied them).
 	groupShows := func(p *gwProc, what, re string) {
 		t.Helper()
-		rx := regexp.MustCompile(re)
-		deadline := time.Now().Add(hang)
-		for {
-			out, err := p.ctl(ctl, "group")
-			if err == nil && rx.MatchString(out) {
-				t.Logf("nvmetctl group, %s:\n%s", what, out)
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("nvmetctl group, %s: %v\n%s", what, err, out)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitGroupShows(t, ctl, p, what, re)
 	}
 
 	// 1. Group 2's preferred owner becomes gw-b: version 2; it moves.
@@ -269,4 +255,24 @@ func TestGatewayProcessRollingUpgrade(t *testing.T) {
 	r1 := sweep(t, w1, h1)
 	r2 := sweep(t, w2, h2)
 	t.Logf("group 1: %d verified writes; group 2: %d verified writes; %d failovers", r1.Workload.Writes, r2.Workload.Writes, h1.Failovers()+h2.Failovers())
+}
+
+// waitGroupShows waits until nvmetctl group (the binary ctl) through p
+// matches re (the members record their running versions after they
+// applied them), and logs it.
+func waitGroupShows(t *testing.T, ctl string, p *gwProc, what, re string) {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(hang)
+	for {
+		out, err := p.ctl(ctl, "group")
+		if err == nil && rx.MatchString(out) {
+			t.Logf("nvmetctl group, %s:\n%s", what, out)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nvmetctl group, %s: %v\n%s", what, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

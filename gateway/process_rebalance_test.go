@@ -105,19 +105,7 @@ func TestGatewayProcessRebalance(t *testing.T) {
 
 	groupShows := func(p *gwProc, what, re string) {
 		t.Helper()
-		rx := regexp.MustCompile(re)
-		deadline := time.Now().Add(hang)
-		for {
-			out, err := p.ctl(ctl, "group")
-			if err == nil && rx.MatchString(out) {
-				t.Logf("nvmetctl group, %s:\n%s", what, out)
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("nvmetctl group, %s: %v\n%s", what, err, out)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitGroupShows(t, ctl, p, what, re)
 	}
 
 	// 1. Pin group 3 (through gw-b): version 2.
