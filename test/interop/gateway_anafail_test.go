@@ -356,9 +356,13 @@ func anaFailExit(t *testing.T, g anaFailGW) (fence time.Duration) {
 	amark, bmark := a.logSize(), b.logSize()
 	restart := time.Now()
 	g.events["restart gw-a (failback; gw-b's step-down refused for good)"] = restart
-	var exited time.Time
+	var (
+		exited time.Time
+		bexit  int64 = -1 // gw-b's log size at its exit
+		used         = -1 // refusals used (the fault file before it is disarmed)
+	)
 	// The checks run also when a wait below fails (t.Fatal).
-	defer func() { fence = anaFailExitCheck(t, g, fault, amark, bmark, restart, exited) }()
+	defer func() { fence = anaFailExitCheck(t, g, amark, bmark, bexit, used, restart, exited) }()
 	a.start()
 
 	// gw-b exits after a lease of refusals; a release is a FINDING.
@@ -367,7 +371,10 @@ func anaFailExit(t *testing.T, g anaFailGW) (fence time.Duration) {
 		select {
 		case <-b.exited:
 			exited, code = time.Now(), b.cmd.ProcessState.ExitCode()
-			b.cmd = nil
+			b.cmd, bexit = nil, b.logSize()
+			if left, err := faultinject.StepDownLeft(fault); err == nil {
+				used = anaFailForGood - left
+			}
 			if code != 75 {
 				t.Errorf("gw-b exited %d, want 75 (EX_TEMPFAIL: a group could not be made inaccessible)", code)
 			}
@@ -378,7 +385,7 @@ func anaFailExit(t *testing.T, g anaFailGW) (fence time.Duration) {
 			t.Fatalf("FINDING: gw-b released group 1 although every step-down was refused (its ports still say optimized):\n%s", grepRe(log, `set-ana|release|could not be made`))
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gw-b did not exit within 2 minutes of gw-a's restart, with every step-down refused:\n%s", grepRe(b.logSince(bmark), `set-ana|release|could not be made|request`))
+			t.Fatalf("gw-b did not exit within 2 minutes of gw-a's restart, with every step-down refused:\n%s", grepRe(b.logSince(bmark), `set-ana|release|could not be made|request-handover`))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -399,13 +406,18 @@ func anaFailExit(t *testing.T, g anaFailGW) (fence time.Duration) {
 }
 
 // anaFailExitCheck stops the guest's samplers and checks their samples,
-// gw-b's log from bmark on (refused step-downs, the exit's reason, no
-// release) and gw-a's from amark on (the fence after gw-b's exit, then
-// optimized). It returns gw-a's fence time.
-func anaFailExitCheck(t *testing.T, g anaFailGW, fault string, amark, bmark int64, restart, exited time.Time) time.Duration {
+// gw-b's log from bmark to its exit at bexit (refused step-downs, the
+// exit's reason, no release; -1: it did not exit, to its end) and gw-a's
+// from amark on (the fence after gw-b's exit, then optimized). used is the
+// refusals gw-b's fault file counted (-1: unknown). It returns gw-a's
+// fence time.
+func anaFailExitCheck(t *testing.T, g anaFailGW, amark, bmark, bexit int64, used int, restart, exited time.Time) time.Duration {
 	stopANASamplers(t, g.vm)
 	blog, alog := g.b.logSince(bmark), g.a.logSince(amark)
-	t.Logf("gw-b with every step-down refused:\n%s", grepRe(blog, `set-ana|release|step-down|could not be made|request`))
+	if bexit >= bmark && bexit-bmark <= int64(len(blog)) {
+		blog = blog[:bexit-bmark]
+	}
+	t.Logf("gw-b with every step-down refused, to its exit:\n%s", grepRe(blog, `set-ana|release|step-down|could not be made|request-handover`))
 	refused := regexp.MustCompile(`(?m)^.*group 1: set-ana inaccessible failed.*fault injected.*$`).FindAllString(blog, -1)
 	if len(refused) == 0 {
 		t.Errorf("gw-b's log shows no refused step-down (the injected fault)")
@@ -417,8 +429,8 @@ func anaFailExitCheck(t *testing.T, g anaFailGW, fault string, amark, bmark int6
 	if !okExit {
 		t.Errorf("gw-b's log does not say why it exits (\"could not be made inaccessible\")")
 	}
-	if left, err := faultinject.StepDownLeft(fault); err == nil {
-		t.Logf("gw-b's fault file: %d of %d refusals used", anaFailForGood-left, anaFailForGood)
+	if used >= 0 {
+		t.Logf("gw-b's fault file: %d of %d refusals used", used, anaFailForGood)
 	}
 	fenceAt, ok1 := gwLogTime(alog, `fencing the previous holder`)
 	optAt, ok2 := gwLogTime(alog, `group 1: set-ana optimized`)
