@@ -443,6 +443,11 @@ func anaFailExitCheck(t *testing.T, g anaFailGW, amark, bmark, bexit int64, used
 	}
 	firstRefusal, _ := gwLogTime(blog, `set-ana inaccessible failed`)
 	reqAt, _ := gwLogTime(alog, `group 1: request-handover`)
+	if !okExit || exited.IsZero() || firstRefusal.IsZero() {
+		t.Logf("failback with the step-down refused for good: gw-a restarted at %s, asked at %s, fenced at %s, served at %s (gw-b did not give up and exit)",
+			restart.Format(time.StampMilli), reqAt.Format(time.StampMilli), fenceAt.Format(time.StampMilli), optAt.Format(time.StampMilli))
+		return optAt.Sub(fenceAt)
+	}
 	t.Logf("failback with the step-down refused for good: gw-a restarted at %s, asked at %s; gw-b refused first at %s (%d refusals logged), gave up at %s (%.1fs after its first refusal; lease %v) and exited %.1fs after gw-a's restart; gw-a fenced it %.1fs after that and served %.1fs after its restart (fence %.1fs)",
 		restart.Format(time.StampMilli), reqAt.Format(time.StampMilli), firstRefusal.Format(time.StampMilli), len(refused), exitAt.Format(time.StampMilli),
 		exitAt.Sub(firstRefusal).Seconds(), gatewayLease, exited.Sub(restart).Seconds(), fenceAt.Sub(exitAt).Seconds(), optAt.Sub(restart).Seconds(), optAt.Sub(fenceAt).Seconds())
