@@ -33,6 +33,10 @@ import (
 // both optimized (anaFailLogs says why the logs are what is asserted). vwriter writes throughout; the run's
 // final sweep (0 regressed, no I/O error) judges these writes too, and the
 // stall of the hand-over is logged with the run's others.
+//
+// Then anaFailExit (below): the same failback with gw-b's step-down
+// refused for good: gw-b exits 75 unreleased and gw-a fences it once its
+// lease ended, then serves; gw-b is restarted.
 
 // anaFailRefusals is how many of gw-b's step-downs are refused: a retry
 // refused too, and well under a lease of retries (one each renew_interval
