@@ -335,7 +335,7 @@ func TestRBDAsyncClusterStopped(t *testing.T) {
 // TestRBDAsyncBlocklisted: an asynchronous write of a fenced client fails
 // with ErrUnavailable (ESHUTDOWN).
 func TestRBDAsyncBlocklisted(t *testing.T) {
-	r, c, _ := openRBD(t, 8<<20, 512)
+	r, c, image := openRBD(t, 8<<20, 512)
 	defer r.Close()
 	p := pageBuffer(t, 4096)
 	w := make(aioWaiter, 1)
@@ -349,6 +349,16 @@ func TestRBDAsyncBlocklisted(t *testing.T) {
 	addr, _, _ = strings.Cut(addr, ",")
 	if out, err := c.Ceph("osd", "blocklist", "add", addr, "600"); err != nil {
 		t.Fatalf("blocklist %s: %v\n%s", addr, err, out)
+	}
+	// As in TestRBDBlocklisted: another client, opened after the entry,
+	// reads the block first, so that the OSD has the map with the entry
+	// before the fenced client's write (which carries its older epoch)
+	// reaches it. Without it the write was once accepted (the final CI's
+	// loaded make test-rbd-run of session 8).
+	other := must[*backend.RBD](t)(backend.OpenRBD(rbdOptions(c, image, 512)))
+	defer other.Close()
+	if err := other.ReadAt(pageBuffer(t, 4096), 0); err != nil {
+		t.Fatalf("another client reads the block before the fenced client writes: %v", err)
 	}
 	if !r.StartWriteAt(p, 0, false, w) {
 		t.Fatal("start refused")

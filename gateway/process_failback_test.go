@@ -72,6 +72,7 @@ gateway:
   renew_interval: 500ms
   step_down_margin: 1s
   failback_delay: %s
+  rebalance: %s
   ana_groups: [%s]
 %sports:
   - {id: 1, address: 127.0.0.1, service_id: %d, subsystems: [%s]}
@@ -82,7 +83,7 @@ subsystems:
     cntlid_max: %d
     namespaces:
 %s`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool,
-		fbLease, fbDelay, strings.Join(ag, ", "), p.extra, p.port, gwSubNQN, gwSubNQN, cmin, cmin+99, strings.Join(ns, ""))
+		fbLease, fbDelay, p.rebalanceSetting(), strings.Join(ag, ", "), p.extra, p.port, gwSubNQN, gwSubNQN, cmin, cmin+99, strings.Join(ns, ""))
 	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
 		p.t.Fatal(err)
 	}

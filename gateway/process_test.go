@@ -81,6 +81,12 @@ type gwProc struct {
 	env []string
 	// extra is added to the gateway section (indented lines).
 	extra string
+	// rebalance is the gateway's rebalance setting; "" writes off: the
+	// process tests place their groups' preferred owners on purpose
+	// (failover, failback), and an automatic rebalance after a
+	// gateway is gone a hold-down would move them
+	// (TestGatewayProcessRebalance sets auto).
+	rebalance string
 }
 
 func (p *gwProc) listenAddr() string {
@@ -99,6 +105,14 @@ func (p *gwProc) failbackDelay() string {
 
 func (p *gwProc) addr() string { return fmt.Sprintf("%s:%d", p.listenAddr(), p.port) }
 
+// rebalanceSetting is p's gateway.rebalance (off unless the test says).
+func (p *gwProc) rebalanceSetting() string {
+	if p.rebalance == "" {
+		return "off"
+	}
+	return p.rebalance
+}
+
 func (p *gwProc) writeConfig(c *cephtest.Cluster, image, group string, cmin int) {
 	y := fmt.Sprintf(`daemon: {control_socket: %s, shutdown_timeout: 5s, log_level: info, log_format: console}
 metrics: {socket: %s}
@@ -110,6 +124,7 @@ gateway:
   renew_interval: 500ms
   step_down_margin: 1s
   failback_delay: %s
+  rebalance: %s
   ana_groups: [{id: 1, preferred: gw-a}]
 %sports:
   - {id: 1, address: %s, service_id: %d, subsystems: [%s]}
@@ -123,7 +138,7 @@ subsystems:
         nguid: %s
         ana_group: 1
         backend: {kind: rbd, pool: %s, image: %s, ceph_conf: %s, client_id: %s, keyring: %s, op_timeout: 5s}
-`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.failbackDelay(), p.extra, p.listenAddr(), p.port, gwSubNQN,
+`, filepath.Join(p.dir, "ctl.sock"), filepath.Join(p.dir, "metrics.sock"), p.name, group, c.Conf, c.ClientID, c.Keyring, c.Pool, p.failbackDelay(), p.rebalanceSetting(), p.extra, p.listenAddr(), p.port, gwSubNQN,
 		gwSubNQN, cmin, cmin+99, gwNGUID, c.Pool, image, c.Conf, c.ClientID, c.Keyring)
 	if err := os.WriteFile(p.cfg, []byte(y), 0o644); err != nil {
 		p.t.Fatal(err)

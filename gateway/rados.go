@@ -258,6 +258,12 @@ func (r *RADOS) readWatch(w *rados.Watcher, signal func()) bool {
 			if !ok {
 				return false // deleted
 			}
+			if string(e.Data) == aliveProbe {
+				// A liveness probe (AliveMembers): answered with
+				// this gateway's name; nothing changed.
+				_ = e.Ack([]byte(r.selfName()))
+				continue
+			}
 			_ = e.Ack(nil)
 			signal()
 		case _, ok := <-errs:
@@ -981,4 +987,41 @@ func (r *RADOS) GroupPorts() (ports map[string][]Port, bad []string, err error) 
 	}
 	slices.Sort(bad)
 	return ports, bad, nil
+}
+
+// selfName is this gateway's name as a member ("" without a member entry).
+func (r *RADOS) selfName() string {
+	if r.o.Member == nil {
+		return ""
+	}
+	return r.o.Member.Name
+}
+
+// AliveMembers probes the members' liveness: one notification of the
+// group's config object, which every member watches (from its start to
+// its clean stop; the OSD drops the watch of a client that stops pinging
+// it after osd_client_watch_timeout), each watch answering with its
+// member's name within timeout. A member is alive when its process runs,
+// reaches the cluster and reads its watch: a crashed, frozen or cut-off
+// gateway does not answer, even while the OSD still lists its watch
+// (rados listwatchers). The call takes at most timeout (plus the OSD
+// operation's own bound) when a watch is silent.
+func (r *RADOS) AliveMembers(timeout time.Duration) (Liveness, error) {
+	oid := ConfigObjectName(r.o.GroupName)
+	acks, timeouts, err := r.ioctx.NotifyWithTimeout(oid, []byte(aliveProbe), timeout)
+	var l Liveness
+	if err != nil && errnoOf(err) != syscall.ETIMEDOUT {
+		return l, fmt.Errorf("gateway: probe the members' watches of %s: %w", oid, classify(err))
+	}
+	for _, a := range acks {
+		if len(a.Response) == 0 {
+			l.Unnamed++
+			continue
+		}
+		l.Alive = append(l.Alive, string(a.Response))
+	}
+	slices.Sort(l.Alive)
+	l.Alive = slices.Compact(l.Alive)
+	l.Silent = len(timeouts)
+	return l, nil
 }

@@ -2,6 +2,8 @@
 
 package gateway
 
+import "time"
+
 // Built says whether this build has the Ceph client libraries (the rbd
 // build tag): without them a gateway cannot join its group.
 const Built = false
@@ -52,3 +54,6 @@ func (r *RADOS) GroupPorts() (map[string][]Port, []string, error) { return nil, 
 
 // WatchConfigObject fails in this build.
 func (r *RADOS) WatchConfigObject() (bool, error) { return false, ErrRADOSNotBuilt }
+
+// AliveMembers needs the Ceph client libraries.
+func (r *RADOS) AliveMembers(time.Duration) (Liveness, error) { return Liveness{}, ErrRADOSNotBuilt }

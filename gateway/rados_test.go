@@ -1228,3 +1228,43 @@ func TestFailbackBackoff(t *testing.T) {
 		t.Errorf("the restarted preferred owner asked %s after its start, before its backoff %s (%d strikes)", gap, delay<<n, n)
 	}
 }
+
+// TestAliveMembers: the liveness probe of the group's config object is
+// answered by every member whose watch runs, with its name; a client
+// without a member name (as a gateway of an older release, which acks
+// without an answer) counts as unnamed; a member that closed its client
+// (a clean stop unwatches) no longer answers.
+func TestAliveMembers(t *testing.T) {
+	f := newFixture(t)
+	dial := func(name string) *gateway.RADOS {
+		t.Helper()
+		o := gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
+			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 4 * time.Second, WatchConfig: true}
+		if name != "" {
+			o.Member = &gateway.Member{Name: name}
+		}
+		cl, err := gateway.DialRADOS(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	a, b := dial("a"), dial("b")
+	defer a.Close()
+	probe := func(want []string, unnamed int) {
+		t.Helper()
+		l, err := a.AliveMembers(2 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(l.Alive, want) || l.Unnamed != unnamed {
+			t.Fatalf("probe: %+v, want alive %v, %d unnamed", l, want, unnamed)
+		}
+	}
+	probe([]string{"a", "b"}, 0)
+	old := dial("")
+	probe([]string{"a", "b"}, 1)
+	old.Close()
+	b.Close()
+	probe([]string{"a"}, 0)
+}

@@ -67,6 +67,7 @@ func (a *app) gatewayCommand() *cobra.Command {
 // it (a host connected to it, its namespaces open, its failback delay).
 func (a *app) groupMoveCommand() *cobra.Command {
 	var wait time.Duration
+	var pinned bool
 	c := &cobra.Command{Use: "move ANAGRPID GATEWAY", Short: "make GATEWAY the preferred owner of an ANA group: it moves there by a graceful, fenced failback",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -76,7 +77,11 @@ func (a *app) groupMoveCommand() *cobra.Command {
 			}
 			name := args[1]
 			a.group = true
-			if err := a.change("PUT", fmt.Sprintf("/v1/group/ana_groups/%d", id), map[string]any{"preferred": name}); err != nil {
+			body := map[string]any{"preferred": name}
+			if pinned {
+				body["pinned"] = true
+			}
+			if err := a.change("PUT", fmt.Sprintf("/v1/group/ana_groups/%d", id), body); err != nil {
 				return err
 			}
 			if wait <= 0 {
@@ -92,7 +97,26 @@ func (a *app) groupMoveCommand() *cobra.Command {
 			})
 		}}
 	c.Flags().DurationVar(&wait, "wait", 0, "then wait up to this long until the group is held there (0: do not wait)")
+	c.Flags().BoolVar(&pinned, "pinned", false, "also pin the group there: automatic rebalancing never moves it (nvmetctl group unpin)")
 	return c
+}
+
+// groupPinCommand pins (or unpins) an ANA group: rebalancing never moves
+// a pinned group (docs/rbd.md "Rebalancing").
+func (a *app) groupPinCommand(pin bool) *cobra.Command {
+	use, short := "pin ANAGRPID", "pin an ANA group: automatic rebalancing never moves it (nvmetctl group move still does)"
+	if !pin {
+		use, short = "unpin ANAGRPID", "unpin an ANA group: automatic rebalancing may move it again"
+	}
+	return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 32)
+			if err != nil || id == 0 {
+				return fmt.Errorf("ANAGRPID %q: not an ANA group ID", args[0])
+			}
+			a.group = true
+			return a.change("PUT", fmt.Sprintf("/v1/group/ana_groups/%d", id), map[string]any{"pinned": pin})
+		}}
 }
 
 // waitGroup reads the group's state until done says so, for at most d.

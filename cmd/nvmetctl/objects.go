@@ -581,6 +581,9 @@ func (a *app) groupCommand() *cobra.Command {
 					case m.Running < st.Version:
 						note = "behind"
 					}
+					if m.Alive != nil && !*m.Alive {
+						note += ", not alive"
+					}
 					if m.Drained {
 						note += ", drained"
 						if len(holds[m.Name]) > 0 {
@@ -602,6 +605,9 @@ func (a *app) groupCommand() *cobra.Command {
 						if h == "" {
 							h = "none"
 						}
+						if g.Pinned {
+							h += " (pinned)"
+						}
 						fmt.Fprintf(tw, "%d\t%s\t%s\n", g.ID, g.Preferred, h)
 					}
 					tw.Flush()
@@ -622,6 +628,6 @@ func (a *app) groupCommand() *cobra.Command {
 				}
 			})
 		}}
-	cmd.AddCommand(a.groupMoveCommand())
+	cmd.AddCommand(a.groupMoveCommand(), a.groupPinCommand(true), a.groupPinCommand(false))
 	return cmd
 }

@@ -137,14 +137,19 @@ func (gs *Gateway) followGroup(stop <-chan struct{}) {
 		gs.syncDiscovery(&ds)
 	}
 	round()
+	// The members' liveness is probed once a lease (the hold-down counts
+	// probes), not at each notification.
+	var lv liveness
 	for {
 		select {
 		case <-stop:
 			return
 		case <-gs.cl.ConfigChanged():
+			round()
 		case <-t.C:
+			round()
+			gs.rebalanceRound(&lv)
 		}
-		round()
 	}
 }
 

@@ -39,11 +39,28 @@ var ErrLastServer = errors.New("no other member of the group could serve its ANA
 var ErrNotRADOSHeld = errors.New("the group's configuration is not held in RADOS (gateway.group_config: rados): a drain or a move of an ANA group needs it")
 
 // GroupView is what a GroupEdit may check the group against: its members
-// (their entries) and the members whose ports are recorded (running, or
-// stopped without a clean stop: a clean stop withdraws them).
+// (their entries), the members whose ports are recorded (running, or
+// stopped without a clean stop: a clean stop withdraws them) and the
+// members alive now (gateway.RADOS.AliveMembers: their watch of the config
+// object answered; rebalance.go).
 type GroupView struct {
 	Members []gateway.Member
 	Ports   map[string][]gateway.Port
+	// Alive are the members that answered the liveness probe; AliveKnown
+	// is false when it could not tell (a probe error, or a watch that
+	// answered without a name: a gateway of an older release), and then
+	// the recorded ports stand in for it.
+	Alive      []string
+	AliveKnown bool
+}
+
+// couldServe reports whether member m is alive (or, when liveness cannot
+// be told, has its ports recorded).
+func (v GroupView) couldServe(m string) bool {
+	if v.AliveKnown {
+		return slices.Contains(v.Alive, m)
+	}
+	return len(v.Ports[m]) > 0
 }
 
 func (v GroupView) member(name string) bool {
@@ -85,8 +102,9 @@ func SetPreferredEdit(id uint32, name string) GroupEdit {
 }
 
 // DrainEdit drains (or, with drain false, undrains) member name. A drain
-// is refused when no other member that is not drained has its ports
-// recorded (ErrLastServer): nobody would serve the group's ANA groups.
+// is refused when no other member that is not drained is alive
+// (GroupView.couldServe; ErrLastServer): nobody would serve the group's
+// ANA groups.
 func DrainEdit(name string, drain bool) GroupEdit {
 	return func(d *GroupDoc, v GroupView) error {
 		if !drain {
@@ -106,7 +124,7 @@ func DrainEdit(name string, drain bool) GroupEdit {
 		for _, m := range v.names() {
 			switch {
 			case m == name || slices.Contains(d.Drained, m):
-			case len(v.Ports[m]) > 0:
+			case v.couldServe(m):
 				could = append(could, m)
 			default:
 				stopped = append(stopped, m)
@@ -118,7 +136,11 @@ func DrainEdit(name string, drain bool) GroupEdit {
 				why = append(why, "drained: "+strings.Join(d.Drained, ", "))
 			}
 			if len(stopped) > 0 {
-				why = append(why, "stopped (no ports recorded): "+strings.Join(stopped, ", "))
+				if v.AliveKnown {
+					why = append(why, "not alive (its watch of the group's config object does not answer): "+strings.Join(stopped, ", "))
+				} else {
+					why = append(why, "stopped (no ports recorded): "+strings.Join(stopped, ", "))
+				}
 			}
 			if len(why) == 0 {
 				why = append(why, "it is the only member")
@@ -165,6 +187,11 @@ func (gs *Gateway) ChangeGroupState(base uint64, what string, edit GroupEdit) (u
 	}
 	if v.Ports, _, err = cl.GroupPorts(); err != nil {
 		return 0, false, err
+	}
+	if l, err := cl.AliveMembers(probeTimeout(gs.cfg.Lease)); err != nil {
+		gs.log.Warn("gateway: cannot probe the members' liveness (their recorded ports stand in for it)", zap.Error(err))
+	} else if l.Unnamed == 0 {
+		v.Alive, v.AliveKnown = l.Alive, true
 	}
 	doc := st.doc.clone()
 	if err := edit(&doc, v); err != nil {

@@ -118,3 +118,21 @@ func TestSpreadANAGroup(t *testing.T) {
 		t.Fatalf("gateway: %d, want 2", got)
 	}
 }
+
+// TestDrainLivenessOverPorts: a member that crashed keeps its ports
+// recorded; with the liveness probe known, it cannot serve, and the drain
+// of the last live member is refused naming it; without a probe answer
+// (an older member), the recorded ports stand in.
+func TestDrainLivenessOverPorts(t *testing.T) {
+	v := GroupView{Members: []gateway.Member{{Name: "a"}, {Name: "b"}},
+		Ports: map[string][]gateway.Port{"a": {{}}, "b": {{}}}, Alive: []string{"a"}, AliveKnown: true}
+	d := GroupDoc{}
+	err := DrainEdit("a", true)(&d, v)
+	if !errors.Is(err, ErrLastServer) || !strings.Contains(err.Error(), "not alive (its watch of the group's config object does not answer): b") {
+		t.Fatalf("drain of the last live member: %v", err)
+	}
+	v.AliveKnown = false
+	if err := DrainEdit("a", true)(&d, v); err != nil || len(d.Drained) != 1 {
+		t.Fatalf("liveness unknown, b's ports recorded: %v %v", err, d.Drained)
+	}
+}

@@ -45,6 +45,10 @@ type GroupDoc struct {
 	// Sorted; nil when none (so that a group that never drained stores
 	// the same text as before).
 	Drained []string `mapstructure:"drained"`
+	// Pinned are the ANA groups rebalancing never moves (nvmetctl group
+	// pin): their preferred owner changes only by nvmetctl group move.
+	// Sorted; nil when none.
+	Pinned []uint32 `mapstructure:"pinned"`
 }
 
 // SplitGroup is the group's part of cfg, with the ANA groups ana.
@@ -138,7 +142,7 @@ func MergeGroup(local *target.Config, d GroupDoc, r Ranges) *target.Config {
 
 func (d GroupDoc) clone() GroupDoc {
 	t := (&target.Config{Subsystems: d.Subsystems, Hosts: d.Hosts}).Clone()
-	return GroupDoc{Subsystems: t.Subsystems, Hosts: t.Hosts, ANAGroups: slices.Clone(d.ANAGroups), Drained: slices.Clone(d.Drained)}
+	return GroupDoc{Subsystems: t.Subsystems, Hosts: t.Hosts, ANAGroups: slices.Clone(d.ANAGroups), Drained: slices.Clone(d.Drained), Pinned: slices.Clone(d.Pinned)}
 }
 
 // ErrGroupInvalid is in the error of a group configuration refused as a

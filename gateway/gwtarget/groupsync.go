@@ -116,6 +116,7 @@ func (gs *Gateway) Bootstrap(file *target.Config, apply func(*target.Config) err
 	// is compared with.
 	run := SplitGroup(merged, doc.ANAGroups)
 	run.Drained = doc.Drained
+	run.Pinned = doc.Pinned
 	gs.grp = &groupState{version: sc.Version, doc: run, ranges: ranges, apply: apply}
 	gs.mu.Unlock()
 	log.Info("gateway: serving the group's configuration from RADOS", zap.Uint64("version", sc.Version),
@@ -187,6 +188,7 @@ func (gs *Gateway) PrepareChange(base uint64, nc *target.Config) ([]byte, *targe
 	}
 	doc := SplitGroup(nc, st.doc.ANAGroups)
 	doc.Drained = st.doc.Drained
+	doc.Pinned = st.doc.Pinned
 	members, err := cl.Members()
 	if err != nil {
 		return nil, nil, err
@@ -220,16 +222,17 @@ func (gs *Gateway) StoreChange(base uint64, doc []byte) (uint64, error) {
 // (its running.<name> entry on the config object).
 func (gs *Gateway) Applied(v uint64, nc *target.Config) {
 	gs.mu.Lock()
-	gs.applied(v, nc, gs.grp.doc.ANAGroups, gs.grp.doc.Drained)
+	gs.applied(v, nc, gs.grp.doc.ANAGroups, gs.grp.doc.Drained, gs.grp.doc.Pinned)
 }
 
 // applied is Applied with the version's ANA groups and drained members,
 // which it gives the machine (a preferred owner changed, a drain); gs.mu
 // is held and is unlocked.
-func (gs *Gateway) applied(v uint64, nc *target.Config, ana []GroupConfig, drained []string) {
+func (gs *Gateway) applied(v uint64, nc *target.Config, ana []GroupConfig, drained []string, pinned []uint32) {
 	st := gs.grp
 	st.doc = SplitGroup(nc, ana)
 	st.doc.Drained = slices.Clone(drained)
+	st.doc.Pinned = slices.Clone(pinned)
 	st.version = v
 	if st.pending <= v {
 		st.pending, st.pendingErr = 0, ""
@@ -316,7 +319,7 @@ func (gs *Gateway) syncOnce() {
 	}
 	gs.log.Info("gateway: applied the group configuration", zap.Uint64("version", sc.Version), zap.Uint64("was", st.version))
 	gs.mu.Lock()
-	gs.applied(sc.Version, nc, doc.ANAGroups, doc.Drained)
+	gs.applied(sc.Version, nc, doc.ANAGroups, doc.Drained, doc.Pinned)
 }
 
 // GroupStatus reads the group's state (GET /v1/group, nvmetctl group):
@@ -331,7 +334,9 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 	cl, st := gs.cl, gs.grp
 	var running uint64
 	var pending string
+	var pinned []uint32
 	if st != nil {
+		pinned = slices.Clone(st.doc.Pinned)
 		running = st.version
 		if st.pending != 0 {
 			pending = fmt.Sprintf("version %d: %s", st.pending, st.pendingErr)
@@ -372,8 +377,15 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 			out.Members = append(out.Members, ctlclient.GroupMember{Name: name, Running: stored[name]})
 		}
 	}
+	gs.mu.Lock()
+	live, settled := slices.Clone(gs.live), gs.liveSettled
+	gs.mu.Unlock()
 	for i := range out.Members {
 		out.Members[i].Drained = slices.Contains(drained, out.Members[i].Name)
+		if settled {
+			alive := slices.Contains(live, out.Members[i].Name)
+			out.Members[i].Alive = &alive
+		}
 	}
 	slices.SortFunc(out.Members, func(a, b ctlclient.GroupMember) int { return strings.Compare(a.Name, b.Name) })
 	if s := gs.Status(); s != nil {
@@ -381,7 +393,8 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 			out.Problems = append(out.Problems, fmt.Sprintf("%s is degraded: %s", gs.cfg.Name, s.Degraded))
 		}
 		for _, g := range s.Groups {
-			out.ANAGroups = append(out.ANAGroups, ctlclient.GroupANA{ID: g.ID, Preferred: g.Preferred, Holder: g.Holder})
+			out.ANAGroups = append(out.ANAGroups, ctlclient.GroupANA{ID: g.ID, Preferred: g.Preferred, Holder: g.Holder,
+				Pinned: slices.Contains(pinned, g.ID)})
 		}
 	}
 	out.Problems = append(out.Problems, groupProblems(out)...)

@@ -86,6 +86,12 @@ type Config struct {
 	// 1) or "file" (each gateway's file, compared). See groupconfig.go
 	// and docs/rbd.md.
 	GroupConfig string `mapstructure:"group_config"`
+	// Rebalance says whether the group spreads its ANA groups' preferred
+	// owners evenly over its live, undrained members by itself when a
+	// member joins or leaves: "auto" (the default) or "off" (moves only
+	// through nvmetctl group move). Only with group_config: rados. See
+	// rebalance.go and docs/rbd.md "Rebalancing".
+	Rebalance string `mapstructure:"rebalance"`
 	// CNTLIDMin and CNTLIDMax are this gateway's CNTLID range on the
 	// subsystems its file does not list (those added to the group's
 	// configuration later); disjoint from every other gateway's.
@@ -167,6 +173,9 @@ func (g *Config) ApplyDefaults() {
 	if g.GroupConfig == "" {
 		g.GroupConfig = GroupConfigRADOS
 	}
+	if g.Rebalance == "" {
+		g.Rebalance = RebalanceAuto
+	}
 	if g.Cluster.CephConf == "" {
 		g.Cluster.CephConf = backend.DefaultCephConf
 	}
@@ -226,6 +235,9 @@ func (g *Config) Validate(cfg *target.Config) error {
 	}
 	if g.GroupConfig != GroupConfigFile && g.GroupConfig != GroupConfigRADOS {
 		add("group_config", "%q: file or rados", g.GroupConfig)
+	}
+	if g.Rebalance != RebalanceAuto && g.Rebalance != RebalanceOff {
+		add("rebalance", "%q: auto or off", g.Rebalance)
 	}
 	switch {
 	case g.CNTLIDMin == 0 && g.CNTLIDMax == 0:
@@ -417,6 +429,11 @@ type Gateway struct {
 	owned map[uint32]bool
 	// peers are the other gateways' ports the discovery log lists.
 	peers []target.PeerPort
+	// live are the members the last liveness probes settled as alive
+	// (rebalance.go), liveSettled whether every member's state is
+	// settled (nvmetctl group shows it then).
+	live        []string
+	liveSettled bool
 	// grp is the group configuration this gateway runs, when it is
 	// held in RADOS (nil otherwise).
 	grp *groupState

@@ -99,6 +99,8 @@ type GroupANA struct {
 	ID        uint32 `json:"id"`
 	Preferred string `json:"preferred"`
 	Holder    string `json:"holder,omitempty"`
+	// Pinned: rebalancing never moves it (nvmetctl group pin).
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // GroupMember is one gateway of GroupStatus.
@@ -108,6 +110,11 @@ type GroupMember struct {
 	// Drained: under maintenance (nvmetctl gateway drain): never a
 	// group's owner until undrained.
 	Drained bool `json:"drained,omitempty"`
+	// Alive: whether the member's watch of the config object answers the
+	// liveness probes, held down (docs/rbd.md "Rebalancing"); absent when
+	// the answering gateway has no settled view (gateway.rebalance: off,
+	// just started, or a member of an older release).
+	Alive *bool `json:"alive,omitempty"`
 }
 
 // ChangeResult is the answer to a change (the API's ChangeResult schema).

@@ -22,6 +22,24 @@ func (m mgmtView) SetPreferred(r *http.Request, id uint32, name string) (any, er
 	return m.d.groupState(r, fmt.Sprintf("ANA group %d: preferred owner %s", id, name), gwtarget.SetPreferredEdit(id, name))
 }
 
+func (m mgmtView) SetANAGroup(r *http.Request, id uint32, preferred string, pinned bool) (any, error) {
+	what := fmt.Sprintf("ANA group %d: pinned", id)
+	if !pinned {
+		what = fmt.Sprintf("ANA group %d: unpinned", id)
+	}
+	pin := gwtarget.PinEdit(id, pinned)
+	if preferred == "" {
+		return m.d.groupState(r, what, pin)
+	}
+	set := gwtarget.SetPreferredEdit(id, preferred)
+	return m.d.groupState(r, what+fmt.Sprintf(", preferred owner %s", preferred), func(d *gwtarget.GroupDoc, v gwtarget.GroupView) error {
+		if err := set(d, v); err != nil {
+			return err
+		}
+		return pin(d, v)
+	})
+}
+
 func (m mgmtView) Drain(r *http.Request, name string, drain bool) (any, error) {
 	what := "drain " + name
 	if !drain {

@@ -62,6 +62,10 @@ type Daemon interface {
 	// (?group_version= its base).
 	SetPreferred(r *http.Request, id uint32, name string) (any, error)
 	Drain(r *http.Request, name string, drain bool) (any, error)
+	// SetANAGroup changes ANA group id's preferred owner (if preferred is
+	// not empty) and whether it is pinned (never moved by rebalancing),
+	// in one version.
+	SetANAGroup(r *http.Request, id uint32, preferred string, pinned bool) (any, error)
 	// SpreadANAGroup is the ANA group of a namespace added to c without
 	// one: in a gateway group, the group's ANA group with the fewest
 	// namespaces; 0 (the default group) for a stand-alone nvmetd.
@@ -360,12 +364,16 @@ func Routes(mux RouteMux, d Daemon) {
 		}
 		body, err := DecodeNew[struct {
 			Preferred string `mapstructure:"preferred"`
+			Pinned    *bool  `mapstructure:"pinned"`
 		}](r)
 		if err != nil {
 			return nil, err
 		}
+		if body.Pinned != nil {
+			return d.SetANAGroup(r, uint32(id), body.Preferred, *body.Pinned)
+		}
 		if body.Preferred == "" {
-			return nil, &Error{Status: http.StatusBadRequest, Message: "preferred: required",
+			return nil, &Error{Status: http.StatusBadRequest, Message: "preferred or pinned: required",
 				Problems: []Problem{{Field: "preferred", Reason: "required"}}}
 		}
 		return d.SetPreferred(r, uint32(id), body.Preferred)

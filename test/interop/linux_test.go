@@ -82,6 +82,10 @@ var suite = []struct {
 	// a network namespace, a cluster of the test's own.
 	{"LinuxHostGatewayPartition", testLinuxHostGatewayPartition},
 	{"AdminCommands", testAdminCommandsAgainstNvmeCLI},
+	// The WAN lab's short subset (issue 26): two paths, a 10 s outage,
+	// siw through the re-segmenting relay; it takes its namespace, veth
+	// pair and siw_va down again at its end.
+	{"WAN", testWAN},
 	// Late: siw's CRC bug can leave nvmet-rdma unable to release a queue
 	// (docs/linux-interop.md), which must not spill into other tests.
 	// nvmeof -t tcp against nvmet-tcp (issue 24): no siw, so before the

@@ -137,7 +137,7 @@ fetch_deb() {
 # Binaries of these are copied into the guest; the rest build siw.ko or run the VM.
 HOST_PKGS=(qemu-system-x86 busybox-static nvme-cli fio rdma-core ibverbs-utils ibverbs-providers
   rdmacm-utils iproute2 tcpdump e2fsprogs util-linux mount socat kmod cpio gzip zstd xz-utils
-  make gcc-12 libc6-dev)
+  make gcc-12 libc6-dev iperf3)
 [ "${NVMETD_LAB_TSHARK:-0}" = 1 ] && HOST_PKGS+=(tshark)
 mapfile -t MISSING < <(not_installed "${HOST_PKGS[@]}")
 if [ ${#MISSING[@]} -gt 0 ]; then
@@ -150,13 +150,15 @@ log "host packages ok"
 MODS=(virtio_pci virtio_net virtio_console virtio_rng 9pnet_virtio 9p configfs
   ib_core ib_uverbs rdma_ucm rdma_cm iw_cm siw rdma_rxe
   nvme-core nvme-fabrics nvme-rdma nvme-tcp nvmet nvmet-rdma nvmet-tcp
-  null_blk loop ext4 crc32c_generic crc32c-intel libcrc32c sch_netem)
+  null_blk loop ext4 crc32c_generic crc32c-intel libcrc32c sch_netem
+  veth sch_tbf tcp_bbr) # the WAN lab's (docs/wan.md): the veth pair, the bottleneck, bbr
 # Binaries copied with their shared libraries (busybox provides the rest:
 # sha256sum, md5sum, nc, dd, truncate, timeout, hexdump, xxd, ...).
 BINS=(/usr/sbin/nvme /usr/bin/fio /usr/bin/rdma /usr/bin/ip /usr/sbin/tc /usr/bin/ss /usr/bin/kmod
   /usr/bin/tcpdump /usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rping /usr/bin/ucmatose
   /usr/bin/rdma_server /usr/bin/rdma_client /usr/bin/socat /usr/sbin/losetup
-  /usr/sbin/mke2fs /usr/sbin/e2fsck /usr/sbin/fstrim /usr/sbin/blkdiscard)
+  /usr/sbin/mke2fs /usr/sbin/e2fsck /usr/sbin/fstrim /usr/sbin/blkdiscard
+  /usr/bin/iperf3) # the WAN lab's path capacity (docs/wan.md)
 
 # ------------------------------------------------------------ 2. guest kernel
 # resolve_kernel: sets KPKG KVER KSHA for series $CUR. Resolving costs a few
@@ -342,6 +344,9 @@ build_initramfs() {
 
   declare -A SEEN=()
   copy_with_libs "${BINS[@]}"
+  # netem's jitter distribution (tc ... delay X Y distribution normal).
+  mkdir -p "$R/usr/lib/x86_64-linux-gnu/tc"
+  cp /usr/lib/x86_64-linux-gnu/tc/normal.dist "$R/usr/lib/x86_64-linux-gnu/tc/"
   ln -sf mke2fs "$R/usr/sbin/mkfs.ext4"; ln -sf e2fsck "$R/usr/sbin/fsck.ext4"
   cp /etc/mke2fs.conf "$R/etc/" 2>/dev/null || true
   # libibverbs user-space providers (dlopen'ed by libibverbs): siw and rxe

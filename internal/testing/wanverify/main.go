@@ -43,7 +43,14 @@ type Result struct {
 	// the wall clock (Unix seconds), so that a test can set them against
 	// events it timed on the same machine's clock (a link going down).
 	StartUnix, StallStartUnix, StallEndUnix float64
-	Reconnects                              int
+	// LastWriteUnix is when the last write was acknowledged (the wall
+	// clock): after a link came back, the I/O resumed.
+	LastWriteUnix float64
+	// Resumed: with -resume-file, more than -workers writes were
+	// acknowledged after the file appeared (the I/O resumed after the
+	// link came back) before -max-duration.
+	Resumed    bool
+	Reconnects int
 	// Sweep is the sweep's summary; SweepOK its verdict (every block its
 	// last acknowledged write or a later one).
 	Sweep   string
@@ -62,6 +69,8 @@ func main() {
 	ctrlLoss := flag.Duration("ctrl-loss-tmo", 0, "ctrl_loss_tmo (default: the host's, 600 s)")
 	kato := flag.Duration("keep-alive-tmo", 0, "keep_alive_tmo (default: the host's, 5 s)")
 	direct := flag.Bool("direct", true, "open -d with O_DIRECT (no page cache: a write is acknowledged by the controller); false: buffered with O_SYNC")
+	resumeFile := flag.String("resume-file", "", "after -duration, go on until this file exists, holding a time (Unix seconds, the -clock clock: when a link came back), and more than -workers writes were acknowledged after it appeared (so at least one issued after it); bounded by -max-duration")
+	maxDuration := flag.Duration("max-duration", 10*time.Minute, "with -resume-file: the longest run")
 	clock := flag.Bool("clock", false, "print the wall clock in Unix seconds (the clock the result's *Unix fields use) and exit: busybox date has no %N")
 	flag.Parse()
 	if *clock {
@@ -146,8 +155,17 @@ func main() {
 			s := w.Stats()
 			fmt.Fprintf(os.Stderr, "t=%5.1fs writes=%d reads=%d errors=%d\n", now.Sub(start).Seconds(), s.Writes, s.Reads, s.WriteErrors+s.ReadErrors+s.ReadBackErrors)
 		}
-		if now.Sub(start) >= *duration {
-			break
+		if el := now.Sub(start); el >= *duration {
+			if *resumeFile == "" {
+				break
+			}
+			if resumed(*resumeFile, int64(*workers), w.Stats().Writes) {
+				res.Resumed = true
+				break
+			}
+			if el >= *maxDuration {
+				break
+			}
 		}
 	}
 	tick.Stop()
@@ -166,6 +184,7 @@ func main() {
 	res.StartUnix = unixSeconds(start)
 	res.StallStartUnix = unixSeconds(longestAt)
 	res.StallEndUnix = unixSeconds(longestAt.Add(longest))
+	res.LastWriteUnix = unixSeconds(lastChange)
 	if c != nil {
 		res.Reconnects = c.Reconnects()
 	}
@@ -184,6 +203,32 @@ func main() {
 	if res.Errors > 0 || !res.SweepOK {
 		os.Exit(1)
 	}
+}
+
+// resumeBase is the write count when the resume file was first seen
+// (-1: not yet).
+var resumeBase int64 = -1
+
+// resumed reports whether the I/O resumed after the time the resume file
+// holds (when the link came back): more than workers writes acknowledged
+// since the file was first seen. At most workers writes (one per writer)
+// were in flight then, so at least one of those acknowledged since was
+// issued after the link came back: not only writes of before the outage
+// that TCP delivered late, while the host may still be about to tear its
+// association down and reconnect.
+func resumed(file string, workers, writes int64) bool {
+	if resumeBase < 0 {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return false
+		}
+		var up float64
+		if _, err := fmt.Sscanf(string(b), "%f", &up); err != nil {
+			return false
+		}
+		resumeBase = writes
+	}
+	return writes > resumeBase+workers
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
