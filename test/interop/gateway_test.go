@@ -31,6 +31,9 @@ import (
 // its path goes optimized and the I/O moves there), restarted (failback:
 // gw-b hands the group over, the I/O comes back; its first step-downs are
 // refused by the test build's fault injector, gateway_anafail_test.go),
+// killed again and restarted with gw-b's step-down refused for good (gw-b
+// exits 75 unreleased, gw-a fences it after its lease and serves; gw-b is
+// restarted),
 // and frozen (SIGSTOP) for three leases (gw-b fences it and takes the
 // group; resumed, gw-a finds itself fenced). At the end vwriter sweeps the whole disk: 0 regressed
 // blocks (no write the host gave up on, or of a fenced gateway, landed
@@ -298,7 +301,11 @@ func testLinuxHostGateway(t *testing.T, k kernel) {
 	fences := []time.Duration{fenceTime(mark)}
 
 	// gw-a restarted: failback, while gw-b's step-down is refused.
-	anaFailFailback(t, anaFailGW{vm: vm, a: a, b: b, ctrlOf: ctrlOf, sampler: sampler, vw: vw, events: events})
+	af := anaFailGW{vm: vm, a: a, b: b, ctrlOf: ctrlOf, sampler: sampler, vw: vw, events: events}
+	anaFailFailback(t, af)
+	// Again, with gw-b's step-down refused for good: gw-b exits 75, gw-a
+	// fences it after its lease; gw-b is restarted.
+	fences = append(fences, anaFailExit(t, af))
 
 	// gw-a, the owner again, is frozen (SIGSTOP) for three leases while
 	// the host writes, as the Go host's TestGatewayProcessFreeze does:
@@ -360,7 +367,7 @@ resume:
 		fence = max(fence, f)
 	}
 	logLinuxStalls(t, sum, off, events, gatewayLease+fence+2*linuxKATO,
-		fmt.Sprintf("lease %v + fence %v (gw-b's longest fence to optimized) + 2 × KATO %v", gatewayLease, fence.Round(time.Millisecond), linuxKATO))
+		fmt.Sprintf("lease %v + fence %v (the longest fence to optimized) + 2 × KATO %v", gatewayLease, fence.Round(time.Millisecond), linuxKATO))
 	var nvmeLines []string
 	for _, l := range strings.Split(dmesg, "\n") {
 		if strings.Contains(l, "nvme") {
