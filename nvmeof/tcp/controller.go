@@ -568,6 +568,7 @@ func (q *ControllerQueue) terminate(fe *wire.FatalError) {
 	q.flush() // the responses of the commands before the error go first
 	q.wmu.Lock()
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
+	raceRelease()
 	_, _ = q.conn.Write(pdu)
 	q.live.Store(false)
 	_ = q.conn.Close()
@@ -588,6 +589,7 @@ func (q *ControllerQueue) writeLocked(bufs *net.Buffers) error {
 	}
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
 	q.writes.Add(1)
+	raceRelease()
 	if _, err := bufs.WriteTo(q.conn); err != nil {
 		q.live.Store(false)
 		_ = q.conn.Close()

@@ -245,6 +245,7 @@ func (q *HostQueue) initialize(ctx context.Context) error {
 	// HPDA 0: we take data at any offset; MAXR2T 0: one R2T outstanding
 	// per command (0's based), as Linux.
 	icreq := wire.NewICReq(0, q.cfg.Digests, 0)
+	raceRelease()
 	if _, err := q.conn.Write(icreq[:]); err != nil {
 		return fmt.Errorf("ICReq: %w", err)
 	}
@@ -467,6 +468,7 @@ func (q *HostQueue) Submit(r *nvmeof.HostRequest) error {
 func (q *HostQueue) writeLocked(s *hostSlot, k int) error {
 	s.bufs = s.iov[:k]
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
+	raceRelease()
 	_, err := s.bufs.WriteTo(q.conn)
 	s.iov = [4][]byte{}
 	if err != nil {
@@ -539,6 +541,7 @@ func (q *HostQueue) terminate(fe *wire.FatalError) {
 	pdu := wire.AppendTermReq(nil, wire.TypeH2CTermReq, fe.FES, fe.FEI, q.hb[:hl])
 	q.wmu.Lock()
 	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
+	raceRelease()
 	_, _ = q.conn.Write(pdu)
 	_ = q.conn.Close()
 	q.wmu.Unlock()
