@@ -388,7 +388,6 @@ func (q *HostQueue) Submit(r *nvmeof.HostRequest) error {
 	q.sqTail = next
 	s := &q.slots[i]
 	s.gen++
-	s.req = r
 	s.c2hRecv, s.h2cSent, s.ddgstErr = 0, 0, false
 	inCap := r.Write && len(r.Data) > 0 && len(r.Data) <= q.inline
 	if inCap {
@@ -437,6 +436,20 @@ func (q *HostQueue) Submit(r *nvmeof.HostRequest) error {
 		}
 		s.h2cSent = dataLen
 	}
+	// r is published only now, once Submit is done with it: from here
+	// the receive goroutine may complete it (a response, or the end of
+	// the connection) and the caller reuse it, even fail it over to
+	// another queue, while this writev is still running. Submit reads or
+	// writes no field of r after this.
+	q.mu.Lock()
+	if q.closed || q.failErr != nil {
+		q.unclaim(s)
+		q.mu.Unlock()
+		q.wmu.Unlock()
+		return nvmeof.ErrQueueClosed
+	}
+	s.req = r
+	q.mu.Unlock()
 	err := q.writeLocked(s, k)
 	q.wmu.Unlock()
 	if err != nil {
@@ -447,12 +460,7 @@ func (q *HostQueue) Submit(r *nvmeof.HostRequest) error {
 			return nil
 		}
 		s.req = nil
-		q.free = append(q.free, i)
-		if q.sqTail == 0 {
-			q.sqTail = uint16(q.size - 1)
-		} else {
-			q.sqTail--
-		}
+		q.unclaim(s)
 		if q.failErr == nil {
 			q.failErr = err
 		}
@@ -461,6 +469,17 @@ func (q *HostQueue) Submit(r *nvmeof.HostRequest) error {
 		return fmt.Errorf("%w: %w", nvmeof.ErrQueueClosed, err)
 	}
 	return nil
+}
+
+// unclaim gives back slot s, taken by a Submit that did not send it,
+// under q.mu.
+func (q *HostQueue) unclaim(s *hostSlot) {
+	q.free = append(q.free, s.index)
+	if q.sqTail == 0 {
+		q.sqTail = uint16(q.size - 1)
+	} else {
+		q.sqTail--
+	}
 }
 
 // writeLocked writes s.iov[:k] as one writev, under wmu, within the
