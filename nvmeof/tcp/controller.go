@@ -188,6 +188,10 @@ type QueueStats struct {
 	// (H2CData, in-capsule) copied out of the read-ahead buffer and read
 	// straight from the socket into the command's buffer (Config.DirectMin).
 	DataCopied, DataDirect uint64
+	// WriteParks counts the writes that found the socket full and waited
+	// for room; SpinYields the busy-poll spins the receive goroutine gave
+	// up because a writer was waiting (Config.BusyPoll: see pollConn).
+	WriteParks, SpinYields uint64
 	// TermReqSent/Received: the queue ended by a C2HTermReq we sent or an
 	// H2CTermReq the host sent, with its FES.
 	TermReqSent, TermReqReceived       bool
@@ -199,6 +203,9 @@ func (q *ControllerQueue) Stats() QueueStats {
 	st := QueueStats{PDUsSent: q.pdusSent.Load(), PDUsReceived: q.pdusRecv.Load(), Writes: q.writes.Load(),
 		HeaderDigestErrors: q.hdgstErrors.Load(), DataDigestErrors: q.ddgstErrors.Load(),
 		DataCopied: q.br.dataCopied.Load(), DataDirect: q.br.dataDirect.Load()}
+	if c := q.br.sock; c != nil {
+		st.WriteParks, st.SpinYields = c.writeParks.Load(), c.spinYields.Load()
+	}
 	if v := q.termSentFES.Load(); v != 0 {
 		st.TermReqSent, st.TermReqSentFES = true, wire.FES(v-1)
 	}
@@ -567,15 +574,14 @@ func (q *ControllerQueue) terminate(fe *wire.FatalError) {
 	q.pdusSent.Add(1)
 	q.flush() // the responses of the commands before the error go first
 	q.wmu.Lock()
-	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
-	raceRelease()
-	_, _ = q.conn.Write(pdu)
+	bufs := net.Buffers{pdu}
+	_ = writeBuffers(q.conn, q.br.sock, &bufs, q.cfg.WriteTimeout)
 	q.live.Store(false)
 	_ = q.conn.Close()
 	q.wmu.Unlock()
 }
 
-// write writes bufs as one writev under the write lock.
+// write writes bufs as one writev (writeBuffers) under the write lock.
 func (q *ControllerQueue) write(bufs *net.Buffers) error {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
@@ -587,10 +593,8 @@ func (q *ControllerQueue) writeLocked(bufs *net.Buffers) error {
 	if !q.live.Load() {
 		return net.ErrClosed
 	}
-	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
 	q.writes.Add(1)
-	raceRelease()
-	if _, err := bufs.WriteTo(q.conn); err != nil {
+	if err := writeBuffers(q.conn, q.br.sock, bufs, q.cfg.WriteTimeout); err != nil {
 		q.live.Store(false)
 		_ = q.conn.Close()
 		return err

@@ -102,6 +102,10 @@ type HostStats struct {
 	// of the read-ahead buffer and read straight from the socket into the
 	// command's buffer (HostConfig.DirectMin).
 	DataCopied, DataDirect uint64
+	// WriteParks counts the writes that found the socket full and waited
+	// for room; SpinYields the busy-poll spins the receive goroutine gave
+	// up because a writer was waiting (HostConfig.BusyPoll: see pollConn).
+	WriteParks, SpinYields uint64
 }
 
 type hostSlot struct {
@@ -146,7 +150,7 @@ type HostQueue struct {
 	doneCh chan struct{}
 
 	wmu  perfcount.Mutex // one writer at a time; guards the slots' write buffers
-	poll *pollReader     // the socket reader under br (busy polling for HostConfig.BusyPoll), or nil
+	poll *pollConn       // the socket reader under br (busy polling for HostConfig.BusyPoll), or nil
 
 	mu        perfcount.Mutex
 	stats     HostStats
@@ -206,9 +210,9 @@ func Dial(ctx context.Context, network, address string, cfg HostConfig) (*HostQu
 		}
 	}
 	var src io.Reader = conn
-	var poll *pollReader
+	var poll *pollConn
 	if sc, ok := conn.(syscall.Conn); ok {
-		if poll = newPollReader(sc, cfg.BusyPoll); poll != nil {
+		if poll = newPollConn(sc, cfg.BusyPoll); poll != nil {
 			src = poll
 		}
 	}
@@ -331,6 +335,9 @@ func (q *HostQueue) Stats() HostStats {
 	st := q.stats
 	q.mu.Unlock()
 	st.DataCopied, st.DataDirect = q.br.dataCopied.Load(), q.br.dataDirect.Load()
+	if q.poll != nil {
+		st.WriteParks, st.SpinYields = q.poll.writeParks.Load(), q.poll.spinYields.Load()
+	}
 	return st
 }
 
@@ -482,13 +489,12 @@ func (q *HostQueue) unclaim(s *hostSlot) {
 	}
 }
 
-// writeLocked writes s.iov[:k] as one writev, under wmu, within the
-// write timeout. A failed write closes the connection.
+// writeLocked writes s.iov[:k] (writev: writeBuffers, which lets the
+// busy-polling receive goroutine give way while the socket is full), under
+// wmu, within the write timeout. A failed write closes the connection.
 func (q *HostQueue) writeLocked(s *hostSlot, k int) error {
 	s.bufs = s.iov[:k]
-	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
-	raceRelease()
-	_, err := s.bufs.WriteTo(q.conn)
+	err := writeBuffers(q.conn, q.poll, &s.bufs, q.cfg.WriteTimeout)
 	s.iov = [4][]byte{}
 	if err != nil {
 		_ = q.conn.Close()
@@ -559,9 +565,8 @@ func (q *HostQueue) terminate(fe *wire.FatalError) {
 	hl := min(max(int(q.hb[2]), wire.CommonHeaderSize), wire.MaxTermReqPLen-wire.TermReqHLen)
 	pdu := wire.AppendTermReq(nil, wire.TypeH2CTermReq, fe.FES, fe.FEI, q.hb[:hl])
 	q.wmu.Lock()
-	_ = q.conn.SetWriteDeadline(time.Now().Add(q.cfg.WriteTimeout))
-	raceRelease()
-	_, _ = q.conn.Write(pdu)
+	bufs := net.Buffers{pdu}
+	_ = writeBuffers(q.conn, q.poll, &bufs, q.cfg.WriteTimeout)
 	_ = q.conn.Close()
 	q.wmu.Unlock()
 }

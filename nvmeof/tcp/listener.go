@@ -279,9 +279,9 @@ func (l *Listener) initialize(c net.Conn, t *admission.Ticket) {
 	// The deadline runs until the controller admits the queue.
 	_ = c.SetDeadline(time.Now().Add(cfg.ConnectTimeout))
 	var src io.Reader = c
-	var sock *pollReader
+	var sock *pollConn
 	if sc, ok := c.(syscall.Conn); ok {
-		if sock = newPollReader(sc, cfg.BusyPoll); sock != nil {
+		if sock = newPollConn(sc, cfg.BusyPoll); sock != nil {
 			src = sock
 		}
 	}
@@ -377,7 +377,7 @@ type QueueRequest struct {
 	size   int
 	conn   net.Conn
 	br     *rxReader
-	src    io.Reader // what br reads: the connection, or a pollReader of it
+	src    io.Reader // what br reads: the connection, or a pollConn of it
 	cfg    *Config
 	ticket *admission.Ticket // the connection's place in the Admission
 }

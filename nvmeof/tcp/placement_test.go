@@ -239,7 +239,7 @@ func TestRxReaderSplits(t *testing.T) {
 	}
 	defer rcn.Close()
 	_ = rcn.SetReadDeadline(time.Now().Add(2 * time.Minute))
-	sock := newPollReader(rcn.(*net.TCPConn), 0)
+	sock := newPollConn(rcn.(*net.TCPConn), 0)
 	const hl, n = 24, DefaultDirectMin + 3000
 	br := newRxReader(sock, sock, 4096, DefaultDirectMin)
 	frame := func(seed byte) []byte {

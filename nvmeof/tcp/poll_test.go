@@ -44,7 +44,7 @@ func TestBusyPoll(t *testing.T) {
 		if st := h.CQE(8, back); st != nvmeof.StatusSuccess || !bytes.Equal(back, data) {
 			t.Fatalf("spin %v: read %v, same data %v", spin, st, bytes.Equal(back, data))
 		}
-		pr, ok := r.src.(*pollReader)
+		pr, ok := r.src.(*pollConn)
 		if !ok || pr.spin != spin || pr.reads.Load() == 0 {
 			t.Errorf("spin %v: the queue reads through the socket reader (%v) with the spin time", spin, ok)
 		}

@@ -11,8 +11,8 @@ import (
 // writes to a socket to the goroutine that reads them, which
 // syscall.Write and syscall.Read give it (race.ReleaseMerge before a
 // write, race.Acquire after a read, on the syscall package's ioSync) and
-// which the queues' writes (net.Buffers.WriteTo: writev(2)) and reads
-// (pollReader: a raw readv(2)) do not. Race builds only; like the
+// which the queues' writes (pollConn.writev: a raw writev(2)) and reads
+// (pollConn: a raw readv(2)) do not. Race builds only; like the
 // syscall package's, one edge for every socket of the process.
 var ioSync sync.Mutex
 

@@ -74,15 +74,15 @@ type rxReader struct {
 	r, w int
 	err  error // a read error after data (returned once the data is read)
 	src  io.Reader
-	sock *pollReader // src's raw socket reader, or nil (no readv: no straight reads)
-	min  int         // the straight placement's threshold; 0: off
+	sock *pollConn // src's raw socket reader, or nil (no readv: no straight reads)
+	min  int       // the straight placement's threshold; 0: off
 
 	// Data bytes of PDUs copied out of the read-ahead buffer and read
 	// straight into place.
 	dataCopied, dataDirect atomic.Uint64
 }
 
-func newRxReader(src io.Reader, sock *pollReader, size, directMin int) *rxReader {
+func newRxReader(src io.Reader, sock *pollConn, size, directMin int) *rxReader {
 	if sock == nil {
 		directMin = 0
 	}
