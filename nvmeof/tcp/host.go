@@ -491,12 +491,23 @@ func (q *HostQueue) unclaim(s *hostSlot) {
 
 // writeLocked writes s.iov[:k] (writev: writeBuffers, which lets the
 // busy-polling receive goroutine give way while the socket is full), under
-// wmu, within the write timeout. A failed write closes the connection.
+// wmu, within the write timeout. A failed write is why the queue ends
+// (Err) and closes the connection.
 func (q *HostQueue) writeLocked(s *hostSlot, k int) error {
 	s.bufs = s.iov[:k]
 	err := writeBuffers(q.conn, q.poll, &s.bufs, q.cfg.WriteTimeout)
 	s.iov = [4][]byte{}
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("nvme-tcp: the controller took no bytes for %v: %w", q.cfg.WriteTimeout, err)
+		}
+		// Why the queue ends, before the receive goroutine sees the
+		// connection closed under it.
+		q.mu.Lock()
+		if q.failErr == nil {
+			q.failErr = err
+		}
+		q.mu.Unlock()
 		_ = q.conn.Close()
 	}
 	return err
