@@ -158,7 +158,9 @@ func (c *pollConn) writev(bufs [][]byte) (int, error) {
 	c.wbufs, c.woff, c.wn, c.werr = bufs, 0, 0, nil
 	raceRelease()
 	err := c.rc.Write(c.wfn)
-	c.txParked.Store(false) // (a deadline or a close ends the wait without a call)
+	if c.txParked.Load() {
+		c.txParked.Store(false) // (a deadline or a close ends the wait without a call)
+	}
 	c.wbufs = nil
 	clear(c.wiov[:])
 	if err == nil {
@@ -171,7 +173,11 @@ func (c *pollConn) writev(bufs [][]byte) (int, error) {
 // is all written, the socket is full (false: the runtime waits for room,
 // then calls again) or an error.
 func (c *pollConn) write(fd uintptr) bool {
-	c.txParked.Store(false) // (called again: the poller found room)
+	if c.txParked.Load() {
+		// Called again: the poller found room. (Loaded first: no store
+		// to the reader's cache line on every write.)
+		c.txParked.Store(false)
+	}
 	for {
 		n, skip := 0, c.woff
 		for i := 0; i < len(c.wbufs) && n < len(c.wiov); i++ {
