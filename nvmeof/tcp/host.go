@@ -150,7 +150,7 @@ type HostQueue struct {
 	doneCh chan struct{}
 
 	wmu  perfcount.Mutex // one writer at a time; guards the slots' write buffers
-	poll *pollConn       // the socket reader under br (busy polling for HostConfig.BusyPoll), or nil
+	poll *pollConn       // the socket under br, read (busy polling for HostConfig.BusyPoll) and written through it, or nil
 
 	mu        perfcount.Mutex
 	stats     HostStats
@@ -499,7 +499,7 @@ func (q *HostQueue) writeLocked(s *hostSlot, k int) error {
 	s.iov = [4][]byte{}
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = fmt.Errorf("nvme-tcp: the controller took no bytes for %v: %w", q.cfg.WriteTimeout, err)
+			err = fmt.Errorf("nvme-tcp: a write to the controller did not finish within %v: %w", q.cfg.WriteTimeout, err)
 		}
 		// Why the queue ends, before the receive goroutine sees the
 		// connection closed under it.
