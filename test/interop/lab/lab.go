@@ -169,6 +169,8 @@ type VM struct {
 	ports   map[int]int
 	stopped bool
 
+	keptConsole string // the copy of console.log that keepConsole made, if any
+
 	buildMu sync.Mutex
 	built   map[string]string // BuildAndPut: package -> guest path
 }
@@ -241,7 +243,7 @@ func Start(t testing.TB, opts Options) *VM {
 	key := vmKey{opts.Kernel, opts.Name}
 	vm := reg.vms[key]
 	if vm != nil && !vm.alive() {
-		t.Logf("lab: %s is no longer running; booting a new one", vm)
+		t.Logf("lab: %s is no longer running; booting a new one; %s", vm, vm.crashReport())
 		_ = vm.stop()
 		delete(reg.vms, key)
 		vm = nil
@@ -269,7 +271,11 @@ func Start(t testing.TB, opts Options) *VM {
 	vm.mu.Unlock()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("lab: guest dmesg (last 60 lines) of %s:\n%s", vm, tail(vm.Dmesg(), 60))
+			if vm.alive() {
+				t.Logf("lab: guest dmesg (last 60 lines) of %s:\n%s", vm, tail(vm.Dmesg(), 60))
+			} else {
+				t.Logf("lab: %s is not running (crashed or stopped); %s", vm, vm.crashReport())
+			}
 		}
 		vm.mu.Lock()
 		vm.refs--
@@ -434,6 +440,13 @@ func removeStaleRunDirs() {
 // stop powers the VM off and removes its runtime directory (unless the VM
 // was started by hand, or NVMETD_LAB_KEEP=1).
 func (vm *VM) stop() error {
+	// A VM whose kernel reported an error keeps its console log: the
+	// runtime directory goes, and with it the first oops otherwise.
+	if !vm.external && FirstKernelError(vm.ConsoleLog()) != "" {
+		if p, err := vm.keepConsole(); err == nil {
+			fmt.Fprintf(os.Stderr, "lab: %s: its kernel reported an error; its console log is kept in %s\n", vm, p)
+		}
+	}
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if vm.stopped || vm.external {
