@@ -142,12 +142,12 @@ func (vm *VM) accel() string {
 }
 
 // ConsoleDir returns the directory where the console logs of crashed VMs
-// are kept: $NVMETD_LAB_CONSOLE_DIR, else TMPDIR/nvmetd-lab-consoles.
+// are kept: $NVMETD_LAB_CONSOLE_DIR, else TMPDIR/nvmetd-crash-consoles.
 func ConsoleDir() string {
 	if d := os.Getenv("NVMETD_LAB_CONSOLE_DIR"); d != "" {
 		return d
 	}
-	return filepath.Join(os.TempDir(), "nvmetd-lab-consoles")
+	return filepath.Join(os.TempDir(), "nvmetd-crash-consoles")
 }
 
 // keepConsole copies the VM's whole console log out of its runtime
