@@ -41,7 +41,11 @@
 //	                  runtime directory; it is never stopped by the tests, and
 //	                  its kernel is the default of NVMETD_LAB_KERNEL
 //	NVMETD_LAB_KEEP=1 leave the VMs running after the tests (their vm.sh -r command is logged)
-//	LAB_ACCEL         kvm, tcg or auto, passed to vm.sh
+//	LAB_ACCEL         kvm, tcg or auto, passed to vm.sh (and vm.sh's other LAB_* variables)
+//	NVMETD_LAB_CONSOLE_DIR where the whole console log of a VM whose kernel
+//	                  reported an error is kept (default TMPDIR/nvmetd-crash-consoles);
+//	                  a dead VM's error shows the console from before its first
+//	                  kernel error (see FirstKernelError, KnownCause)
 package lab
 
 import (
