@@ -89,6 +89,8 @@ type rxDriver struct {
 	boundary bool
 	// placeLarge: place is part of a payload of at least rxDirectMin.
 	placeLarge bool
+	// lingerState: the wait in the kernel before parking (linger.go).
+	lingerState
 }
 
 func (r *rxDriver) init(qp *QP) {
@@ -119,6 +121,9 @@ func (qp *QP) doRead(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
+			if r.spin <= 0 && !qp.txParked.Load() && r.linger(fd) {
+				continue
+			}
 			if r.spin <= 0 || qp.txParked.Load() {
 				// No busy polling while the send goroutine waits for
 				// socket space: with one P (a process pinned to one

@@ -582,7 +582,8 @@ func (a *app) groupCommand() *cobra.Command {
 						note = "behind"
 					}
 					if m.Alive != nil && !*m.Alive {
-						note += ", not alive"
+						// It runs nothing now; it starts on the stored version.
+						note = "not alive"
 					}
 					if m.Drained {
 						note += ", drained"

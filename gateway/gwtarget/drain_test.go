@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nvmetd/nvmetd/gateway"
+	"github.com/nvmetd/nvmetd/internal/ctlclient"
 	"github.com/nvmetd/nvmetd/target"
 )
 
@@ -134,5 +135,22 @@ func TestDrainLivenessOverPorts(t *testing.T) {
 	v.AliveKnown = false
 	if err := DrainEdit("a", true)(&d, v); err != nil || len(d.Drained) != 1 {
 		t.Fatalf("liveness unknown, b's ports recorded: %v %v", err, d.Drained)
+	}
+}
+
+// TestGroupProblemsNotAlive: a member whose probes settled it as gone is
+// named as not alive, never as behind the stored version (it runs no
+// version: it starts on the stored one); a live member behind is a skew.
+func TestGroupProblemsNotAlive(t *testing.T) {
+	no, yes := false, true
+	st := &ctlclient.GroupStatus{Version: 4, Members: []ctlclient.GroupMember{
+		{Name: "gw-a", Running: 4, Alive: &yes},
+		{Name: "gw-b", Running: 3, Alive: &yes},
+		{Name: "gw-c", Running: 3, Alive: &no},
+	}, ANAGroups: []ctlclient.GroupANA{{ID: 1, Holder: "gw-a"}}}
+	got := strings.Join(groupProblems(st), "\n")
+	want := "gw-b runs version 3 of 4\ngw-c is not alive (stopped, crashed or cut off from the cluster): no ANA group can fail over to it"
+	if got != want {
+		t.Fatalf("problems:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -404,8 +404,11 @@ func (gs *Gateway) GroupStatus() (*ctlclient.GroupStatus, error) {
 
 // groupProblems names what an operator must see in a group's status:
 // an ANA group nobody holds (its hosts have no optimized path), a member
-// behind the stored version of the configuration (a skew) and the
-// answering gateway's pending version.
+// that does not answer the liveness probe (the group has lost a failover
+// target), a running member behind the stored version of the
+// configuration (a skew) and the answering gateway's pending version. A
+// member that is not alive runs no version: it is not called behind (it
+// starts on the stored version).
 func groupProblems(st *ctlclient.GroupStatus) []string {
 	var p []string
 	for _, g := range st.ANAGroups {
@@ -416,6 +419,8 @@ func groupProblems(st *ctlclient.GroupStatus) []string {
 	if st.Version != 0 {
 		for _, m := range st.Members {
 			switch {
+			case m.Alive != nil && !*m.Alive:
+				p = append(p, fmt.Sprintf("%s is not alive (stopped, crashed or cut off from the cluster): no ANA group can fail over to it", m.Name))
 			case m.Running == 0:
 				p = append(p, fmt.Sprintf("%s records no version of the group's configuration", m.Name))
 			case m.Running < st.Version:

@@ -535,3 +535,80 @@ func FuzzHostPDUs(f *testing.F) {
 		}
 	})
 }
+
+// TestSubmitRacesConnectionEnd: the controller closes the connection
+// while several goroutines submit, and every Done rewrites its request at
+// once (as the multipath layer retires a command and fails it over to
+// another queue). Under the race detector (make test) this finds a
+// Submit that still reads or writes a request the receive goroutine can
+// already have completed: before Submit published the request last, it
+// set the CID and the SGL and read the data after (the race the CI found
+// in initiator TestMultipathRDMAAndTCP, in about one run of ten).
+func TestSubmitRacesConnectionEnd(t *testing.T) {
+	for round := range 20 {
+		rc := newRawController(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		q, err := Dial(ctx, "tcp", rc.ln.Addr().String(), HostConfig{QID: 1, QueueSize: 32, InlineDataSize: 8192})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := <-rc.conn
+		// The controller completes each capsule at once and goes away
+		// after a few, with commands in flight and more being submitted.
+		go func() {
+			defer c.Close()
+			var hb [wire.CapsuleCmdHLen]byte
+			for i := range 8 + round*3 {
+				if _, err := io.ReadFull(c, hb[:]); err != nil {
+					return
+				}
+				h, _ := wire.ParseHeader(hb[:])
+				if _, err := io.CopyN(io.Discard, c, int64(h.PLen)-wire.CapsuleCmdHLen); err != nil {
+					return
+				}
+				resp := respPDU(wire.CapsuleSQE(hb[:]).CID(), nvmeof.StatusSuccess)
+				wire.CapsuleCQE(resp).SetSQHead(uint16((i + 1) % 32))
+				if _, err := c.Write(resp); err != nil {
+					return
+				}
+			}
+		}()
+		const submitters = 4
+		errs := make(chan error, submitters)
+		for s := range submitters {
+			go func() {
+				done := make(chan struct{}, 1)
+				r := &nvmeof.HostRequest{}
+				r.Done = func(r *nvmeof.HostRequest) {
+					// What a retire does: the request is the caller's again.
+					r.SQE = nvmeof.SQE{}
+					r.Data = nil
+					done <- struct{}{}
+				}
+				buf := make([]byte, 4096)
+				for n := 0; ; n++ {
+					rw(r, true, uint64(s*64+n%64), buf)
+					if err := q.Submit(r); err != nil {
+						if !errors.Is(err, nvmeof.ErrQueueClosed) && !errors.Is(err, nvmeof.ErrQueueFull) {
+							errs <- err
+							return
+						}
+						if errors.Is(err, nvmeof.ErrQueueClosed) {
+							errs <- nil
+							return
+						}
+						continue
+					}
+					<-done
+				}
+			}()
+		}
+		for range submitters {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		q.Close()
+	}
+}
