@@ -401,8 +401,14 @@ func boot(t testing.TB, labDir string, opts Options) (*VM, error) {
 	}
 	start := time.Now()
 	if err := runLogged(t, cmd, "vm.sh: "); err != nil {
+		// A kernel that died while booting: report its first error (and
+		// keep the console) before stop removes the runtime directory.
+		var rep string
+		if FirstKernelError(vm.ConsoleLog()) != "" {
+			rep = "; the guest kernel died while booting: " + vm.crashReport()
+		}
 		_ = vm.stop()
-		return nil, fmt.Errorf("booting VM %q (Linux %s): %w", opts.Name, opts.Kernel, err)
+		return nil, fmt.Errorf("booting VM %q (Linux %s): %w%s", opts.Name, opts.Kernel, err, rep)
 	}
 	vm.readRelease()
 	t.Logf("lab: %s ready in %.1fs; by hand: %s -r %s exec|console|log|dmesg", vm,
