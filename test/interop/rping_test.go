@@ -204,6 +204,38 @@ func testIwcmP2PResetBeforeRTR(t *testing.T, k kernel) {
 		t.Errorf("Linux %s: an oops, but not iw_cm's BUG():\n%s", vm.Release(), oops)
 	default:
 		t.Logf("as expected, Linux %s oopses:\n%s", vm.Release(), strings.Join(strings.SplitAfterN(oops, "\n", 8)[:min(7, strings.Count(oops, "\n"))], ""))
+		checkCrashReport(t, vm, "kernel BUG at drivers/infiniband/core/iwcm.c:")
+	}
+}
+
+// checkCrashReport panics the guest, whose kernel has already oopsed with
+// firstOops, and checks the harness's report of the dead VM: it must show
+// that first oops with what came before it, and keep the whole console
+// log, not only the panic that ends the console (session 8's CI lost the
+// first oops of a guest panic that way). The VM is stopped after this
+// test anyway.
+func checkCrashReport(t *testing.T, vm *lab.VM, firstOops string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := vm.Exec(ctx, "sync; echo c > /proc/sysrq-trigger")
+	if err == nil {
+		t.Errorf("Linux %s: the guest did not panic on sysrq c", vm.Release())
+		return
+	}
+	rep := err.Error()
+	if !strings.Contains(rep, "the VM is not running") {
+		t.Errorf("Linux %s: after sysrq c, not a dead VM's report: %v", vm.Release(), err)
+		return
+	}
+	i, j := strings.Index(rep, "first kernel error on the console"), strings.Index(rep, firstOops)
+	if i < 0 || j < i || !strings.Contains(rep, "sysrq triggered crash") {
+		t.Errorf("Linux %s: the dead VM's report does not lead with the first oops (%q) and end with the panic:\n%s", vm.Release(), firstOops, rep)
+	}
+	if m := regexp.MustCompile(`whole console log kept in (\S+)`).FindStringSubmatch(rep); m == nil {
+		t.Errorf("Linux %s: the report does not say where the console log was kept:\n%s", vm.Release(), rep)
+	} else if b, err := os.ReadFile(m[1]); err != nil || !strings.Contains(string(b), firstOops) {
+		t.Errorf("Linux %s: the kept console log %s: %v (has the first oops: %v)", vm.Release(), m[1], err, strings.Contains(string(b), firstOops))
 	}
 }
 

@@ -42,6 +42,20 @@
 #   LAB_MEM (2048) LAB_SMP (2)   guest RAM in MiB / vCPUs
 #   LAB_ACCEL         kvm | tcg | auto (default: kvm if it can boot a stock kernel)
 #   LAB_BOOT_TIMEOUT  seconds to wait for the guest (default 300 TCG, 120 KVM)
+#   LAB_TCG_THREAD    multi (default: one host thread per vCPU) | single (all
+#                     vCPUs on one host thread: slower, but immune to the MTTCG
+#                     code-patching race below)
+#   LAB_TCG_TSC       the guest's tsc= option under TCG (default reliable; "" for
+#                     none). Under TCG the guest's TSC is the host's (invariant,
+#                     synchronized), but on a loaded host the clocksource watchdog
+#                     sees a vCPU thread descheduled between its reads as skew and
+#                     marks the TSC unstable; that flips the __sched_clock_stable
+#                     static key, i.e. patches kernel text (text_poke_bp) while the
+#                     other vCPU runs it, and QEMU 7.2's multi-threaded TCG can then
+#                     execute the transient int3 after the patch is done: "Oops:
+#                     int3" and a panic (docs/linux-interop.md, "QEMU TCG: Oops:
+#                     int3"; fixed in QEMU 8.1 by deba78709ae8). tsc=reliable turns
+#                     that watchdog off for the TSC.
 #   LAB_WATCH_PID     stop the VM when this process exits (the Go harness sets it
 #                     to the test binary, so a killed test leaves no qemu behind)
 #
@@ -163,7 +177,7 @@ cmd_start() {
   local base=(qemu-system-x86_64 -name "nvmetd-lab-$NAME" -nodefaults -no-user-config
     -display none -vga none -no-reboot
     -smp "${LAB_SMP:-2}" -m "${LAB_MEM:-2048}"
-    -kernel "$KDIR/vmlinuz" -initrd "$KDIR/initrd.img" -append "$append"
+    -kernel "$KDIR/vmlinuz" -initrd "$KDIR/initrd.img"
     -serial "file:$RUN/console.log"
     -monitor "unix:$MON,server=on,wait=off"
     -netdev "user,id=n0,net=10.0.2.0/24,host=10.0.2.2$fwd"
@@ -179,7 +193,7 @@ cmd_start() {
 
   local want=${LAB_ACCEL:-auto} accel="" t0=$SECONDS
   if [ "$want" != tcg ] && kvm_usable; then
-    if "${base[@]}" -machine q35,accel=kvm -cpu host 2>"$RUN/qemu.err"; then
+    if "${base[@]}" -append "$append" -machine q35,accel=kvm -cpu host 2>"$RUN/qemu.err"; then
       accel=kvm
     else
       echo "vm.sh: KVM start failed: $(cat "$RUN/qemu.err")" >&2
@@ -189,7 +203,8 @@ cmd_start() {
     die "LAB_ACCEL=kvm but /dev/kvm is not usable"
   fi
   if [ -z "$accel" ]; then
-    "${base[@]}" -machine q35,accel=tcg -cpu max 2>"$RUN/qemu.err" ||
+    local tsc=${LAB_TCG_TSC-reliable}
+    "${base[@]}" -append "$append${tsc:+ tsc=$tsc}" -machine q35 -accel "tcg,thread=${LAB_TCG_THREAD:-multi}" -cpu max 2>"$RUN/qemu.err" ||
       die "qemu failed to start: $(cat "$RUN/qemu.err")"
     accel=tcg
   fi

@@ -150,7 +150,7 @@ func (j *Job) watch(ctx context.Context) {
 			return
 		}
 		if cause == nil && n%50 == 0 && !j.vm.alive() {
-			cause = errors.New("the VM is not running (crashed or stopped); console tail:\n" + tail(j.vm.ConsoleLog(), 30))
+			cause = errors.New("the VM is not running (crashed or stopped); " + j.vm.crashReport())
 			j.finish(j.read(".out"), j.read(".err"), -1, cause)
 			return
 		}

@@ -41,7 +41,11 @@
 //	                  runtime directory; it is never stopped by the tests, and
 //	                  its kernel is the default of NVMETD_LAB_KERNEL
 //	NVMETD_LAB_KEEP=1 leave the VMs running after the tests (their vm.sh -r command is logged)
-//	LAB_ACCEL         kvm, tcg or auto, passed to vm.sh
+//	LAB_ACCEL         kvm, tcg or auto, passed to vm.sh (and vm.sh's other LAB_* variables)
+//	NVMETD_LAB_CONSOLE_DIR where the whole console log of a VM whose kernel
+//	                  reported an error is kept (default TMPDIR/nvmetd-crash-consoles);
+//	                  a dead VM's error shows the console from before its first
+//	                  kernel error (see FirstKernelError, KnownCause)
 package lab
 
 import (
@@ -169,6 +173,8 @@ type VM struct {
 	ports   map[int]int
 	stopped bool
 
+	keptConsole string // the copy of console.log that keepConsole made, if any
+
 	buildMu sync.Mutex
 	built   map[string]string // BuildAndPut: package -> guest path
 }
@@ -241,7 +247,7 @@ func Start(t testing.TB, opts Options) *VM {
 	key := vmKey{opts.Kernel, opts.Name}
 	vm := reg.vms[key]
 	if vm != nil && !vm.alive() {
-		t.Logf("lab: %s is no longer running; booting a new one", vm)
+		t.Logf("lab: %s is no longer running; booting a new one; %s", vm, vm.crashReport())
 		_ = vm.stop()
 		delete(reg.vms, key)
 		vm = nil
@@ -269,7 +275,11 @@ func Start(t testing.TB, opts Options) *VM {
 	vm.mu.Unlock()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("lab: guest dmesg (last 60 lines) of %s:\n%s", vm, tail(vm.Dmesg(), 60))
+			if vm.alive() {
+				t.Logf("lab: guest dmesg (last 60 lines) of %s:\n%s", vm, tail(vm.Dmesg(), 60))
+			} else {
+				t.Logf("lab: %s is not running (crashed or stopped); %s", vm, vm.crashReport())
+			}
 		}
 		vm.mu.Lock()
 		vm.refs--
@@ -391,8 +401,14 @@ func boot(t testing.TB, labDir string, opts Options) (*VM, error) {
 	}
 	start := time.Now()
 	if err := runLogged(t, cmd, "vm.sh: "); err != nil {
+		// A kernel that died while booting: report its first error (and
+		// keep the console) before stop removes the runtime directory.
+		var rep string
+		if FirstKernelError(vm.ConsoleLog()) != "" {
+			rep = "; the guest kernel died while booting: " + vm.crashReport()
+		}
 		_ = vm.stop()
-		return nil, fmt.Errorf("booting VM %q (Linux %s): %w", opts.Name, opts.Kernel, err)
+		return nil, fmt.Errorf("booting VM %q (Linux %s): %w%s", opts.Name, opts.Kernel, err, rep)
 	}
 	vm.readRelease()
 	t.Logf("lab: %s ready in %.1fs; by hand: %s -r %s exec|console|log|dmesg", vm,
@@ -434,6 +450,13 @@ func removeStaleRunDirs() {
 // stop powers the VM off and removes its runtime directory (unless the VM
 // was started by hand, or NVMETD_LAB_KEEP=1).
 func (vm *VM) stop() error {
+	// A VM whose kernel reported an error keeps its console log: the
+	// runtime directory goes, and with it the first oops otherwise.
+	if !vm.external && FirstKernelError(vm.ConsoleLog()) != "" {
+		if p, err := vm.keepConsole(); err == nil {
+			fmt.Fprintf(os.Stderr, "lab: %s: its kernel reported an error; its console log is kept in %s\n", vm, p)
+		}
+	}
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if vm.stopped || vm.external {
