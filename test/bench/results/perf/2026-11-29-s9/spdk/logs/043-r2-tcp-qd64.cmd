@@ -1,0 +1,1 @@
+/work/spdk/build/bin/spdk_nvme_perf -c 0x2 -q 64 -o 4096 -w randread -t 3 -L -r trtype:TCP\ adrfam:IPv4\ traddr:127.0.0.1\ trsvcid:4520\ subnqn:nqn.2024-01.io.nvmetd:bench\ hostnqn:nqn.2014-08.org.nvmexpress:uuid:6e766d65-7464-4265-6e63-680000000001 
