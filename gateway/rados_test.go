@@ -591,15 +591,7 @@ func unblock(t *testing.T, c *cephtest.Cluster, addrs ...string) {
 // fenced client's operations then fail with ErrFenced.
 func TestFenceBlocklistExpiry(t *testing.T) {
 	f := newFixture(t)
-	dial := func() *gateway.RADOS {
-		cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
-			Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 4 * time.Second, OpTimeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		return cl
-	}
+	dial := func() *gateway.RADOS { return f.dialGroup1(t, 4*time.Second) }
 	fencer, victim := dial(), dial()
 	addrs := gateway.SplitAddrs(victim.Addrs())
 	unblock(t, f.c, addrs...)
@@ -640,7 +632,7 @@ func TestFenceBlocklistExpiry(t *testing.T) {
 // would let a successor take the group without fencing the holder.
 func TestRecordWriteAssertsLock(t *testing.T) {
 	f := newFixture(t)
-	dial := func() *gateway.RADOS { return f.dialGroup1(t) }
+	dial := func() *gateway.RADOS { return f.dialGroup1(t, 30*time.Second) }
 	x, y := dial(), dial()
 	recX := gateway.Record{Name: "x", Session: "x-1", Addrs: []string{x.Addrs()}, Epoch: 1}
 	if err := x.Acquire(1, recX); err != nil {
@@ -676,7 +668,7 @@ func TestRecordWriteAssertsLock(t *testing.T) {
 // check under the lock, x's acquisition was taken.
 func TestAcquireRefusedAfterHolderSince(t *testing.T) {
 	f := newFixture(t)
-	dial := func() *gateway.RADOS { return f.dialGroup1(t) }
+	dial := func() *gateway.RADOS { return f.dialGroup1(t, 30*time.Second) }
 	x, y := dial(), dial()
 	o, err := x.Read(1)
 	if err != nil {
@@ -814,7 +806,7 @@ func TestFailbackFenceOutlastsLease(t *testing.T) {
 // history.
 func TestFenceAddsOnlyMissingEntries(t *testing.T) {
 	f := newFixture(t)
-	dial := func() *gateway.RADOS { return f.dialGroup1(t) }
+	dial := func() *gateway.RADOS { return f.dialGroup1(t, 30*time.Second) }
 	fencer, victim := dial(), dial()
 	var entries []string
 	for _, a := range gateway.SplitAddrs(victim.Addrs()) {
@@ -1000,7 +992,7 @@ func TestBackendBackoffSurvivesRestart(t *testing.T) {
 // of the gateway polling for ever.
 func TestWatchReestablished(t *testing.T) {
 	f := newFixture(t)
-	dial := func() *gateway.RADOS { return f.dialGroup1(t) }
+	dial := func() *gateway.RADOS { return f.dialGroup1(t, 30*time.Second) }
 	x, y := dial(), dial()
 	oid := gateway.ObjectName(f.group, 1)
 	me := fmt.Sprintf("client.%d ", x.InstanceID())
@@ -1245,12 +1237,12 @@ func TestAliveMembers(t *testing.T) {
 	probe([]string{"a"}, 0)
 }
 
-// dialGroup1 connects a client of the fixture's group with group 1 (lease
-// 30 s, operations within 2 s), closed at the end of the test.
-func (f *fixture) dialGroup1(t *testing.T) *gateway.RADOS {
+// dialGroup1 connects a client of the fixture's group with group 1 (the
+// given lease, operations within 2 s), closed at the end of the test.
+func (f *fixture) dialGroup1(t *testing.T, lease time.Duration) *gateway.RADOS {
 	t.Helper()
 	cl, err := gateway.DialRADOS(gateway.RADOSOptions{CephConf: f.c.Conf, ClientID: f.c.ClientID, Keyring: f.c.Keyring,
-		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: 30 * time.Second, OpTimeout: 2 * time.Second})
+		Pool: f.c.Pool, GroupName: f.group, Groups: []uint32{1}, Lease: lease, OpTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
